@@ -1,0 +1,74 @@
+# Prism — the two commands:
+#   make demo   install missing Debian packages, build, run the main job
+#   make test   install missing Debian packages, build, run every test
+# Other targets: build, asan, fuzz, bench, install, format, clean.
+JOBS      ?= $(shell nproc)
+BUILD     ?= build
+ASAN      ?= build-asan
+FUZZ      ?= build-fuzz
+PREFIX    ?= /usr/local
+DEMO_OUT  ?= demo-out
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+CTEST_J   ?= $(JOBS)
+
+.PHONY: all deps build asan fuzz test test-main test-asan test-fuzz demo bench install format clean
+
+all: build
+
+deps:
+	@.ci/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+$(ASAN)/CMakeCache.txt:
+	cmake -S . -B $(ASAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=Debug -DPRISM_SANITIZE=ON \
+	  -DPRISM_BUILD_BENCH=OFF
+
+asan: deps $(ASAN)/CMakeCache.txt
+	cmake --build $(ASAN) -j $(JOBS)
+
+$(FUZZ)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPRISM_FUZZ=ON -DPRISM_BUILD_BENCH=OFF
+
+fuzz: deps $(FUZZ)/CMakeCache.txt
+	cmake --build $(FUZZ) -j $(JOBS)
+
+test-main: build
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_J) -LE fuzz
+
+test-asan: asan
+	cd $(ASAN) && ctest --output-on-failure -j $(CTEST_J) -L unit
+
+test-fuzz: fuzz
+	cd $(FUZZ) && ctest --output-on-failure -j $(CTEST_J) -L fuzz
+
+# Every test: the main build, the unit tests again under ASan+UBSan, and each
+# libFuzzer target for a bounded time.
+test: deps
+	$(MAKE) test-main
+	$(MAKE) test-asan
+	$(MAKE) test-fuzz
+
+demo: build
+	@if [ -x $(BUILD)/bin/prism_bench ]; then \
+	  $(BUILD)/bin/prism_bench headline --quick --out $(DEMO_OUT); \
+	else \
+	  $(BUILD)/bin/prism_demo; \
+	fi
+
+bench: build
+	$(BUILD)/bin/prism_microbench
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN) $(FUZZ)

@@ -1,0 +1,59 @@
+// Congestion controller interface: the engine reports one event per ACK batch
+// and asks for the window and pacing rate.
+//
+// Contract: a controller is pure (no clock, no I/O, no global state), owned by
+// one connection and called from that connection's thread only. All inputs
+// arrive as arguments; the same event sequence yields the same outputs.
+#ifndef PRISM_CONGESTION_CONTROLLER_H_
+#define PRISM_CONGESTION_CONTROLLER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prism/types.h"
+
+namespace prism::congestion {
+
+// What one batch of acknowledgements (one SACK, or several coalesced) said.
+struct AckEvent {
+  Time now = 0;
+  uint64_t acked_bytes = 0;      // newly acknowledged payload bytes
+  uint32_t acked_packets = 0;    // newly acknowledged packets
+  Time rtt = 0;                  // RTT sample from the echoed timestamp; 0: none
+  uint32_t ecn_marked = 0;       // acknowledged packets that carried ECN CE
+  uint32_t trimmed = 0;          // TRIMMED NACKs in this batch
+  uint32_t lost = 0;             // packets declared lost (not trimmed)
+  uint32_t rx_window_penalty = 0;  // receiver push-back, 0 = none
+  uint64_t inflight_bytes = 0;   // bytes in flight after this batch
+};
+
+class Controller {
+ public:
+  virtual ~Controller() = default;
+  virtual void OnAck(const AckEvent& ev) = 0;
+  // A retransmission timeout fired (no feedback for an RTO).
+  virtual void OnTimeout(Time now) = 0;
+  // Bytes the connection may have in flight.
+  virtual uint64_t window_bytes() const = 0;
+  // Pacing rate in bits per second; 0 means "not paced, window only".
+  virtual uint64_t pacing_rate_bps() const { return 0; }
+  virtual const char* name() const = 0;
+};
+
+struct ControllerConfig {
+  // "nscc" (default), "fixed", "dcqcn".
+  std::string algorithm = "nscc";
+  uint64_t link_rate_bps = 100'000'000'000ull;  // sender NIC rate (all planes)
+  Time base_rtt = 10 * kMicrosecond;             // unloaded fabric RTT
+  uint32_t mtu_bytes = 4096;                     // payload bytes per packet
+  uint64_t fixed_window_bytes = 0;               // "fixed": 0 = 1.5 x BDP
+};
+
+absl::StatusOr<std::unique_ptr<Controller>> MakeController(
+    const ControllerConfig& config);
+
+}  // namespace prism::congestion
+
+#endif  // PRISM_CONGESTION_CONTROLLER_H_

@@ -1,0 +1,76 @@
+// Path selection: which path (entropy value) the next packet takes, and what
+// per-path feedback does to that choice.
+//
+// Contract: pure and deterministic (randomness only from the seed in the
+// config); owned by one connection. Path p belongs to plane p % num_planes.
+// States follow MRC's EV state machine:
+//   GOOD        -> usable.
+//   SKIP        -> skipped for one rotation after an ECN-marked ACK or a trim.
+//   ASSUMED_BAD -> after a loss by timeout without a trim; not used for data
+//                  until a probe on it is answered (PROBE_OK).
+//   DENIED      -> excluded by configuration; never used or probed.
+// A floor (min_active) bounds how many paths may be excluded at once.
+#ifndef PRISM_ROUTING_PATH_SELECTOR_H_
+#define PRISM_ROUTING_PATH_SELECTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prism/types.h"
+
+namespace prism::routing {
+
+enum class PathFeedback : uint8_t {
+  kGood,     // acknowledged, no ECN
+  kEcn,      // acknowledged with ECN CE
+  kTrimmed,  // TRIMMED NACK: congestion, not failure
+  kLost,     // inferred lost (reordering-tolerant inference), not trimmed
+  kTimeout,  // retransmission timeout on this path
+  kProbeOk,  // a probe on this path was answered
+};
+
+enum class PathState : uint8_t { kGood, kSkip, kAssumedBad, kDenied };
+
+const char* PathStateName(PathState s);
+
+struct PathSelectorConfig {
+  uint16_t num_paths = 256;
+  uint16_t num_planes = 1;
+  // "rotation" (oblivious), "random", "reps", "p2c".
+  std::string policy = "rotation";
+  // Never exclude (SKIP/ASSUMED_BAD) so many paths that fewer than this remain
+  // usable; 0 means max(1, num_paths / 8).
+  uint16_t min_active = 0;
+  // How often an ASSUMED_BAD path is probed.
+  Time probe_interval = 50 * kMicrosecond;
+  std::vector<PathId> denied;  // paths excluded by configuration
+  uint64_t seed = 1;
+};
+
+class PathSelector {
+ public:
+  virtual ~PathSelector() = default;
+  // Path for the next data packet; -1 if no path is usable.
+  virtual int NextPath(Time now) = 0;
+  // Feedback about one packet sent on `path`. `rtt` is 0 when unknown.
+  virtual void OnFeedback(PathId path, PathFeedback fb, Time now, Time rtt) = 0;
+  // A path whose probe is due at `now`, or -1. Marks that probe as sent.
+  virtual int NextProbe(Time now) = 0;
+  // Earliest time a probe becomes due; kTimeInfinite if none.
+  virtual Time NextProbeTime() const = 0;
+  // The local NIC port / remote port for `plane` went down or came back.
+  virtual void SetPlaneUp(uint16_t plane, bool up, Time now) = 0;
+  virtual PathState state(PathId path) const = 0;
+  virtual uint16_t num_paths() const = 0;
+  virtual const char* name() const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(
+    const PathSelectorConfig& config);
+
+}  // namespace prism::routing
+
+#endif  // PRISM_ROUTING_PATH_SELECTOR_H_

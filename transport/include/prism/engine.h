@@ -1,0 +1,197 @@
+// prism::Engine — the pure multipath protocol engine.
+//
+// One Engine is one endpoint: it owns memory regions and connections, turns
+// posted WRITEs into packets sprayed over each connection's paths, recovers
+// losses selectively, places received payload at its final address, and
+// reports completions.
+//
+// Contract (purity): the engine never reads a clock, never does I/O, never
+// uses a global random generator. Every call that can change protocol state
+// takes `now`. All randomness derives from EngineOptions::seed: the same seed
+// and the same call sequence produce the same packets, byte for byte.
+// Packets leave through PollTransmit and enter through OnReceive; the caller
+// (a datapath driver, the simulator, a test) moves them.
+//
+// Thread safety: none. One thread drives one engine.
+//
+// Typical driver loop (one timestamp per iteration):
+//   now = clock();
+//   n = datapath.RxBurst(now, rx, kBurst); engine.OnReceive(now, rx, n);
+//   m = engine.PollTransmit(now, tx, kBurst); datapath.TxBurst(now, tx, m);
+//   k = engine.PollCompletions(cq, kBurst);
+//   sleep until min(engine.NextEventTime(), next packet);
+#ifndef PRISM_ENGINE_H_
+#define PRISM_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "prism/packet.h"
+#include "prism/stats.h"
+#include "prism/types.h"
+
+namespace prism {
+
+// Memory access permissions (bit mask).
+enum Access : uint32_t {
+  kAccessLocal = 1u << 0,        // may be the source of local WRITEs
+  kAccessRemoteWrite = 1u << 1,  // peers may WRITE into it
+};
+
+// A registered memory region. `rkey` is what a peer puts in its packets; it
+// is random (32 bits from the engine's seeded generator), never sequential.
+struct MemoryRegion {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint32_t access = 0;
+};
+
+// Placement of received payload into a registered region. The default copies
+// with memcpy. A datapath whose NIC already wrote the bytes (RDMA WRITE on
+// verbs) installs a no-op placer; GPU memory gets a device-copy placer.
+class Placer {
+ public:
+  virtual ~Placer() = default;
+  // Copies `len` bytes to `dst` (inside a region checked by the engine).
+  // Returns false if placement failed (counted, packet dropped, not acked).
+  virtual bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
+                     const MemoryRegion& region) = 0;
+};
+
+struct EngineOptions {
+  uint64_t seed = 1;
+  // Payload bytes per DATA packet.
+  uint32_t mtu_payload = 4096;
+  // Upper bound on connections.
+  uint32_t max_connections = 1024;
+  // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
+  Placer* placer = nullptr;
+};
+
+struct ConnectionOptions {
+  // Opaque destination id copied into every TxPacket (see prism/packet.h).
+  uint32_t peer = 0;
+  uint16_t num_paths = 256;   // size of the path set (1 .. 65535)
+  uint16_t num_planes = 1;    // path p is on plane p % num_planes
+  std::string path_policy = "rotation";  // routing::PathSelectorConfig::policy
+  std::string congestion = "nscc";       // congestion::ControllerConfig::algorithm
+  uint64_t link_rate_bps = 100'000'000'000ull;  // local NIC rate (all planes)
+  Time base_rtt = 10 * kMicrosecond;            // expected unloaded RTT
+  // Minimum / maximum retransmission timeout; the RTO is derived from
+  // measured RTT and clamped to these, doubling on consecutive timeouts.
+  Time rto_min = 50 * kMicrosecond;
+  Time rto_max = 100 * kMillisecond;
+  // ASSUMED_BAD paths are probed this often.
+  Time probe_interval = 50 * kMicrosecond;
+  // The connection fails only when no packet from the peer has been received
+  // for this long while data is outstanding (about an RC QP's retry budget).
+  Time connection_timeout = 30 * kSecond;
+  // Carry a CRC32C of the payload in every DATA packet (detects corruption on
+  // datapaths without their own integrity check).
+  bool payload_checksum = false;
+  // Max unacknowledged WRITE messages per connection; PostWrite returns
+  // ResourceExhausted beyond this.
+  uint32_t max_outstanding_messages = 4096;
+};
+
+// What a peer needs to know to talk to a connection; exchanged out of band
+// (or with the wire CONNECT exchange) and passed to Connect().
+struct ConnectionInfo {
+  ConnId conn_id = kInvalidConn;
+  uint16_t num_paths = 0;
+  uint16_t num_planes = 0;
+  uint32_t mtu_payload = 0;
+  bool payload_checksum = false;
+};
+
+struct WriteRequest {
+  uint64_t wr_id = 0;           // returned in the completion
+  const void* local_addr = nullptr;
+  uint64_t length = 0;          // 0 .. 2^32-1 bytes
+  uint32_t lkey = 0;            // local region holding [local_addr, +length)
+  uint64_t remote_addr = 0;     // final address in the peer's region
+  uint32_t rkey = 0;
+  bool has_immediate = false;   // WRITE-with-immediate
+  uint32_t immediate = 0;
+};
+
+enum class CompletionType : uint8_t {
+  kWrite,           // sender: a posted WRITE was fully acknowledged
+  kRecvImmediate,   // receiver: a WRITE-with-immediate fully arrived
+  kConnectionError, // the connection failed (status says why)
+};
+
+struct Completion {
+  CompletionType type = CompletionType::kWrite;
+  absl::StatusCode status = absl::StatusCode::kOk;
+  ConnId conn = kInvalidConn;
+  uint64_t wr_id = 0;        // kWrite: the request's wr_id
+  uint32_t immediate = 0;    // kRecvImmediate
+  uint64_t byte_len = 0;     // message length
+  uint64_t remote_addr = 0;  // kRecvImmediate: where the message landed
+  uint32_t msn = 0;          // message sequence number within the connection
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // --- memory -------------------------------------------------------------
+  absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, uint64_t length,
+                                              uint32_t access);
+  // Fails with NotFound for an unknown key. In-flight writes into a region
+  // being deregistered are rejected from then on (BAD_KEY).
+  absl::Status DeregisterMemory(uint32_t lkey);
+
+  // --- connections --------------------------------------------------------
+  absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& options);
+  ConnectionInfo LocalInfo(ConnId conn) const;
+  // Binds a local connection to the peer's. Paths and planes are the minimum
+  // of both sides'. REQUIRES: called once per connection.
+  absl::Status Connect(ConnId conn, const ConnectionInfo& remote);
+  // Closes the connection; outstanding WRITEs complete with kCancelled.
+  absl::Status CloseConnection(ConnId conn);
+
+  // --- operations ---------------------------------------------------------
+  // Queues a WRITE (or WRITE-with-immediate). Validates the local range and
+  // key; never blocks. ResourceExhausted when the queue is full.
+  absl::Status PostWrite(Time now, ConnId conn, const WriteRequest& req);
+
+  // --- packet I/O ---------------------------------------------------------
+  // Hands received packets to the engine. Malformed, unknown-connection,
+  // bad-key and out-of-range packets are dropped and counted, never written.
+  void OnReceive(Time now, const RxPacket* pkts, size_t n);
+  // Runs timers due at `now` and fills up to `max` packets to transmit.
+  size_t PollTransmit(Time now, TxPacket* out, size_t max);
+  // Earliest time something new can happen without new input (a timer, a
+  // paced send, a probe); kTimeInfinite when idle.
+  Time NextEventTime() const;
+
+  // --- completions and stats ----------------------------------------------
+  size_t PollCompletions(Completion* out, size_t max);
+  EngineStats stats() const;
+  // Per-connection and per-path counters; NotFound for an unknown id.
+  absl::StatusOr<ConnectionStats> connection_stats(ConnId conn) const;
+  absl::StatusOr<PathStats> path_stats(ConnId conn, PathId path) const;
+
+  // Local NIC port for `plane` went down / came back (tells the peer too).
+  absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up, Time now);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace prism
+
+#endif  // PRISM_ENGINE_H_

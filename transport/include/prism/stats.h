@@ -1,0 +1,86 @@
+// Counters the engine keeps: per engine (drops of bad input), per connection,
+// and per path. Plain structs, cheap to copy; ToString() prints them.
+//
+// Invariant: every received packet the engine does not use is counted in
+// exactly one drop counter (rx_drop_*), so "nothing is lost without a counter
+// saying why" can be checked by summing.
+#ifndef PRISM_STATS_H_
+#define PRISM_STATS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "prism/types.h"
+
+namespace prism {
+
+struct EngineStats {
+  uint64_t rx_packets = 0;
+  uint64_t tx_packets = 0;
+  // Drops of bad input, one counter per reason.
+  uint64_t rx_drop_malformed = 0;     // decoder rejected (length, type, ...)
+  uint64_t rx_drop_bad_magic = 0;
+  uint64_t rx_drop_bad_version = 0;
+  uint64_t rx_drop_bad_checksum = 0;  // header checksum mismatch
+  uint64_t rx_drop_payload_corrupt = 0;  // payload CRC32C mismatch
+  uint64_t rx_drop_unknown_conn = 0;
+  uint64_t rx_drop_bad_key = 0;       // rkey unknown / no remote-write access
+  uint64_t rx_drop_bad_range = 0;     // address range outside the region
+  uint64_t rx_drop_out_of_window = 0; // PSN outside the receive window
+  uint64_t rx_drop_placement = 0;     // Placer::Place failed
+  uint64_t rx_duplicates = 0;         // already received (suppressed, re-acked)
+  uint32_t connections = 0;
+  uint32_t memory_regions = 0;
+
+  std::string ToString() const;
+};
+
+struct ConnectionStats {
+  uint64_t tx_data_packets = 0;
+  uint64_t tx_data_bytes = 0;        // payload bytes incl. retransmissions
+  uint64_t retransmitted_packets = 0;
+  uint64_t retransmitted_bytes = 0;
+  uint64_t rto_events = 0;           // retransmission timeouts fired
+  uint64_t trims_received = 0;       // TRIMMED NACKs received (as sender)
+  uint64_t nacks_received = 0;       // all NACKs received
+  uint64_t sacks_received = 0;
+  uint64_t ecn_echoes = 0;           // ACKed packets that had ECN CE
+  uint64_t rx_data_packets = 0;      // as receiver
+  uint64_t rx_data_bytes = 0;        // payload bytes placed (first copies)
+  uint64_t rx_trimmed = 0;           // trimmed headers received (as receiver)
+  uint64_t tx_sacks = 0;
+  uint64_t tx_nacks = 0;
+  uint64_t probes_sent = 0;
+  uint64_t probe_acks_received = 0;
+  uint64_t paths_retired = 0;        // transitions to ASSUMED_BAD
+  uint64_t paths_restored = 0;       // ASSUMED_BAD -> GOOD after a probe
+  uint64_t messages_completed = 0;   // sender side
+  uint64_t messages_received = 0;    // receiver side (all WRITEs)
+  uint64_t bytes_acked = 0;
+  uint64_t inflight_bytes = 0;
+  uint64_t cwnd_bytes = 0;
+  Time srtt = 0;
+  Time rto = 0;
+  uint16_t paths_active = 0;         // paths currently GOOD or SKIP
+
+  std::string ToString() const;
+};
+
+struct PathStats {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t acked_packets = 0;
+  uint64_t lost_packets = 0;
+  uint64_t trimmed_packets = 0;
+  uint64_t ecn_marked = 0;
+  uint64_t retired = 0;   // times put in ASSUMED_BAD
+  uint64_t restored = 0;  // times a probe brought it back
+  Time srtt = 0;
+  uint8_t state = 0;      // routing::PathState value
+
+  std::string ToString() const;
+};
+
+}  // namespace prism
+
+#endif  // PRISM_STATS_H_

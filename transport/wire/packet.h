@@ -1,0 +1,179 @@
+// Prism wire format: packet types, their fields, encoders and the decoder.
+// The byte layout of every type is documented in docs/wire-format.md next to
+// the constants below; sizes are pinned with static_assert in packet.cc.
+//
+// Contract:
+// - One byte-order rule: every multi-byte field is little-endian on the wire.
+// - Every packet starts with the common header: magic, version, type, a
+//   header checksum (CRC32C over the header with the checksum field zeroed)
+//   and the destination connection id.
+// - DATA carries the full RDMA target (remote address + rkey + message offset
+//   and length) so a receiver can place every packet on its own, in any order.
+//   An optional CRC32C of the payload is carried when kFlagPayloadCrc is set.
+// - A trimmed DATA packet is its header with the payload removed by a switch:
+//   the header checksum still verifies, payload bytes are absent.
+// - Decode() never reads outside [data, data+len) and returns a DecodeError
+//   for every malformed input; it allocates nothing.
+// - Encoders write the header only (the payload is gathered by the datapath)
+//   and return the header length, or 0 if `cap` is too small.
+#ifndef PRISM_WIRE_PACKET_H_
+#define PRISM_WIRE_PACKET_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace prism::wire {
+
+inline constexpr uint16_t kMagic = 0x5052;  // "PR" as bytes 0x52 0x50
+inline constexpr uint8_t kVersion = 1;
+
+enum class PacketType : uint8_t {
+  kData = 1,
+  kSack = 2,
+  kNack = 3,
+  kProbe = 4,
+  kProbeAck = 5,
+  kConnect = 6,
+  kConnectAck = 7,
+  kPlaneStatus = 8,  // "my NIC port for plane X is down/up"
+};
+
+// DATA flags.
+enum DataFlags : uint16_t {
+  kFlagRetransmit = 1u << 0,
+  kFlagLastOfMessage = 1u << 1,
+  kFlagHasImmediate = 1u << 2,
+  kFlagTrimmed = 1u << 3,      // set by a trimming switch / the simulator
+  kFlagPayloadCrc = 1u << 4,   // payload_crc is valid
+  kFlagFirstOfMessage = 1u << 5,
+};
+
+enum class NackReason : uint8_t {
+  kTrimmed = 1,       // payload was trimmed by the network: retransmit now
+  kOutOfWindow = 2,   // PSN outside the receiver's window
+  kNoBuffer = 3,      // receiver cannot take it now
+  kBadKey = 4,        // rkey unknown or region lacks remote-write access
+  kBadRange = 5,      // target range outside the region
+  kCorrupt = 6,       // payload checksum mismatch
+};
+
+inline constexpr size_t kSackBitmapWords = 4;  // 256-bit SACK bitmap
+inline constexpr size_t kSackBitmapBits = kSackBitmapWords * 64;
+
+struct DataHeader {
+  uint32_t dst_conn = 0;     // receiver's connection id
+  uint32_t psn = 0;          // packet sequence number (low 32 bits)
+  uint32_t msn = 0;          // message sequence number
+  uint32_t msg_offset = 0;   // offset of this payload within the message
+  uint32_t msg_len = 0;      // total message length
+  uint64_t remote_addr = 0;  // final address of this packet's first byte
+  uint32_t rkey = 0;
+  uint16_t payload_len = 0;  // payload bytes the sender put after the header
+  uint16_t path_id = 0;      // path (entropy value slot) it was sent on
+  uint16_t flags = 0;        // DataFlags
+  uint64_t send_ts = 0;      // sender's timestamp, echoed back in SACK/NACK
+  uint32_t immediate = 0;    // valid with kFlagHasImmediate
+  uint32_t payload_crc = 0;  // CRC32C of the payload, with kFlagPayloadCrc
+};
+
+struct SackHeader {
+  uint32_t dst_conn = 0;
+  uint32_t cum_psn = 0;       // every PSN below this was received
+  uint32_t bitmap_base = 0;   // PSN of bit 0 of the bitmap
+  uint64_t bitmap[kSackBitmapWords] = {};  // bit i: PSN bitmap_base+i received
+  uint32_t trigger_psn = 0;   // PSN of the packet that triggered this SACK
+  uint16_t echo_path = 0;     // its path id
+  uint8_t ecn_seen = 0;       // 1 if it (or a coalesced one) carried ECN CE
+  uint8_t reserved = 0;
+  uint64_t echo_ts = 0;       // its send timestamp
+  uint64_t bytes_received = 0;  // receiver's total payload bytes (CC state)
+  uint32_t ooo_count = 0;       // receiver's out-of-order packet count
+  uint16_t rx_window_penalty = 0;
+  uint16_t coalesced = 0;       // number of DATA packets this SACK covers
+};
+
+struct NackHeader {
+  uint32_t dst_conn = 0;
+  uint32_t psn = 0;           // the packet being NACKed
+  uint32_t cum_psn = 0;       // receiver's cumulative PSN
+  NackReason reason = NackReason::kTrimmed;
+  uint8_t ecn_seen = 0;
+  uint16_t echo_path = 0;
+  uint64_t echo_ts = 0;
+};
+
+// PROBE and PROBE_ACK share a layout.
+struct ProbeHeader {
+  uint32_t dst_conn = 0;
+  uint16_t path_id = 0;
+  uint16_t reserved = 0;
+  uint32_t probe_seq = 0;
+  uint64_t send_ts = 0;       // echoed unchanged in PROBE_ACK
+};
+
+// CONNECT and CONNECT_ACK share a layout (in-band connection setup).
+struct ConnectHeader {
+  uint32_t dst_conn = 0;      // 0 in CONNECT (not yet known)
+  uint32_t src_conn = 0;      // sender's connection id
+  uint16_t num_paths = 0;
+  uint16_t num_planes = 0;
+  uint32_t mtu_payload = 0;
+  uint32_t flags = 0;         // bit 0: payload checksum requested
+  uint64_t nonce = 0;         // matches CONNECT_ACK to CONNECT
+};
+
+struct PlaneStatusHeader {
+  uint32_t dst_conn = 0;
+  uint32_t planes_down = 0;   // bit p set: sender's plane p is down
+  uint32_t seq = 0;           // newer status wins
+};
+
+enum class DecodeError : uint8_t {
+  kOk = 0,
+  kTooShort,          // shorter than the header its type needs
+  kBadMagic,
+  kBadVersion,
+  kBadType,
+  kBadChecksum,       // header checksum mismatch
+  kBadLength,         // payload present but not of the declared length
+  kBadField,          // a field value the format forbids
+};
+
+const char* DecodeErrorName(DecodeError e);
+
+// A decoded packet. Exactly one header member is valid, selected by `type`.
+struct Packet {
+  PacketType type = PacketType::kData;
+  DataHeader data;
+  SackHeader sack;
+  NackHeader nack;
+  ProbeHeader probe;
+  ConnectHeader connect;
+  PlaneStatusHeader plane;
+  // DATA only: the payload inside the decoded buffer (nullptr when trimmed).
+  const uint8_t* payload = nullptr;
+  uint32_t payload_len = 0;
+  bool trimmed = false;  // DATA with payload absent, or kFlagTrimmed
+};
+
+// Header length on the wire for each type (DATA without payload).
+size_t HeaderSize(PacketType type);
+
+// Decodes one packet. For DATA, bytes after the header are the payload: none
+// (trimmed) or exactly payload_len, anything else is kBadLength.
+DecodeError Decode(const uint8_t* data, size_t len, Packet* out);
+
+size_t EncodeData(const DataHeader& h, uint8_t* out, size_t cap);
+size_t EncodeSack(const SackHeader& h, uint8_t* out, size_t cap);
+size_t EncodeNack(const NackHeader& h, uint8_t* out, size_t cap);
+size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* out, size_t cap);
+size_t EncodeConnect(const ConnectHeader& h, bool ack, uint8_t* out,
+                     size_t cap);
+size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* out, size_t cap);
+
+// CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
+uint32_t Crc32c(const uint8_t* data, size_t len, uint32_t crc = 0);
+
+}  // namespace prism::wire
+
+#endif  // PRISM_WIRE_PACKET_H_
