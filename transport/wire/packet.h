@@ -27,6 +27,39 @@ namespace prism::wire {
 inline constexpr uint16_t kMagic = 0x5052;  // "PR" as bytes 0x52 0x50
 inline constexpr uint8_t kVersion = 1;
 
+// UDP destination port Prism listens on by default (not IANA-assigned; the
+// number mirrors the magic 0x5052 = 20562). Configurable per datapath. Not
+// 4791 (RoCEv2), 4789 (VXLAN) or 4793 (Ultra Ethernet).
+inline constexpr uint16_t kDefaultUdpPort = 20562;
+
+// Header sizes on the wire (bytes). Layouts: docs/wire-format.md.
+//   Common header (every type):
+//     0 magic u16 | 2 version u8 | 3 type u8 | 4 header_crc u32 | 8 dst_conn u32
+inline constexpr size_t kCommonHeaderSize = 12;
+inline constexpr size_t kHeaderCrcOffset = 4;
+//   DATA: 12 psn u32 | 16 msn u32 | 20 msg_offset u32 | 24 msg_len u32 |
+//     28 rkey u32 | 32 remote_addr u64 | 40 send_ts u64 | 48 payload_len u16 |
+//     50 path_id u16 | 52 flags u16 | 54 reserved u16 (0) | 56 immediate u32 |
+//     60 payload_crc u32 | 64 payload...
+inline constexpr size_t kDataHeaderSize = 64;
+//   SACK: 12 cum_psn u32 | 16 echo_ts u64 | 24 bytes_received u64 |
+//     32 bitmap u64[4] | 64 bitmap_base u32 | 68 trigger_psn u32 |
+//     72 ooo_count u32 | 76 echo_path u16 | 78 rx_window_penalty u16 |
+//     80 coalesced u16 | 82 ecn_seen u8 | 83 reserved u8 (0)
+inline constexpr size_t kSackHeaderSize = 84;
+//   NACK: 12 psn u32 | 16 cum_psn u32 | 20 reason u8 | 21 ecn_seen u8 |
+//     22 echo_path u16 | 24 echo_ts u64
+inline constexpr size_t kNackHeaderSize = 32;
+//   PROBE / PROBE_ACK: 12 probe_seq u32 | 16 send_ts u64 | 24 path_id u16 |
+//     26 reserved u16 (0)
+inline constexpr size_t kProbeHeaderSize = 28;
+//   CONNECT / CONNECT_ACK: 12 src_conn u32 | 16 nonce u64 |
+//     24 mtu_payload u32 | 28 flags u32 | 32 num_paths u16 | 34 num_planes u16
+inline constexpr size_t kConnectHeaderSize = 36;
+//   PLANE_STATUS: 12 planes_down u32 | 16 seq u32
+inline constexpr size_t kPlaneStatusHeaderSize = 20;
+inline constexpr size_t kMaxHeaderSize = kSackHeaderSize;
+
 enum class PacketType : uint8_t {
   kData = 1,
   kSack = 2,
@@ -47,6 +80,15 @@ enum DataFlags : uint16_t {
   kFlagPayloadCrc = 1u << 4,   // payload_crc is valid
   kFlagFirstOfMessage = 1u << 5,
 };
+
+// DATA flag bits a version-1 decoder accepts; any other bit is kBadField.
+inline constexpr uint16_t kKnownDataFlags = 0x3F;
+
+// CONNECT / CONNECT_ACK flags.
+enum ConnectFlags : uint32_t {
+  kConnectPayloadCrc = 1u << 0,  // payload checksum requested / agreed
+};
+inline constexpr uint32_t kKnownConnectFlags = 0x1;
 
 enum class NackReason : uint8_t {
   kTrimmed = 1,       // payload was trimmed by the network: retransmit now
@@ -163,6 +205,15 @@ size_t HeaderSize(PacketType type);
 // (trimmed) or exactly payload_len, anything else is kBadLength.
 DecodeError Decode(const uint8_t* data, size_t len, Packet* out);
 
+// Same as Decode() for a packet the datapath received split: `hdr` holds
+// exactly the header (hdr_len must equal HeaderSize(type), else kBadLength
+// for a longer buffer or kTooShort for a shorter one) and, for DATA, the
+// payload is `payload`/`payload_len` (0 bytes: trimmed, else exactly the
+// header's payload_len). Non-DATA types require payload_len == 0.
+DecodeError DecodeSplit(const uint8_t* hdr, size_t hdr_len,
+                        const uint8_t* payload, size_t payload_len,
+                        Packet* out);
+
 size_t EncodeData(const DataHeader& h, uint8_t* out, size_t cap);
 size_t EncodeSack(const SackHeader& h, uint8_t* out, size_t cap);
 size_t EncodeNack(const NackHeader& h, uint8_t* out, size_t cap);
@@ -170,6 +221,12 @@ size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* out, size_t cap);
 size_t EncodeConnect(const ConnectHeader& h, bool ack, uint8_t* out,
                      size_t cap);
 size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* out, size_t cap);
+
+// Trims an encoded DATA packet in place the way a trimming switch does:
+// drops the payload, sets kFlagTrimmed and recomputes the header checksum.
+// Returns the new length (kDataHeaderSize), or 0 if `pkt` is not a DATA
+// packet that Decode() accepts (then `pkt` is unchanged).
+size_t TrimData(uint8_t* pkt, size_t len);
 
 // CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
 uint32_t Crc32c(const uint8_t* data, size_t len, uint32_t crc = 0);

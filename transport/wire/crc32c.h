@@ -1,0 +1,32 @@
+// CRC32C (Castagnoli, reflected polynomial 0x82F63B78) implementations behind
+// prism::wire::Crc32c(): a portable slice-by-8 table version and an SSE4.2
+// version (crc32 instruction), chosen once at runtime.
+//
+// Contract:
+// - All functions compute the same standard CRC32C: initial value and final
+//   XOR of 0xFFFFFFFF are applied inside, so `crc` is the previous result and
+//   Crc32c(b, nb, Crc32c(a, na)) == Crc32c(a||b). Crc32c("123456789") is
+//   0xE3069283.
+// - Thread-safe and allocation-free. `data` may be null only when len == 0.
+// - Crc32cHardware() REQUIRES Crc32cHardwareAvailable(); it exists for tests
+//   and benchmarks. Normal code calls prism::wire::Crc32c().
+#ifndef PRISM_WIRE_CRC32C_H_
+#define PRISM_WIRE_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace prism::wire {
+
+uint32_t Crc32cSoftware(const uint8_t* data, size_t len, uint32_t crc = 0);
+
+// True when this CPU has SSE4.2 (x86-64 only; false elsewhere).
+bool Crc32cHardwareAvailable();
+
+// REQUIRES: Crc32cHardwareAvailable(). On builds without x86 support this
+// falls back to the software version.
+uint32_t Crc32cHardware(const uint8_t* data, size_t len, uint32_t crc = 0);
+
+}  // namespace prism::wire
+
+#endif  // PRISM_WIRE_CRC32C_H_
