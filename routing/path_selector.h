@@ -50,6 +50,20 @@ struct PathSelectorConfig {
   uint64_t seed = 1;
 };
 
+// Event counts kept by a selector (for the simulator's summaries and tests).
+struct PathSelectorCounters {
+  uint64_t picks = 0;           // NextPath calls that returned a path
+  uint64_t no_path = 0;         // NextPath calls that returned -1
+  uint64_t skips = 0;           // GOOD -> SKIP transitions
+  uint64_t retirements = 0;     // -> ASSUMED_BAD transitions
+  uint64_t restores = 0;        // ASSUMED_BAD -> GOOD (probe answered)
+  uint64_t floor_refusals = 0;  // exclusions refused to honour min_active
+  uint64_t floor_releases = 0;  // SKIP paths released early for the floor
+  uint64_t probes_sent = 0;     // NextProbe calls that returned a path
+  uint64_t recycled = 0;        // "reps": picks served from the clean-EV cache
+  uint64_t bad_input = 0;       // out-of-range path or plane arguments
+};
+
 class PathSelector {
  public:
   virtual ~PathSelector() = default;
@@ -66,6 +80,11 @@ class PathSelector {
   virtual PathState state(PathId path) const = 0;
   virtual uint16_t num_paths() const = 0;
   virtual const char* name() const = 0;
+  // Additive (issue 4): counters, usable-path count (GOOD on an up plane)
+  // and plane status. Defaults keep older implementations compiling.
+  virtual PathSelectorCounters counters() const { return {}; }
+  virtual uint32_t num_usable() const { return 0; }
+  virtual bool plane_up(uint16_t /*plane*/) const { return true; }
 };
 
 absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(

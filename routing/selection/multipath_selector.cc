@@ -1,0 +1,432 @@
+#include "routing/selection/multipath_selector.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace prism::routing {
+
+const char* PathStateName(PathState s) {
+  switch (s) {
+    case PathState::kGood:
+      return "GOOD";
+    case PathState::kSkip:
+      return "SKIP";
+    case PathState::kAssumedBad:
+      return "ASSUMED_BAD";
+    case PathState::kDenied:
+      return "DENIED";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(
+    const PathSelectorConfig& config) {
+  auto s = MultipathSelector::Create(config);
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<PathSelector>(std::move(*s));
+}
+
+absl::StatusOr<std::unique_ptr<MultipathSelector>> MultipathSelector::Create(
+    const PathSelectorConfig& config) {
+  Policy policy;
+  if (config.policy == "rotation") {
+    policy = Policy::kRotation;
+  } else if (config.policy == "random") {
+    policy = Policy::kRandom;
+  } else if (config.policy == "reps") {
+    policy = Policy::kReps;
+  } else if (config.policy == "p2c") {
+    policy = Policy::kP2c;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path selector: unknown policy '", config.policy,
+                     "' (want rotation, random, reps or p2c)"));
+  }
+  // num_paths is a uint16_t, so at most 65535; id 65535 is never a path.
+  if (config.num_paths == 0) {
+    return absl::InvalidArgumentError("path selector: num_paths must be > 0");
+  }
+  if (config.num_planes == 0 || config.num_planes > config.num_paths) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path selector: num_planes must be in [1, num_paths=", config.num_paths,
+        "], got ", config.num_planes));
+  }
+  if (config.min_active > config.num_paths) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("path selector: min_active ", config.min_active,
+                     " exceeds num_paths ", config.num_paths));
+  }
+  if (config.probe_interval <= 0) {
+    return absl::InvalidArgumentError(
+        "path selector: probe_interval must be > 0");
+  }
+  std::vector<bool> denied(config.num_paths, false);
+  for (PathId d : config.denied) {
+    if (d >= config.num_paths) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path selector: denied path ", d, " out of range [0, ",
+                       config.num_paths, ")"));
+    }
+    denied[d] = true;
+  }
+  if (std::find(denied.begin(), denied.end(), false) == denied.end()) {
+    return absl::InvalidArgumentError("path selector: every path is denied");
+  }
+  return std::unique_ptr<MultipathSelector>(
+      new MultipathSelector(config, policy));
+}
+
+MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
+                                     Policy policy)
+    : num_paths_(config.num_paths),
+      num_planes_(config.num_planes),
+      policy_(policy),
+      min_active_(config.min_active != 0
+                      ? config.min_active
+                      : std::max<uint16_t>(1, config.num_paths / 8)),
+      probe_interval_(config.probe_interval),
+      paths_(config.num_paths),
+      planes_(config.num_planes),
+      rng_(config.seed) {
+  for (uint16_t p = 0; p < num_paths_; ++p) {
+    Plane& pl = planes_[PlaneOf(p)];
+    ++pl.count;
+    ++pl.good;
+  }
+  usable_ = num_paths_;
+  for (PathId d : config.denied) {
+    if (paths_[d].state != PathState::kDenied)
+      SetState(d, PathState::kDenied, 0);
+  }
+}
+
+const char* MultipathSelector::name() const {
+  switch (policy_) {
+    case Policy::kRotation:
+      return "rotation";
+    case Policy::kRandom:
+      return "random";
+    case Policy::kReps:
+      return "reps";
+    case Policy::kP2c:
+      return "p2c";
+  }
+  return "unknown";
+}
+
+// ---- intrusive lists -------------------------------------------------------
+
+void MultipathSelector::ListRemove(List& l, uint16_t p) {
+  Path& x = paths_[p];
+  if (x.prev != kNil) {
+    paths_[x.prev].next = x.next;
+  } else {
+    l.head = x.next;
+  }
+  if (x.next != kNil) {
+    paths_[x.next].prev = x.prev;
+  } else {
+    l.tail = x.prev;
+  }
+  x.prev = x.next = kNil;
+}
+
+void MultipathSelector::ListAppend(List& l, uint16_t p) {
+  Path& x = paths_[p];
+  x.next = kNil;
+  x.prev = l.tail;
+  if (l.tail != kNil) {
+    paths_[l.tail].next = p;
+  } else {
+    l.head = p;
+  }
+  l.tail = p;
+}
+
+void MultipathSelector::ListInsertBefore(List& l, uint16_t before, uint16_t p) {
+  if (before == kNil) {
+    ListAppend(l, p);
+    return;
+  }
+  Path& x = paths_[p];
+  Path& b = paths_[before];
+  x.next = before;
+  x.prev = b.prev;
+  if (b.prev != kNil) {
+    paths_[b.prev].next = p;
+  } else {
+    l.head = p;
+  }
+  b.prev = p;
+}
+
+void MultipathSelector::ProbeInsert(uint16_t p, bool from_head) {
+  const Time due = paths_[p].due;
+  if (from_head) {
+    uint16_t at = probe_list_.head;
+    while (at != kNil && paths_[at].due <= due) at = paths_[at].next;
+    ListInsertBefore(probe_list_, at, p);
+    return;
+  }
+  // Common case: due = now + interval is the latest, so this is O(1).
+  uint16_t at = probe_list_.tail;
+  while (at != kNil && paths_[at].due > due) at = paths_[at].prev;
+  ListInsertBefore(probe_list_, at == kNil ? probe_list_.head : paths_[at].next,
+                   p);
+}
+
+// ---- state changes ---------------------------------------------------------
+
+void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
+  Path& x = paths_[p];
+  Plane& pl = planes_[PlaneOf(p)];
+  switch (x.state) {  // leave the old state
+    case PathState::kGood:
+      --pl.good;
+      if (pl.up) --usable_;
+      break;
+    case PathState::kSkip:
+      --pl.skip;
+      ListRemove(skip_list_, p);
+      break;
+    case PathState::kAssumedBad:
+      if (pl.up) ListRemove(probe_list_, p);
+      break;
+    case PathState::kDenied:
+      break;
+  }
+  x.state = s;
+  switch (s) {  // enter the new one
+    case PathState::kGood:
+      ++pl.good;
+      if (pl.up) ++usable_;
+      break;
+    case PathState::kSkip:
+      ++pl.skip;
+      ListAppend(skip_list_, p);
+      break;
+    case PathState::kAssumedBad:
+      x.due = due;
+      if (pl.up) ProbeInsert(p, /*from_head=*/false);
+      break;
+    case PathState::kDenied:
+      break;
+  }
+}
+
+void MultipathSelector::Retire(uint16_t p, Time now) {
+  const bool counted =
+      paths_[p].state == PathState::kGood && planes_[PlaneOf(p)].up;
+  if (counted && !CanExclude()) {
+    // Release the oldest SKIP path on an up plane, if any, to make room.
+    uint16_t s = skip_list_.head;
+    while (s != kNil && !planes_[PlaneOf(s)].up) s = paths_[s].next;
+    if (s == kNil) {
+      ++counters_.floor_refusals;
+      return;
+    }
+    SetState(s, PathState::kGood, 0);
+    ++counters_.floor_releases;
+  }
+  SetState(p, PathState::kAssumedBad, now + probe_interval_);
+  ++counters_.retirements;
+}
+
+void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
+                                   Time rtt) {
+  if (path >= num_paths_) {
+    ++counters_.bad_input;
+    return;
+  }
+  Path& x = paths_[path];
+  if (x.state == PathState::kDenied) return;
+  if (rtt > 0) x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
+  switch (x.state) {
+    case PathState::kGood:
+      if (fb == PathFeedback::kEcn || fb == PathFeedback::kTrimmed) {
+        if (planes_[PlaneOf(path)].up && !CanExclude()) {
+          ++counters_.floor_refusals;
+          return;
+        }
+        SetState(path, PathState::kSkip, 0);
+        ++counters_.skips;
+      } else if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
+        Retire(path, now);
+      } else if (fb == PathFeedback::kGood && policy_ == Policy::kReps) {
+        RepsPush(path);
+      }
+      return;
+    case PathState::kSkip:
+      if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
+        Retire(path, now);  // not counted as usable: never refused
+      }
+      return;
+    case PathState::kAssumedBad:
+      if (fb == PathFeedback::kProbeOk) {
+        SetState(path, PathState::kGood, 0);
+        ++counters_.restores;
+      }
+      return;
+    case PathState::kDenied:
+      return;
+  }
+}
+
+void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
+  if (plane >= num_planes_) {
+    ++counters_.bad_input;
+    return;
+  }
+  Plane& pl = planes_[plane];
+  if (pl.up == up) return;
+  for (uint16_t k = 0; k < pl.count; ++k) {  // probe list membership
+    const uint16_t p = PathAt(plane, k);
+    if (paths_[p].state != PathState::kAssumedBad) continue;
+    if (up) {
+      paths_[p].due = now;  // probe at once
+    } else {
+      ListRemove(probe_list_, p);
+    }
+  }
+  pl.up = up;
+  if (up) {
+    usable_ += pl.good;
+    for (uint16_t k = 0; k < pl.count; ++k) {
+      const uint16_t p = PathAt(plane, k);
+      if (paths_[p].state == PathState::kAssumedBad) {
+        ProbeInsert(p, /*from_head=*/true);
+      }
+    }
+  } else {
+    usable_ -= pl.good;
+  }
+}
+
+PathState MultipathSelector::state(PathId path) const {
+  if (path >= num_paths_) return PathState::kDenied;
+  const PathState s = paths_[path].state;
+  if (s != PathState::kDenied && !planes_[PlaneOf(path)].up) {
+    return PathState::kAssumedBad;
+  }
+  return s;
+}
+
+// ---- probing ---------------------------------------------------------------
+
+int MultipathSelector::NextProbe(Time now) {
+  const uint16_t p = probe_list_.head;
+  if (p == kNil || paths_[p].due > now) return -1;
+  ListRemove(probe_list_, p);
+  paths_[p].due = now + probe_interval_;
+  ProbeInsert(p, /*from_head=*/false);
+  ++counters_.probes_sent;
+  return p;
+}
+
+Time MultipathSelector::NextProbeTime() const {
+  return probe_list_.head == kNil ? kTimeInfinite
+                                  : paths_[probe_list_.head].due;
+}
+
+// ---- choosing --------------------------------------------------------------
+
+bool MultipathSelector::TakeIfGood(uint16_t p) {
+  const PathState s = paths_[p].state;
+  if (s == PathState::kGood) return true;
+  if (s == PathState::kSkip) SetState(p, PathState::kGood, 0);  // skipped once
+  return false;
+}
+
+int MultipathSelector::NextPlane() {
+  for (uint16_t i = 0; i < num_planes_; ++i) {
+    const uint16_t c = plane_cursor_;
+    plane_cursor_ = static_cast<uint16_t>(c + 1 == num_planes_ ? 0 : c + 1);
+    const Plane& pl = planes_[c];
+    if (pl.up && pl.good + pl.skip > 0) return c;
+  }
+  return -1;
+}
+
+uint16_t MultipathSelector::RotateInPlane(uint16_t plane) {
+  Plane& pl = planes_[plane];
+  // At most two passes: the first may only turn SKIP paths back to GOOD.
+  for (uint32_t i = 0; i < 2u * pl.count; ++i) {
+    const uint16_t k = pl.cursor;
+    pl.cursor = static_cast<uint16_t>(k + 1 == pl.count ? 0 : k + 1);
+    const uint16_t p = PathAt(plane, k);
+    if (TakeIfGood(p)) return p;
+  }
+  return PathAt(plane, pl.cursor);  // unreachable given the REQUIRES
+}
+
+uint16_t MultipathSelector::RandomInPlane(uint16_t plane) {
+  const Plane& pl = planes_[plane];
+  for (int tries = 0; tries < 8; ++tries) {
+    const uint16_t p =
+        PathAt(plane, static_cast<uint16_t>(rng_.Uniform(pl.count)));
+    if (TakeIfGood(p)) return p;
+  }
+  // Sparse plane: scan from a random start (two passes, as in rotation).
+  uint16_t k = static_cast<uint16_t>(rng_.Uniform(pl.count));
+  for (uint32_t i = 0; i < 2u * pl.count; ++i) {
+    const uint16_t p = PathAt(plane, k);
+    if (TakeIfGood(p)) return p;
+    k = static_cast<uint16_t>(k + 1 == pl.count ? 0 : k + 1);
+  }
+  return PathAt(plane, k);  // unreachable given the REQUIRES
+}
+
+void MultipathSelector::RepsPush(uint16_t p) {
+  if (reps_count_ == kRepsCacheSize) {  // full: overwrite the oldest
+    reps_ring_[reps_head_] = p;
+    reps_head_ = static_cast<uint8_t>((reps_head_ + 1) % kRepsCacheSize);
+    return;
+  }
+  reps_ring_[(reps_head_ + reps_count_) % kRepsCacheSize] = p;
+  ++reps_count_;
+}
+
+int MultipathSelector::NextPath(Time /*now*/) {
+  if (policy_ == Policy::kReps) {
+    while (reps_count_ > 0) {
+      const uint16_t p = reps_ring_[reps_head_];
+      reps_head_ = static_cast<uint8_t>((reps_head_ + 1) % kRepsCacheSize);
+      --reps_count_;
+      if (planes_[PlaneOf(p)].up && TakeIfGood(p)) {
+        ++counters_.picks;
+        ++counters_.recycled;
+        return p;
+      }
+    }
+  }
+  const int plane = NextPlane();
+  if (plane < 0) {
+    ++counters_.no_path;
+    return -1;
+  }
+  const uint16_t pl = static_cast<uint16_t>(plane);
+  uint16_t p;
+  switch (policy_) {
+    case Policy::kRotation:
+      p = RotateInPlane(pl);
+      break;
+    case Policy::kP2c: {
+      const uint16_t a = RandomInPlane(pl);
+      const uint16_t b = RandomInPlane(pl);
+      // Unknown RTT (0) counts as best, so unexplored paths get tried.
+      p = paths_[b].srtt < paths_[a].srtt ? b : a;
+      break;
+    }
+    case Policy::kRandom:
+    case Policy::kReps:
+    default:
+      p = RandomInPlane(pl);
+      break;
+  }
+  ++counters_.picks;
+  return p;
+}
+
+}  // namespace prism::routing

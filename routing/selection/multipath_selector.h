@@ -1,0 +1,154 @@
+// MultipathSelector: the one PathSelector implementation behind
+// MakePathSelector. It owns the MRC per-path state machine, the min_active
+// floor, plane balance and the probe schedule; the policy (rotation, random,
+// reps, p2c) only decides which usable path of a plane is used next.
+//
+// State machine (per path; see docs/congestion.md for the diagram):
+//   GOOD --kEcn/kTrimmed--> SKIP        (refused if the floor would break)
+//   SKIP --passed over once by the policy--> GOOD   ("one rotation")
+//   GOOD/SKIP --kLost/kTimeout--> ASSUMED_BAD       (probe due after
+//                                                    probe_interval)
+//   ASSUMED_BAD --kProbeOk--> GOOD
+//   DENIED: from configuration; ignores all feedback, never used or probed.
+// A plane that is down (SetPlaneUp(plane, false)) makes all of its paths
+// unusable and unprobed without touching their own states; state() reports
+// those paths as kAssumedBad (DENIED stays DENIED). They do not count against
+// the floor. When the plane comes up, its paths resume their own states and
+// its ASSUMED_BAD paths are due for a probe immediately.
+//
+// Floor: "usable" = GOOD on an up plane. An exclusion (GOOD -> SKIP or
+// GOOD -> ASSUMED_BAD) that would leave fewer than min_active usable paths is
+// handled as follows: a new SKIP is refused (the path stays GOOD); a new
+// retirement first releases the oldest SKIP path (on an up plane) back to
+// GOOD, and is refused only when no such path exists. Both are counted.
+//
+// Plane balance: planes are served round-robin, one pick each, skipping
+// planes with nothing usable; within a plane the policy chooses. A retired
+// path's share is therefore carried by the other paths of its own plane.
+//
+// Invariants: usable_ == number of GOOD paths on up planes; the probe list
+// holds exactly the ASSUMED_BAD paths on up planes, sorted by due time; the
+// skip list holds exactly the SKIP paths, oldest first.
+// Thread safety: none; one connection's thread. No allocation after Create().
+#ifndef PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
+#define PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prism/types.h"
+#include "routing/path_selector.h"
+#include "transport/base/random.h"
+
+namespace prism::routing {
+
+enum class Policy : uint8_t { kRotation, kRandom, kReps, kP2c };
+
+class MultipathSelector final : public PathSelector {
+ public:
+  // Clean-EV cache entries kept by "reps".
+  static constexpr int kRepsCacheSize = 8;
+  // Bytes of per-connection policy state beyond the per-path array: the reps
+  // ring (8 x uint16), its head and count (2 x uint8), the plane cursor
+  // (uint16) and the seeded generator (4 x uint64).
+  static constexpr int kPolicyStateBytes = kRepsCacheSize * 2 + 2 + 2 + 32;
+
+  static absl::StatusOr<std::unique_ptr<MultipathSelector>> Create(
+      const PathSelectorConfig& config);
+
+  int NextPath(Time now) override;
+  void OnFeedback(PathId path, PathFeedback fb, Time now, Time rtt) override;
+  int NextProbe(Time now) override;
+  Time NextProbeTime() const override;
+  void SetPlaneUp(uint16_t plane, bool up, Time now) override;
+  PathState state(PathId path) const override;
+  uint16_t num_paths() const override { return num_paths_; }
+  const char* name() const override;
+  PathSelectorCounters counters() const override { return counters_; }
+  uint32_t num_usable() const override { return usable_; }
+  bool plane_up(uint16_t plane) const override {
+    return plane < num_planes_ && planes_[plane].up;
+  }
+
+  // Smoothed RTT of `path` (EWMA, gain 1/8); 0 when unknown.
+  Time srtt(PathId path) const {
+    return path < num_paths_ ? paths_[path].srtt : 0;
+  }
+  uint16_t min_active() const { return min_active_; }
+  Policy policy() const { return policy_; }
+
+ private:
+  static constexpr uint16_t kNil = 0xFFFF;
+
+  struct Path {
+    PathState state = PathState::kGood;  // own state, plane status aside
+    uint16_t prev = kNil;                // probe list or skip list links
+    uint16_t next = kNil;
+    Time due = 0;   // ASSUMED_BAD: when the next probe is due
+    Time srtt = 0;  // smoothed RTT, 0 = unknown
+  };
+  struct List {
+    uint16_t head = kNil;
+    uint16_t tail = kNil;
+  };
+  struct Plane {
+    uint16_t count = 0;   // paths on this plane
+    uint16_t cursor = 0;  // rotation index within the plane
+    uint16_t good = 0;    // GOOD paths
+    uint16_t skip = 0;    // SKIP paths
+    bool up = true;
+  };
+
+  MultipathSelector(const PathSelectorConfig& config, Policy policy);
+
+  uint16_t PlaneOf(uint16_t p) const { return p % num_planes_; }
+  uint16_t PathAt(uint16_t plane, uint16_t k) const {
+    return static_cast<uint16_t>(plane + k * num_planes_);
+  }
+  bool CanExclude() const { return usable_ > min_active_; }
+
+  // Moves path p to state s, keeping counts and lists consistent.
+  void SetState(uint16_t p, PathState s, Time due);
+  void Retire(uint16_t p, Time now);
+
+  void ListRemove(List& l, uint16_t p);
+  void ListAppend(List& l, uint16_t p);
+  void ListInsertBefore(List& l, uint16_t before, uint16_t p);
+  // Inserts p into the probe list by paths_[p].due.
+  void ProbeInsert(uint16_t p, bool from_head);
+
+  // Next plane (round-robin) with a GOOD or SKIP path on an up plane, or -1.
+  int NextPlane();
+  // Policy choices within one plane. REQUIRES: plane has good+skip > 0.
+  uint16_t RotateInPlane(uint16_t plane);
+  uint16_t RandomInPlane(uint16_t plane);
+  // Consumes a SKIP mark; returns true when p is usable now.
+  bool TakeIfGood(uint16_t p);
+
+  void RepsPush(uint16_t p);
+
+  const uint16_t num_paths_;
+  const uint16_t num_planes_;
+  const Policy policy_;
+  const uint16_t min_active_;
+  const Time probe_interval_;
+
+  std::vector<Path> paths_;
+  std::vector<Plane> planes_;
+  List probe_list_;
+  List skip_list_;
+  uint32_t usable_ = 0;
+  uint16_t plane_cursor_ = 0;
+  Rng rng_;
+  std::array<uint16_t, kRepsCacheSize> reps_ring_{};
+  uint8_t reps_head_ = 0;  // oldest entry
+  uint8_t reps_count_ = 0;
+  PathSelectorCounters counters_;
+};
+
+}  // namespace prism::routing
+
+#endif  // PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
