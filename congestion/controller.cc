@@ -3,7 +3,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "congestion/dcqcn/dcqcn.h"
 #include "congestion/fixed/fixed_window.h"
+#include "congestion/nscc/nscc.h"
 
 namespace prism::congestion {
 
@@ -21,9 +23,15 @@ absl::StatusOr<std::unique_ptr<Controller>> MakeController(
   if (config.algorithm == "fixed") {
     return std::unique_ptr<Controller>(new FixedWindowController(config));
   }
-  if (config.algorithm == "nscc" || config.algorithm == "dcqcn") {
-    return absl::UnimplementedError(
-        absl::StrCat("congestion: '", config.algorithm, "' not built yet"));
+  if (config.algorithm == "nscc") {
+    const NsccParams p = NsccParams::Defaults(config);
+    if (absl::Status s = p.Validate(); !s.ok()) return s;
+    return std::unique_ptr<Controller>(new NsccController(p));
+  }
+  if (config.algorithm == "dcqcn") {
+    const DcqcnParams p = DcqcnParams::Defaults(config);
+    if (absl::Status s = p.Validate(); !s.ok()) return s;
+    return std::unique_ptr<Controller>(new DcqcnController(p));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("congestion: unknown algorithm '", config.algorithm,

@@ -49,6 +49,10 @@ struct ControllerConfig {
   Time base_rtt = 10 * kMicrosecond;             // unloaded fabric RTT
   uint32_t mtu_bytes = 4096;                     // payload bytes per packet
   uint64_t fixed_window_bytes = 0;               // "fixed": 0 = 1.5 x BDP
+  // Additive (issue 4) overrides for "nscc"; 0 = derived from rate and RTT
+  // (see congestion/nscc/nscc.h and docs/congestion.md).
+  Time target_delay = 0;        // RTT target; 0 = base_rtt * 1.5
+  uint64_t max_window_bytes = 0;  // 0 = 1.5 x BDP
 };
 
 absl::StatusOr<std::unique_ptr<Controller>> MakeController(

@@ -1,0 +1,113 @@
+// NSCC-style sender window (after UET 1.0's NSCC): the RTT of each ACK batch
+// is compared with a target delay and crossed with ECN.
+//
+//                     RTT < target               RTT >= target
+//   no ECN    proportional increase         fair increase
+//             (more the further below)      (fixed step per RTT)
+//   ECN       no change (ECN with a short   multiplicative decrease
+//             RTT = imbalance; the path     (more the further above,
+//             selector reacts, not CC)       bounded by max_md, <= 1/RTT)
+//
+// A batch with k of n packets ECN-marked applies the no-ECN rule to the
+// unmarked (n-k)/n of its bytes and the ECN rule once. Trims and losses are
+// congestion signals: they trigger a decrease of at least loss_md (same
+// once-per-RTT limit) whatever the RTT. Quick adapt: over each observation
+// period (one RTT: max(target_delay, latest RTT)), if trims/losses were seen
+// or the RTT exceeded qa_delay_threshold, and fewer than qa_fraction x window
+// bytes were delivered, the window is set to the delivered bytes. The
+// receiver's rx_window_penalty (in MTU packets, latest value wins, 0 clears)
+// is subtracted from the window reported. A timeout halves the window.
+// window_bytes() is always within [min_window, max_window]; pacing rate 0.
+//
+// Thread safety: none; one connection's thread. Pure and deterministic.
+#ifndef PRISM_CONGESTION_NSCC_NSCC_H_
+#define PRISM_CONGESTION_NSCC_NSCC_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "congestion/controller.h"
+
+namespace prism::congestion {
+
+struct NsccParams {
+  uint64_t link_rate_bps = 0;  // sender rate, all planes together
+  Time base_rtt = 0;           // unloaded RTT
+  uint32_t mtu_bytes = 0;
+  Time target_delay = 0;   // RTT target (base RTT + allowed queueing)
+  uint64_t bdp_bytes = 0;  // link_rate_bps / 8 * base_rtt
+  uint64_t initial_window_bytes = 0;
+  uint64_t min_window_bytes = 0;
+  uint64_t max_window_bytes = 0;
+  // Proportional increase: window += prop_gain * f * unmarked bytes, where
+  // f = (target - rtt) / (target - base_rtt) clamped to [0, 1].
+  double prop_gain = 1.0;
+  // Fair increase: this many bytes added per window's worth of clean ACKs.
+  uint64_t fair_increase_bytes = 0;
+  // Multiplicative decrease: window *= 1 - min(max_md,
+  //   md_gain * (rtt - target) / rtt); at most once per RTT.
+  double md_gain = 1.0;
+  double max_md = 0.5;
+  // Minimum decrease for a batch with trims or losses.
+  double loss_md = 0.25;
+  // Quick adapt.
+  double qa_fraction = 0.5;
+  Time qa_delay_threshold = 0;
+
+  // Defaults from link rate, base RTT and MTU (see docs/congestion.md):
+  // target = max(1.5 x base_rtt, base_rtt + 2 MTU serialisations),
+  // BDP from rate x base_rtt, initial = BDP, max = 1.5 x BDP, min = 1 MTU,
+  // fair increase = 1 MTU per RTT, qa threshold = 2 x target. ControllerConfig
+  // target_delay / max_window_bytes override when non-zero.
+  static NsccParams Defaults(const ControllerConfig& config);
+  absl::Status Validate() const;
+};
+
+// What the controller did, per rule (for tests and the simulator).
+struct NsccCounters {
+  uint64_t proportional_increases = 0;
+  uint64_t fair_increases = 0;
+  uint64_t decreases = 0;
+  uint64_t ecn_no_change = 0;  // ECN-marked batches below target
+  uint64_t quick_adapts = 0;
+  uint64_t timeouts = 0;
+};
+
+class NsccController final : public Controller {
+ public:
+  // REQUIRES: params.Validate().ok().
+  explicit NsccController(const NsccParams& params);
+
+  void OnAck(const AckEvent& ev) override;
+  void OnTimeout(Time now) override;
+  uint64_t window_bytes() const override;
+  const char* name() const override { return "nscc"; }
+
+  const NsccParams& params() const { return p_; }
+  const NsccCounters& counters() const { return counters_; }
+  // Window before the receiver penalty.
+  uint64_t cwnd_bytes() const { return static_cast<uint64_t>(cwnd_); }
+
+ private:
+  void Clamp();
+  void MaybeDecrease(Time now, Time rtt, bool loss);
+  void QuickAdapt(const AckEvent& ev, Time rtt, bool loss);
+
+  NsccParams p_;
+  double cwnd_;
+  Time last_rtt_;
+  bool decreased_once_ = false;
+  Time last_decrease_ = 0;
+  uint32_t penalty_packets_ = 0;
+  // Quick adapt observation period.
+  bool qa_started_ = false;
+  Time qa_start_ = 0;
+  Time qa_period_ = 0;
+  uint64_t qa_delivered_ = 0;
+  bool qa_congested_ = false;
+  NsccCounters counters_;
+};
+
+}  // namespace prism::congestion
+
+#endif  // PRISM_CONGESTION_NSCC_NSCC_H_
