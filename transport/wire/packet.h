@@ -116,6 +116,8 @@ struct DataHeader {
   uint64_t send_ts = 0;      // sender's timestamp, echoed back in SACK/NACK
   uint32_t immediate = 0;    // valid with kFlagHasImmediate
   uint32_t payload_crc = 0;  // CRC32C of the payload, with kFlagPayloadCrc
+
+  bool operator==(const DataHeader&) const = default;
 };
 
 struct SackHeader {
@@ -132,6 +134,8 @@ struct SackHeader {
   uint32_t ooo_count = 0;       // receiver's out-of-order packet count
   uint16_t rx_window_penalty = 0;
   uint16_t coalesced = 0;       // number of DATA packets this SACK covers
+
+  bool operator==(const SackHeader&) const = default;
 };
 
 struct NackHeader {
@@ -142,6 +146,8 @@ struct NackHeader {
   uint8_t ecn_seen = 0;
   uint16_t echo_path = 0;
   uint64_t echo_ts = 0;
+
+  bool operator==(const NackHeader&) const = default;
 };
 
 // PROBE and PROBE_ACK share a layout.
@@ -151,6 +157,8 @@ struct ProbeHeader {
   uint16_t reserved = 0;
   uint32_t probe_seq = 0;
   uint64_t send_ts = 0;       // echoed unchanged in PROBE_ACK
+
+  bool operator==(const ProbeHeader&) const = default;
 };
 
 // CONNECT and CONNECT_ACK share a layout (in-band connection setup).
@@ -162,12 +170,16 @@ struct ConnectHeader {
   uint32_t mtu_payload = 0;
   uint32_t flags = 0;         // bit 0: payload checksum requested
   uint64_t nonce = 0;         // matches CONNECT_ACK to CONNECT
+
+  bool operator==(const ConnectHeader&) const = default;
 };
 
 struct PlaneStatusHeader {
   uint32_t dst_conn = 0;
   uint32_t planes_down = 0;   // bit p set: sender's plane p is down
   uint32_t seq = 0;           // newer status wins
+
+  bool operator==(const PlaneStatusHeader&) const = default;
 };
 
 enum class DecodeError : uint8_t {
@@ -203,6 +215,9 @@ size_t HeaderSize(PacketType type);
 
 // Decodes one packet. For DATA, bytes after the header are the payload: none
 // (trimmed) or exactly payload_len, anything else is kBadLength.
+// Decode does NOT verify payload_crc: the engine checks it with Crc32c() when
+// kFlagPayloadCrc is set (and NACKs kCorrupt on mismatch). On any error the
+// contents of *out other than payload/payload_len/trimmed are unspecified.
 DecodeError Decode(const uint8_t* data, size_t len, Packet* out);
 
 // Same as Decode() for a packet the datapath received split: `hdr` holds
