@@ -22,8 +22,9 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
                            ? c.max_window_bytes
                            : std::max<uint64_t>(p.bdp_bytes + p.bdp_bytes / 2,
                                                 2ull * c.mtu_bytes);
+  // (max < min is left for Validate() to reject.)
   p.initial_window_bytes =
-      std::clamp<uint64_t>(p.bdp_bytes, p.min_window_bytes, p.max_window_bytes);
+      std::max(p.min_window_bytes, std::min(p.bdp_bytes, p.max_window_bytes));
   p.fair_increase_bytes = c.mtu_bytes;
   p.qa_delay_threshold = 2 * p.target_delay;
   return p;
