@@ -1,0 +1,751 @@
+#include "transport/backends/udp/udp_datapath.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+#ifndef UDP_NO_CHECK6_TX
+#define UDP_NO_CHECK6_TX 101
+#endif
+#ifndef UDP_NO_CHECK6_RX
+#define UDP_NO_CHECK6_RX 102
+#endif
+
+namespace prism::udp {
+namespace {
+
+constexpr size_t kIp6HeaderBytes = 40;
+constexpr size_t kUdpHeaderBytes = 8;
+constexpr uint8_t kProtoUdp = 17;
+constexpr uint8_t kProtoRouting = 43;
+constexpr uint8_t kEct0 = 0x2;
+constexpr uint8_t kEcnCe = 0x3;
+// IPv6 header + SRH with kMaxSrhSegments + final segment + UDP header.
+constexpr size_t kMaxNetHeader = kIp6HeaderBytes + 8 +
+                                 16 * (UdpDatapath::kMaxSrhSegments + 1) +
+                                 kUdpHeaderBytes;
+constexpr size_t kRxControlBytes = 64;
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+// Ones' complement sum of a buffer, returned folded to 16 bits in host
+// order of 16-bit words read natively (RFC 1071 byte-order independence).
+uint32_t SumBytes(const uint8_t* p, size_t len) {
+  uint64_t sum = 0;
+  while (len >= 32) {
+    uint64_t a, b, c, d;
+    memcpy(&a, p, 8);
+    memcpy(&b, p + 8, 8);
+    memcpy(&c, p + 16, 8);
+    memcpy(&d, p + 24, 8);
+    unsigned __int128 s = static_cast<unsigned __int128>(sum) + a + b + c + d;
+    sum = static_cast<uint64_t>(s) + static_cast<uint64_t>(s >> 64);
+    if (sum < static_cast<uint64_t>(s)) sum++;
+    p += 32;
+    len -= 32;
+  }
+  while (len >= 8) {
+    uint64_t a;
+    memcpy(&a, p, 8);
+    sum += a;
+    if (sum < a) sum++;
+    p += 8;
+    len -= 8;
+  }
+  uint64_t tail = 0;
+  if (len > 0) {
+    memcpy(&tail, p, len);  // little-endian: bytes land in order
+    sum += tail;
+    if (sum < tail) sum++;
+  }
+  // Fold 64 -> 16.
+  sum = (sum & 0xffffffffu) + (sum >> 32);
+  sum = (sum & 0xffffffffu) + (sum >> 32);
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint32_t>(sum);
+}
+
+uint16_t Bswap16(uint32_t v) {
+  return static_cast<uint16_t>(((v & 0xff) << 8) | ((v >> 8) & 0xff));
+}
+
+sockaddr_in6 MakeSockaddr(const Ip6& a, uint16_t port) {
+  sockaddr_in6 sa{};
+  sa.sin6_family = AF_INET6;
+  sa.sin6_port = htons(port);
+  memcpy(&sa.sin6_addr, a.data(), 16);
+  return sa;
+}
+
+void SetBuffers(int fd, int bytes) {
+  // FORCE variants need CAP_NET_ADMIN; fall back to the capped ones.
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+uint32_t FlowLabel(uint32_t peer, PathId path) {
+  uint32_t x = (static_cast<uint32_t>(path) + 1) * 0x9E3779B1u ^ peer;
+  x ^= x >> 15;
+  x &= 0xFFFFF;
+  return x == 0 ? 1 : x;
+}
+
+}  // namespace
+
+uint16_t Udp6Checksum(const Ip6& src, const Ip6& dst, const uint8_t* udp_hdr,
+                      const struct iovec* pieces, size_t n_pieces) {
+  size_t total = kUdpHeaderBytes;
+  for (size_t i = 0; i < n_pieces; ++i) total += pieces[i].iov_len;
+  uint8_t pseudo[40];
+  memcpy(pseudo, src.data(), 16);
+  memcpy(pseudo + 16, dst.data(), 16);
+  const uint32_t len_be = htonl(static_cast<uint32_t>(total));
+  memcpy(pseudo + 32, &len_be, 4);
+  pseudo[36] = pseudo[37] = pseudo[38] = 0;
+  pseudo[39] = kProtoUdp;
+  uint64_t sum = SumBytes(pseudo, sizeof(pseudo));
+  sum += SumBytes(udp_hdr, kUdpHeaderBytes);
+  bool odd = false;  // running offset parity
+  for (size_t i = 0; i < n_pieces; ++i) {
+    const auto* p = static_cast<const uint8_t*>(pieces[i].iov_base);
+    const size_t len = pieces[i].iov_len;
+    if (len == 0) continue;
+    const uint32_t s = SumBytes(p, len);
+    sum += odd ? Bswap16(s) : s;
+    if (len & 1) odd = !odd;
+  }
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  uint16_t c = static_cast<uint16_t>(~sum & 0xffff);
+  return c == 0 ? 0xffff : c;  // 0 means "no checksum" in UDP
+}
+
+absl::StatusOr<Ip6> ParseIp6(absl::string_view text) {
+  std::string s(absl::StripSuffix(absl::StripPrefix(text, "["), "]"));
+  Ip6 a{};
+  if (inet_pton(AF_INET6, s.c_str(), a.data()) != 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an IPv6 address: '", text, "'"));
+  return a;
+}
+
+std::string FormatIp6(const Ip6& a) {
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, a.data(), buf, sizeof(buf));
+  return buf;
+}
+
+absl::StatusOr<Route> ParseRoute(absl::string_view text) {
+  Route r;
+  if (text == "entropy" || text.empty()) return r;
+  if (absl::ConsumePrefix(&text, "usid:")) {
+    r.kind = RouteKind::kUsid;
+    auto a = ParseIp6(text);
+    if (!a.ok()) return a.status();
+    r.usid_carrier = *a;
+    return r;
+  }
+  if (absl::ConsumePrefix(&text, "srh:")) {
+    r.kind = RouteKind::kSrh;
+    for (absl::string_view seg : absl::StrSplit(text, ',')) {
+      auto a = ParseIp6(seg);
+      if (!a.ok()) return a.status();
+      r.segments.push_back(*a);
+    }
+    if (r.segments.empty() || r.segments.size() > UdpDatapath::kMaxSrhSegments)
+      return absl::InvalidArgumentError(
+          absl::StrCat("SRH route needs 1..", UdpDatapath::kMaxSrhSegments,
+                       " segments: '", text, "'"));
+    return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "route must be 'entropy', 'usid:<addr>' or 'srh:<a>,<b>,...': '", text,
+      "'"));
+}
+
+std::string UdpStats::ToString() const {
+  return absl::StrFormat(
+      "tx_packets=%d tx_bytes=%d tx_backpressure=%d tx_errors=%d "
+      "tx_drop_unknown_peer=%d tx_drop_too_big=%d rx_packets=%d rx_bytes=%d "
+      "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d tx_syscalls=%d "
+      "rx_syscalls=%d",
+      tx_packets, tx_bytes, tx_backpressure, tx_errors, tx_drop_unknown_peer,
+      tx_drop_too_big, rx_packets, rx_bytes, rx_ecn_ce, rx_truncated, rx_errors,
+      tx_syscalls, rx_syscalls);
+}
+
+// A precomputed route to a peer: the network header template raw mode
+// copies in front of every packet, and where to send it.
+struct RouteState {
+  RouteKind kind = RouteKind::kEntropy;
+  sockaddr_in6 first_hop{};  // sendto address (socket or raw)
+  Ip6 final_dst{};           // the checksum's destination
+  uint8_t ext[8 + 16 * (UdpDatapath::kMaxSrhSegments + 1)] = {};
+  uint16_t ext_len = 0;  // SRH bytes (0 if none)
+};
+
+struct UdpDatapath::Peer {
+  std::vector<PlaneAddress> planes;
+  // routes[r * num_local_planes + plane] when routes are configured, else
+  // one entropy route per local plane.
+  std::vector<RouteState> routes;
+  size_t num_routes = 0;  // configured routes (0 = entropy)
+};
+
+struct UdpDatapath::Impl {
+  // Transmit slots.
+  mmsghdr msgs[kMaxTxBurst];
+  iovec iov[kMaxTxBurst][3];
+  uint8_t net[kMaxTxBurst][kMaxNetHeader];
+  sockaddr_in6 dst[kMaxTxBurst];
+  alignas(cmsghdr) uint8_t ctl[kMaxTxBurst][CMSG_SPACE(sizeof(int))];
+  uint16_t order[kMaxTxBurst];    // slot -> packet index
+  uint16_t sock_of[kMaxTxBurst];  // packet -> flat socket index
+  bool sent[kMaxTxBurst];
+  // Receive slots.
+  std::vector<mmsghdr> rmsgs;
+  std::vector<iovec> riov;
+  std::vector<sockaddr_in6> rsrc;
+  std::vector<uint8_t> rctl;
+  std::vector<uint8_t> rbuf;
+  size_t rbuf_size = 0;
+};
+
+UdpDatapath::~UdpDatapath() {
+  if (raw_fd_ >= 0) close(raw_fd_);
+  for (int fd : rx_fd_) close(fd);
+  for (auto& set : tx_fd_)
+    for (size_t i = 1; i < set.size(); ++i) close(set[i]);  // [0] is rx
+}
+
+absl::StatusOr<std::unique_ptr<UdpDatapath>> UdpDatapath::Create(
+    const UdpOptions& options) {
+  std::unique_ptr<UdpDatapath> dp(new UdpDatapath());
+  absl::Status s = dp->Init(options);
+  if (!s.ok()) return s;
+  return dp;
+}
+
+absl::Status UdpDatapath::Init(const UdpOptions& o) {
+  opt_ = o;
+  if (o.planes.empty() || o.planes.size() > kMaxPlanes)
+    return absl::InvalidArgumentError(
+        absl::StrCat("UdpOptions: need 1..", kMaxPlanes, " planes"));
+  if (o.sockets_per_plane < 1 || o.sockets_per_plane > 64)
+    return absl::InvalidArgumentError(
+        "UdpOptions: sockets_per_plane must be 1..64");
+  if (o.max_srh_segments > kMaxSrhSegments)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UdpOptions: max_srh_segments must be <= ", kMaxSrhSegments));
+  if (o.rx_burst < 1 || o.rx_burst > 1024)
+    return absl::InvalidArgumentError("UdpOptions: rx_burst must be 1..1024");
+  if (o.entropy_port_count == 0 ||
+      static_cast<uint32_t>(o.entropy_port_base) + o.entropy_port_count >
+          65536u)
+    return absl::InvalidArgumentError(
+        "UdpOptions: entropy ports must lie within 1..65535");
+  const size_t srh_room =
+      o.max_srh_segments ? 8 + 16 * (o.max_srh_segments + 1) : 0;
+  const size_t overhead = kIp6HeaderBytes + kUdpHeaderBytes + srh_room;
+  if (o.link_mtu < overhead + 128 || o.link_mtu > 65575)
+    return absl::InvalidArgumentError(
+        absl::StrCat("UdpOptions: link_mtu ", o.link_mtu, " out of range"));
+  mtu_ = std::min<size_t>(o.link_mtu - overhead, 65507);
+
+  // Transmit mode.
+  if (o.tx_mode != TxMode::kSockets) {
+    raw_fd_ =
+        socket(AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_RAW);
+    if (raw_fd_ < 0) {
+      if (o.tx_mode == TxMode::kRaw)
+        return Errno("raw IPv6 socket (needs CAP_NET_RAW)");
+    } else {
+      SetBuffers(raw_fd_, o.socket_buffer_bytes);
+    }
+  }
+
+  for (size_t p = 0; p < o.planes.size(); ++p) {
+    const LocalPlane& lp = o.planes[p];
+    auto addr = ParseIp6(lp.addr);
+    if (!addr.ok()) return addr.status();
+    PlaneAddress local{*addr, lp.port};
+    std::vector<int> set;
+    std::vector<uint16_t> ports;
+    const size_t nsock = raw_mode() ? 1 : o.sockets_per_plane;
+    for (size_t i = 0; i < nsock; ++i) {
+      int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return Errno("socket");
+      const int one = 1;
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+      if (!lp.ifname.empty() &&
+          setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, lp.ifname.c_str(),
+                     lp.ifname.size()) != 0) {
+        absl::Status s = Errno(absl::StrCat("SO_BINDTODEVICE ", lp.ifname));
+        close(fd);
+        return s;
+      }
+      sockaddr_in6 sa = MakeSockaddr(*addr, i == 0 ? lp.port : 0);
+      if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+        absl::Status s =
+            Errno(absl::StrCat("bind [", lp.addr, "]:", i == 0 ? lp.port : 0));
+        close(fd);
+        return s;
+      }
+      socklen_t sl = sizeof(sa);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &sl);
+      const int tclass = (o.data_dscp << 2) | (o.ect ? kEct0 : 0);
+      setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof(tclass));
+      if (i == 0) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
+        if (o.accept_zero_checksum)
+          setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
+        SetBuffers(fd, o.socket_buffer_bytes);
+        rx_fd_.push_back(fd);
+        local.port = ntohs(sa.sin6_port);
+      } else {
+        const int b = 1 << 20;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));
+        const int small = 4096;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+      }
+      set.push_back(fd);
+      ports.push_back(ntohs(sa.sin6_port));
+    }
+    tx_fd_.push_back(std::move(set));
+    tx_port_.push_back(std::move(ports));
+    local_.push_back(local);
+  }
+
+  impl_ = std::make_unique<Impl>();
+  Impl& m = *impl_;
+  memset(m.msgs, 0, sizeof(m.msgs));
+  const size_t nb = o.rx_burst;
+  m.rbuf_size = mtu_ + 64;
+  m.rmsgs.assign(nb, mmsghdr{});
+  m.riov.assign(nb, iovec{});
+  m.rsrc.assign(nb, sockaddr_in6{});
+  m.rctl.assign(nb * kRxControlBytes, 0);
+  m.rbuf.assign(nb * m.rbuf_size, 0);
+  for (size_t i = 0; i < nb; ++i) {
+    m.riov[i].iov_base = m.rbuf.data() + i * m.rbuf_size;
+    m.riov[i].iov_len = m.rbuf_size;
+    m.rmsgs[i].msg_hdr.msg_iov = &m.riov[i];
+    m.rmsgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> UdpDatapath::AddPeer(const PeerConfig& peer) {
+  if (peer.planes.empty())
+    return absl::InvalidArgumentError("peer needs at least one plane address");
+  auto st = std::make_unique<Peer>();
+  st->planes = peer.planes;
+  const size_t np = local_.size();
+  st->num_routes = peer.routes.size();
+  const size_t nr = std::max<size_t>(1, peer.routes.size());
+  st->routes.resize(nr * np);
+  for (size_t r = 0; r < nr; ++r) {
+    const Route route = peer.routes.empty() ? Route{} : peer.routes[r];
+    for (size_t p = 0; p < np; ++p) {
+      RouteState& rs = st->routes[r * np + p];
+      const PlaneAddress& pa = peer.planes[p % peer.planes.size()];
+      rs.kind = route.kind;
+      rs.final_dst = pa.addr;
+      switch (route.kind) {
+        case RouteKind::kEntropy:
+          rs.first_hop = MakeSockaddr(pa.addr, pa.port);
+          break;
+        case RouteKind::kUsid:
+          rs.first_hop = MakeSockaddr(route.usid_carrier, pa.port);
+          if (!raw_mode()) {
+            // Zero checksum: the carrier is not the final destination.
+            const int one = 1;
+            for (int fd : tx_fd_[p])
+              setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_TX, &one, sizeof(one));
+          }
+          break;
+        case RouteKind::kSrh: {
+          if (!raw_mode())
+            return absl::InvalidArgumentError(
+                "SRH routes need raw transmit mode (CAP_NET_RAW)");
+          const size_t n = route.segments.size() + 1;  // + final dst
+          if (route.segments.size() > opt_.max_srh_segments)
+            return absl::InvalidArgumentError(
+                absl::StrCat("SRH route has ", route.segments.size(),
+                             " segments; UdpOptions::max_srh_segments is ",
+                             opt_.max_srh_segments));
+          rs.first_hop = MakeSockaddr(route.segments[0], pa.port);
+          uint8_t* e = rs.ext;
+          e[0] = kProtoUdp;                    // next header
+          e[1] = static_cast<uint8_t>(2 * n);  // hdr ext len (8-octets)
+          e[2] = 4;                            // routing type: SRH
+          e[3] = static_cast<uint8_t>(n - 1);  // segments left
+          e[4] = static_cast<uint8_t>(n - 1);  // last entry
+          e[5] = 0;                            // flags
+          e[6] = e[7] = 0;                     // tag
+          // Segment list in reverse order: [0] = final destination.
+          memcpy(e + 8, pa.addr.data(), 16);
+          for (size_t i = 0; i < route.segments.size(); ++i)
+            memcpy(e + 8 + 16 * (n - 1 - i), route.segments[i].data(), 16);
+          rs.ext_len = static_cast<uint16_t>(8 + 16 * n);
+          break;
+        }
+      }
+    }
+  }
+  // Reuse a free slot so ids stay small.
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i]) {
+      peers_[i] = std::move(st);
+      return static_cast<uint32_t>(i + 1);
+    }
+  }
+  peers_.push_back(std::move(st));
+  return static_cast<uint32_t>(peers_.size());
+}
+
+absl::Status UdpDatapath::RemovePeer(uint32_t id) {
+  if (id == 0 || id > peers_.size() || !peers_[id - 1])
+    return absl::NotFoundError(absl::StrCat("no UDP peer ", id));
+  peers_[id - 1].reset();
+  return absl::OkStatus();
+}
+
+std::vector<int> UdpDatapath::rx_fds() const { return rx_fd_; }
+
+uint16_t UdpDatapath::SourcePort(uint32_t peer, PathId path) const {
+  if (peer == 0 || peer > peers_.size() || !peers_[peer - 1]) return 0;
+  if (raw_mode())
+    return static_cast<uint16_t>(opt_.entropy_port_base +
+                                 path % opt_.entropy_port_count);
+  const size_t np = local_.size();
+  const size_t plane = path % np;
+  return tx_port_[plane][(path / np) % tx_port_[plane].size()];
+}
+
+UdpStats UdpDatapath::stats() const {
+  UdpStats s;
+  auto ld = [](const std::atomic<uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  s.tx_packets = ld(c_.tx_packets);
+  s.tx_bytes = ld(c_.tx_bytes);
+  s.tx_backpressure = ld(c_.tx_backpressure);
+  s.tx_errors = ld(c_.tx_errors);
+  s.tx_drop_unknown_peer = ld(c_.tx_drop_unknown_peer);
+  s.tx_drop_too_big = ld(c_.tx_drop_too_big);
+  s.rx_packets = ld(c_.rx_packets);
+  s.rx_bytes = ld(c_.rx_bytes);
+  s.rx_ecn_ce = ld(c_.rx_ecn_ce);
+  s.rx_truncated = ld(c_.rx_truncated);
+  s.rx_errors = ld(c_.rx_errors);
+  s.tx_syscalls = ld(c_.tx_syscalls);
+  s.rx_syscalls = ld(c_.rx_syscalls);
+  return s;
+}
+
+namespace {
+inline void Bump(std::atomic<uint64_t>& a, uint64_t v = 1) {
+  a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+}
+}  // namespace
+
+size_t UdpDatapath::TxBurst(Time /*now*/, const TxPacket* pkts, size_t n) {
+  if (n == 0) return 0;
+  n = std::min(n, kMaxTxBurst);
+  return raw_mode() ? TxRaw(pkts, n) : TxSockets(pkts, n);
+}
+
+size_t UdpDatapath::TxRaw(const TxPacket* pkts, size_t n) {
+  Impl& m = *impl_;
+  const size_t np = local_.size();
+  // Slots: packets that are sendable, in order; consumed-but-dropped
+  // packets before the first slot still count as accepted.
+  size_t slots = 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TxPacket& pk = pkts[i];
+    const uint32_t id = pk.peer;
+    if (id == 0 || id > peers_.size() || !peers_[id - 1]) {
+      Bump(c_.tx_drop_unknown_peer);
+      continue;
+    }
+    if (pk.size() > mtu_ || pk.header_len > TxPacket::kMaxHeaderBytes) {
+      Bump(c_.tx_drop_too_big);
+      continue;
+    }
+    const Peer& peer = *peers_[id - 1];
+    const size_t plane = pk.path % np;
+    const size_t r = peer.num_routes ? (pk.path % peer.num_routes) : 0;
+    const RouteState& rs = peer.routes[r * np + plane];
+    const PlaneAddress& pa = peer.planes[plane % peer.planes.size()];
+    const uint8_t tclass =
+        static_cast<uint8_t>(
+            ((pk.tclass == TrafficClass::kControl ? opt_.control_dscp
+                                                  : opt_.data_dscp)
+             << 2)) |
+        (opt_.ect ? kEct0 : 0);
+    const uint32_t udp_len =
+        static_cast<uint32_t>(kUdpHeaderBytes + pk.header_len + pk.payload_len);
+    uint8_t* h = m.net[slots];
+    const uint32_t vtf = (6u << 28) | (static_cast<uint32_t>(tclass) << 20) |
+                         FlowLabel(id, pk.path);
+    const uint32_t vtf_be = htonl(vtf);
+    memcpy(h, &vtf_be, 4);
+    const uint16_t plen_be = htons(static_cast<uint16_t>(rs.ext_len + udp_len));
+    memcpy(h + 4, &plen_be, 2);
+    h[6] = rs.ext_len ? kProtoRouting : kProtoUdp;
+    h[7] = 64;  // hop limit
+    memcpy(h + 8, local_[plane].addr.data(), 16);
+    memcpy(h + 24, &rs.first_hop.sin6_addr, 16);
+    if (rs.ext_len) memcpy(h + 40, rs.ext, rs.ext_len);
+    uint8_t* u = h + 40 + rs.ext_len;
+    const uint16_t sport = htons(static_cast<uint16_t>(
+        opt_.entropy_port_base + pk.path % opt_.entropy_port_count));
+    const uint16_t dport = htons(pa.port);
+    const uint16_t ulen = htons(static_cast<uint16_t>(udp_len));
+    memcpy(u, &sport, 2);
+    memcpy(u + 2, &dport, 2);
+    memcpy(u + 4, &ulen, 2);
+    u[6] = u[7] = 0;
+    iovec* iov = m.iov[slots];
+    iov[0].iov_base = h;
+    iov[0].iov_len = 40 + rs.ext_len + kUdpHeaderBytes;
+    iov[1].iov_base = const_cast<uint8_t*>(pk.header);
+    iov[1].iov_len = pk.header_len;
+    size_t niov = 2;
+    if (pk.payload_len) {
+      iov[2].iov_base = const_cast<uint8_t*>(pk.payload);
+      iov[2].iov_len = pk.payload_len;
+      niov = 3;
+    }
+    const uint16_t csum =
+        Udp6Checksum(local_[plane].addr, rs.final_dst, u, iov + 1, niov - 1);
+    memcpy(u + 6, &csum, 2);
+    m.dst[slots] = rs.first_hop;
+    m.dst[slots].sin6_port = 0;  // raw sockets: port must be 0 or protocol
+    msghdr& mh = m.msgs[slots].msg_hdr;
+    mh.msg_name = &m.dst[slots];
+    mh.msg_namelen = sizeof(sockaddr_in6);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = niov;
+    mh.msg_control = nullptr;
+    mh.msg_controllen = 0;
+    mh.msg_flags = 0;
+    m.order[slots] = static_cast<uint16_t>(i);
+    ++slots;
+  }
+  // Send; an error other than back-pressure drops that one packet.
+  size_t done = 0;
+  size_t accepted = n;  // packet index up to which everything is consumed
+  while (done < slots) {
+    Bump(c_.tx_syscalls);
+    int r = sendmmsg(raw_fd_, m.msgs + done, slots - done, MSG_DONTWAIT);
+    if (r > 0) {
+      for (int k = 0; k < r; ++k) bytes += m.msgs[done + k].msg_len;
+      done += r;
+      continue;
+    }
+    if (r < 0 &&
+        (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) {
+      Bump(c_.tx_backpressure);
+      accepted = m.order[done];
+      break;
+    }
+    Bump(c_.tx_errors);  // e.g. ENETUNREACH after a link went down
+    ++done;
+  }
+  Bump(c_.tx_packets, std::min(done, slots));
+  Bump(c_.tx_bytes, bytes);
+  return accepted;
+}
+
+size_t UdpDatapath::TxSockets(const TxPacket* pkts, size_t n) {
+  Impl& m = *impl_;
+  const size_t np = local_.size();
+  const size_t nsock = opt_.sockets_per_plane;
+  // Bucket packets by socket (counting sort), keep order within a socket.
+  constexpr uint16_t kDrop = 0xffff;
+  uint16_t count[kMaxPlanes * 64 + 1] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const TxPacket& pk = pkts[i];
+    m.sent[i] = false;
+    const uint32_t id = pk.peer;
+    if (id == 0 || id > peers_.size() || !peers_[id - 1]) {
+      Bump(c_.tx_drop_unknown_peer);
+      m.sock_of[i] = kDrop;
+      m.sent[i] = true;
+      continue;
+    }
+    if (pk.size() > mtu_) {
+      Bump(c_.tx_drop_too_big);
+      m.sock_of[i] = kDrop;
+      m.sent[i] = true;
+      continue;
+    }
+    const size_t plane = pk.path % np;
+    const size_t s = (pk.path / np) % nsock;
+    m.sock_of[i] = static_cast<uint16_t>(plane * nsock + s);
+    count[m.sock_of[i] + 1]++;
+  }
+  const size_t total_socks = np * nsock;
+  for (size_t s = 1; s <= total_socks; ++s) count[s] += count[s - 1];
+  uint16_t start[kMaxPlanes * 64 + 1];
+  memcpy(start, count, sizeof(uint16_t) * (total_socks + 1));
+  for (size_t i = 0; i < n; ++i) {
+    if (m.sock_of[i] == kDrop) continue;
+    const size_t slot = count[m.sock_of[i]]++;
+    const TxPacket& pk = pkts[i];
+    const Peer& peer = *peers_[pk.peer - 1];
+    const size_t plane = pk.path % np;
+    const size_t r = peer.num_routes ? (pk.path % peer.num_routes) : 0;
+    m.dst[slot] = peer.routes[r * np + plane].first_hop;
+    iovec* iov = m.iov[slot];
+    iov[0].iov_base = const_cast<uint8_t*>(pk.header);
+    iov[0].iov_len = pk.header_len;
+    size_t niov = 1;
+    if (pk.payload_len) {
+      iov[1].iov_base = const_cast<uint8_t*>(pk.payload);
+      iov[1].iov_len = pk.payload_len;
+      niov = 2;
+    }
+    msghdr& mh = m.msgs[slot].msg_hdr;
+    mh.msg_name = &m.dst[slot];
+    mh.msg_namelen = sizeof(sockaddr_in6);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = niov;
+    mh.msg_flags = 0;
+    if (pk.tclass == TrafficClass::kControl) {
+      mh.msg_control = m.ctl[slot];
+      mh.msg_controllen = CMSG_SPACE(sizeof(int));
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = IPPROTO_IPV6;
+      c->cmsg_type = IPV6_TCLASS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      const int tclass = (opt_.control_dscp << 2) | (opt_.ect ? kEct0 : 0);
+      memcpy(CMSG_DATA(c), &tclass, sizeof(int));
+    } else {
+      mh.msg_control = nullptr;
+      mh.msg_controllen = 0;
+    }
+    m.order[slot] = static_cast<uint16_t>(i);
+  }
+  uint64_t bytes = 0, sent = 0;
+  bool pressure = false;
+  for (size_t s = 0; s < total_socks; ++s) {
+    size_t b = start[s];
+    const size_t e = start[s + 1];
+    const int fd = tx_fd_[s / nsock][s % nsock];
+    while (b < e) {
+      Bump(c_.tx_syscalls);
+      int r = sendmmsg(fd, m.msgs + b, e - b, MSG_DONTWAIT);
+      if (r > 0) {
+        for (int k = 0; k < r; ++k) {
+          bytes += m.msgs[b + k].msg_len;
+          m.sent[m.order[b + k]] = true;
+        }
+        sent += r;
+        b += r;
+        continue;
+      }
+      if (r < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) {
+        pressure = true;
+        break;
+      }
+      Bump(c_.tx_errors);
+      m.sent[m.order[b]] = true;  // dropped: consumed
+      ++b;
+    }
+  }
+  if (pressure) Bump(c_.tx_backpressure);
+  Bump(c_.tx_packets, sent);
+  Bump(c_.tx_bytes, bytes);
+  // Accepted = longest consumed prefix. Packets sent beyond it are offered
+  // again by the caller (a duplicate the receiver suppresses); this only
+  // happens under back-pressure.
+  size_t accepted = 0;
+  while (accepted < n && m.sent[accepted]) ++accepted;
+  return accepted;
+}
+
+size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
+  Impl& m = *impl_;
+  const size_t nb = m.rmsgs.size();
+  size_t got = 0;   // packets handed out
+  size_t slot = 0;  // next free receive buffer (never reused in one call)
+  const size_t np = rx_fd_.size();
+  for (size_t k = 0; k < np && got < n && slot < nb; ++k) {
+    const size_t plane = (rx_next_plane_ + k) % np;
+    const size_t want = std::min(n - got, nb - slot);
+    for (size_t i = slot; i < slot + want; ++i) {
+      msghdr& mh = m.rmsgs[i].msg_hdr;
+      mh.msg_name = &m.rsrc[i];
+      mh.msg_namelen = sizeof(sockaddr_in6);
+      mh.msg_control = m.rctl.data() + i * kRxControlBytes;
+      mh.msg_controllen = kRxControlBytes;
+      mh.msg_flags = 0;
+    }
+    Bump(c_.rx_syscalls);
+    int r = recvmmsg(rx_fd_[plane], m.rmsgs.data() + slot, want, MSG_DONTWAIT,
+                     nullptr);
+    if (r <= 0) {
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
+      continue;
+    }
+    uint64_t bytes = 0, ce = 0, ok = 0;
+    for (int j = 0; j < r; ++j) {
+      const size_t i = slot + j;
+      msghdr& mh = m.rmsgs[i].msg_hdr;
+      if (mh.msg_flags & MSG_TRUNC) {
+        Bump(c_.rx_truncated);
+        continue;
+      }
+      bool is_ce = false;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr;
+           c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int tc;
+          memcpy(&tc, CMSG_DATA(c), sizeof(int));
+          is_ce = (tc & 0x3) == kEcnCe;
+        }
+      }
+      RxPacket& p = pkts[got++];
+      p = RxPacket{};
+      p.data = static_cast<const uint8_t*>(m.riov[i].iov_base);
+      p.len = m.rmsgs[i].msg_len;
+      p.peer = 0;
+      p.ecn_ce = is_ce;
+      bytes += p.len;
+      ce += is_ce;
+      ++ok;
+    }
+    slot += r;
+    Bump(c_.rx_packets, ok);
+    Bump(c_.rx_bytes, bytes);
+    if (ce) Bump(c_.rx_ecn_ce, ce);
+  }
+  rx_next_plane_ = (rx_next_plane_ + 1) % np;
+  return got;
+}
+
+}  // namespace prism::udp

@@ -1,0 +1,212 @@
+// UdpDatapath: Prism packets over Linux UDP/IPv6 sockets.
+//
+// What it does:
+// - One local IPv6 address (and UDP port) per NIC plane. Every plane has a
+//   receive socket bound to (address, port); peers send to that port.
+// - Batched I/O: TxBurst gathers each TxPacket's header + payload with an
+//   iovec (no copy of the payload) and sends with sendmmsg; RxBurst receives
+//   with recvmmsg into preallocated buffers (one per burst slot).
+// - A peer table maps TxPacket::peer to the peer's address per plane and, per
+//   path, an optional route. Path p leaves through local plane
+//   p % num_planes and goes to the peer's address on the same plane.
+// - The path is encoded per packet, in one of three ways:
+//     entropy: the UDP source port (and the IPv6 flow label in raw mode)
+//              is derived from the path, so ECMP hashing spreads paths;
+//     uSID:    the IPv6 destination is an SRv6 micro-SID carrier
+//              (RFC 9800, F3216); the UDP checksum covers the *final*
+//              destination (the peer's plane address), as required after
+//              the last uSID shift;
+//     SRH:     an IPv6 Segment Routing Header (type 4) lists the segments.
+// - Two transmit modes:
+//     raw     (needs CAP_NET_RAW): one IPPROTO_RAW socket; the datapath
+//             writes the IPv6 header (traffic class, flow label), the SRH
+//             and the UDP header with a checksum it computes. Any source
+//             port per path, any route kind.
+//     sockets (unprivileged): per plane a set of `sockets_per_plane` UDP
+//             sockets; the path picks the socket, hence the source port.
+//             Entropy routes only; uSID carriers work with a zero UDP
+//             checksum (UDP_NO_CHECK6_TX; the receiver must accept zero
+//             checksums: UdpOptions::accept_zero_checksum).
+// - ECN: data packets are sent ECN-capable (ECT(0)); the receive sockets
+//   request IPV6_RECVTCLASS and RxPacket::ecn_ce is set for CE.
+// - Control packets (TrafficClass::kControl) carry DSCP `control_dscp`.
+//
+// Invariants: no allocation and no blocking in TxBurst/RxBurst. TxBurst
+// accepts a prefix of its input; the rest is back-pressure (socket buffer
+// full), to be offered again. A packet to an unknown peer, or one larger
+// than mtu(), is counted (tx_drop_*) and consumed.
+//
+// Thread safety: one thread drives the datapath (TxBurst, RxBurst, AddPeer,
+// RemovePeer). stats() may be read from any thread (relaxed atomics).
+#ifndef PRISM_TRANSPORT_BACKENDS_UDP_UDP_DATAPATH_H_
+#define PRISM_TRANSPORT_BACKENDS_UDP_UDP_DATAPATH_H_
+
+#include <netinet/in.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "prism/packet.h"
+#include "transport/datapath.h"
+
+namespace prism::udp {
+
+using Ip6 = std::array<uint8_t, 16>;
+
+// Parses an IPv6 literal ("fd00::1", "[::1]"). InvalidArgument otherwise.
+absl::StatusOr<Ip6> ParseIp6(absl::string_view text);
+std::string FormatIp6(const Ip6& a);
+
+enum class RouteKind : uint8_t { kEntropy = 0, kUsid = 1, kSrh = 2 };
+
+// How one path reaches a peer.
+struct Route {
+  RouteKind kind = RouteKind::kEntropy;
+  // kUsid: the carrier destination address (e.g. fcbb:bbbb:a1:a2:a4:2::).
+  Ip6 usid_carrier{};
+  // kSrh: the segments in travel order (first hop first). The peer's plane
+  // address is appended as the final segment.
+  std::vector<Ip6> segments;
+};
+
+// Parses "usid:<carrier>" | "srh:<seg>,<seg>,..." | "entropy".
+absl::StatusOr<Route> ParseRoute(absl::string_view text);
+
+struct PlaneAddress {
+  Ip6 addr{};
+  uint16_t port = 0;
+};
+
+struct PeerConfig {
+  // The peer's address per plane; planes beyond its size wrap around.
+  std::vector<PlaneAddress> planes;
+  // Optional route per path: path p uses routes[p % routes.size()]; empty
+  // means entropy routing for every path.
+  std::vector<Route> routes;
+};
+
+struct LocalPlane {
+  std::string addr = "::1";  // IPv6 literal
+  uint16_t port = 0;         // 0 = ephemeral (read back with local())
+  std::string ifname;        // optional SO_BINDTODEVICE
+};
+
+enum class TxMode : uint8_t {
+  kAuto = 0,  // raw when CAP_NET_RAW is available, else sockets
+  kSockets = 1,
+  kRaw = 2,
+};
+
+struct UdpOptions {
+  std::vector<LocalPlane> planes = {LocalPlane{}};
+  TxMode tx_mode = TxMode::kAuto;
+  // sockets mode: source-port set size per plane (1 .. 64).
+  uint16_t sockets_per_plane = 8;
+  // raw mode: source port = entropy_port_base + path % entropy_port_count.
+  uint16_t entropy_port_base = 49152;
+  uint16_t entropy_port_count = 16384;
+  // IP MTU of the links (IPv6 header included). mtu() = link_mtu - 48 -
+  // room for the longest SRH configured (max_srh_segments).
+  uint32_t link_mtu = 1500;
+  uint16_t max_srh_segments = 0;
+  bool ect = true;  // mark data packets ECT(0)
+  uint8_t data_dscp = 0;
+  uint8_t control_dscp = 46;          // EF
+  bool accept_zero_checksum = false;  // UDP_NO_CHECK6_RX on receive sockets
+  uint16_t rx_burst = 64;  // receive buffers (max packets per RxBurst)
+  int socket_buffer_bytes = 8 << 20;  // SO_{SND,RCV}BUF(FORCE)
+};
+
+struct UdpStats {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_backpressure = 0;  // TxBurst calls that stopped early
+  uint64_t tx_errors = 0;        // send errors other than EAGAIN (dropped)
+  uint64_t tx_drop_unknown_peer = 0;
+  uint64_t tx_drop_too_big = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t rx_ecn_ce = 0;
+  uint64_t rx_truncated = 0;  // larger than a receive buffer (dropped)
+  uint64_t rx_errors = 0;
+  uint64_t tx_syscalls = 0;
+  uint64_t rx_syscalls = 0;
+  std::string ToString() const;
+};
+
+class UdpDatapath : public Datapath {
+ public:
+  // Largest burst TxBurst handles in one call (more is back-pressure).
+  static constexpr size_t kMaxTxBurst = 64;
+  static constexpr size_t kMaxPlanes = 16;
+  static constexpr size_t kMaxSrhSegments = 8;
+
+  static absl::StatusOr<std::unique_ptr<UdpDatapath>> Create(
+      const UdpOptions& options);
+  ~UdpDatapath() override;
+
+  size_t mtu() const override { return mtu_; }
+  size_t TxBurst(Time now, const TxPacket* pkts, size_t n) override;
+  size_t RxBurst(Time now, RxPacket* pkts, size_t n) override;
+
+  // Adds a peer; returns its id (>= 1), to be used as ConnectionOptions::peer.
+  // InvalidArgument for a bad config (no planes, SRH longer than
+  // max_srh_segments, a route kind the transmit mode cannot send).
+  absl::StatusOr<uint32_t> AddPeer(const PeerConfig& peer);
+  absl::Status RemovePeer(uint32_t id);
+
+  // Bound local address and port per plane.
+  const std::vector<PlaneAddress>& local() const { return local_; }
+  size_t num_planes() const { return local_.size(); }
+  bool raw_mode() const { return raw_fd_ >= 0; }
+  // Receive file descriptors (one per plane), for epoll.
+  std::vector<int> rx_fds() const;
+  // The UDP source port packets of (peer, path) leave with. 0 if unknown.
+  uint16_t SourcePort(uint32_t peer, PathId path) const;
+  UdpStats stats() const;
+
+  struct Peer;
+  struct Impl;
+
+ private:
+  UdpDatapath() = default;
+  absl::Status Init(const UdpOptions& options);
+  size_t TxRaw(const TxPacket* pkts, size_t n);
+  size_t TxSockets(const TxPacket* pkts, size_t n);
+
+  UdpOptions opt_;
+  size_t mtu_ = 0;
+  int raw_fd_ = -1;
+  std::vector<int> rx_fd_;               // per plane
+  std::vector<std::vector<int>> tx_fd_;  // per plane: source-port set
+  std::vector<std::vector<uint16_t>> tx_port_;
+  std::vector<PlaneAddress> local_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // index = id - 1
+  std::unique_ptr<Impl> impl_;                // preallocated buffers
+  size_t rx_next_plane_ = 0;
+
+  struct Counters {
+    std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0},
+        tx_errors{0}, tx_drop_unknown_peer{0}, tx_drop_too_big{0},
+        rx_packets{0}, rx_bytes{0}, rx_ecn_ce{0}, rx_truncated{0}, rx_errors{0},
+        tx_syscalls{0}, rx_syscalls{0};
+  };
+  Counters c_;
+};
+
+// Ones' complement checksum helpers (exposed for tests).
+// UDP/IPv6 checksum of `udp` (UDP header with checksum field zeroed, then
+// the data pieces) for the pseudo header (src, dst, length, next header 17).
+uint16_t Udp6Checksum(const Ip6& src, const Ip6& dst, const uint8_t* udp_hdr,
+                      const struct iovec* pieces, size_t n_pieces);
+
+}  // namespace prism::udp
+
+#endif  // PRISM_TRANSPORT_BACKENDS_UDP_UDP_DATAPATH_H_
