@@ -1,0 +1,506 @@
+// Path selection: the MRC per-path state machine (every transition), the
+// min_active floor, plane balance, plane up/down, probing and each policy's
+// distribution properties.
+#include "routing/path_selector.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "routing/selection/multipath_selector.h"
+
+namespace prism::routing {
+namespace {
+
+constexpr Time kUs = kMicrosecond;
+
+std::unique_ptr<PathSelector> Make(PathSelectorConfig c) {
+  auto s = MakePathSelector(c);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+PathSelectorConfig Cfg(uint16_t paths, uint16_t planes, const char* policy,
+                       uint16_t min_active = 1) {
+  PathSelectorConfig c;
+  c.num_paths = paths;
+  c.num_planes = planes;
+  c.policy = policy;
+  c.min_active = min_active;
+  c.probe_interval = 50 * kUs;
+  return c;
+}
+
+std::vector<int> Picks(PathSelector& s, int n, Time now = 0) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.NextPath(now));
+  return out;
+}
+
+std::vector<int> Histogram(PathSelector& s, int n) {
+  std::vector<int> h(s.num_paths(), 0);
+  for (int i = 0; i < n; ++i) {
+    const int p = s.NextPath(0);
+    EXPECT_GE(p, 0);
+    if (p >= 0) ++h[p];
+  }
+  return h;
+}
+
+// ---- configuration -------------------------------------------------------
+
+TEST(PathSelectorConfigTest, RejectsBadConfigs) {
+  auto bad = [](PathSelectorConfig c) {
+    auto s = MakePathSelector(c);
+    return !s.ok() && s.status().code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(bad(Cfg(8, 1, "bogus")));
+  EXPECT_TRUE(bad(Cfg(8, 1, "")));
+  EXPECT_TRUE(bad(Cfg(0, 1, "rotation")));
+  EXPECT_TRUE(bad(Cfg(8, 0, "rotation")));
+  EXPECT_TRUE(bad(Cfg(8, 9, "rotation")));
+  EXPECT_TRUE(bad(Cfg(8, 1, "rotation", /*min_active=*/9)));
+  PathSelectorConfig c = Cfg(8, 1, "rotation");
+  c.probe_interval = 0;
+  EXPECT_TRUE(bad(c));
+  c = Cfg(8, 1, "rotation");
+  c.denied = {8};
+  EXPECT_TRUE(bad(c));
+  c.denied = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_TRUE(bad(c));
+}
+
+TEST(PathSelectorConfigTest, AcceptsEveryPolicyAndLimits) {
+  for (const char* p : {"rotation", "random", "reps", "p2c"}) {
+    auto s = Make(Cfg(8, 2, p));
+    ASSERT_NE(s, nullptr);
+    EXPECT_STREQ(s->name(), p);
+    EXPECT_EQ(s->num_paths(), 8);
+    EXPECT_EQ(s->num_usable(), 8u);
+  }
+  auto big = Make(Cfg(65535, 8, "rotation", 0));
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(big->num_paths(), 65535);
+  EXPECT_LT(big->NextPath(0), 65535);
+  // min_active 0 means max(1, num_paths / 8).
+  auto s = MultipathSelector::Create(Cfg(64, 1, "rotation", 0));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->min_active(), 8);
+  auto t = MultipathSelector::Create(Cfg(4, 1, "rotation", 0));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->min_active(), 1);
+}
+
+TEST(PathSelectorConfigTest, StateNames) {
+  EXPECT_STREQ(PathStateName(PathState::kGood), "GOOD");
+  EXPECT_STREQ(PathStateName(PathState::kSkip), "SKIP");
+  EXPECT_STREQ(PathStateName(PathState::kAssumedBad), "ASSUMED_BAD");
+  EXPECT_STREQ(PathStateName(PathState::kDenied), "DENIED");
+}
+
+TEST(PathSelectorConfigTest, BadArgumentsAreCountedNotFatal) {
+  auto s = Make(Cfg(8, 2, "rotation"));
+  s->OnFeedback(8, PathFeedback::kLost, 0, 0);
+  s->OnFeedback(65535, PathFeedback::kEcn, 0, 0);
+  s->SetPlaneUp(2, false, 0);
+  EXPECT_EQ(s->counters().bad_input, 3u);
+  EXPECT_EQ(s->state(8), PathState::kDenied);
+  EXPECT_EQ(s->num_usable(), 8u);
+  EXPECT_FALSE(s->plane_up(2));
+}
+
+// ---- rotation and the state machine ---------------------------------------
+
+TEST(RotationTest, OrderAndEvenSpread) {
+  auto s = Make(Cfg(8, 2, "rotation"));
+  // Planes alternate; within a plane paths rotate: 0,1,2,...,7.
+  EXPECT_EQ(Picks(*s, 8), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  auto t = Make(Cfg(16, 1, "rotation"));
+  auto h = Histogram(*t, 1600);
+  for (int c : h) EXPECT_EQ(c, 100);
+}
+
+TEST(StateMachineTest, EcnSkipsForOneRotationThenGood) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  EXPECT_EQ(Picks(*s, 4), (std::vector<int>{0, 1, 2, 3}));
+  s->OnFeedback(2, PathFeedback::kEcn, 10, 0);
+  EXPECT_EQ(s->state(2), PathState::kSkip);
+  EXPECT_EQ(s->num_usable(), 3u);
+  // One rotation without path 2; the pass over it restores GOOD.
+  EXPECT_EQ(Picks(*s, 3), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(s->state(2), PathState::kGood);
+  EXPECT_EQ(Picks(*s, 4), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(s->counters().skips, 1u);
+}
+
+TEST(StateMachineTest, TrimSkipsButDoesNotRetire) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(1, PathFeedback::kTrimmed, 10, 0);
+  EXPECT_EQ(s->state(1), PathState::kSkip);
+  EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);  // not probed
+  EXPECT_EQ(s->NextProbe(kSecond), -1);
+  EXPECT_EQ(Picks(*s, 3), (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(s->state(1), PathState::kGood);
+  EXPECT_EQ(s->counters().retirements, 0u);
+}
+
+TEST(StateMachineTest, RepeatedEcnOnSkipDoesNotExtendTheSkip) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(1, PathFeedback::kEcn, 0, 0);
+  s->OnFeedback(1, PathFeedback::kEcn, 0, 0);
+  s->OnFeedback(1, PathFeedback::kGood, 0, 0);  // does not end the skip
+  EXPECT_EQ(s->state(1), PathState::kSkip);
+  EXPECT_EQ(Picks(*s, 4), (std::vector<int>{0, 2, 3, 0}));
+  EXPECT_EQ(s->NextPath(0), 1);
+}
+
+TEST(StateMachineTest, SkipOnlyPlaneStillServes) {
+  auto s = Make(Cfg(2, 1, "rotation", 0));
+  s->OnFeedback(0, PathFeedback::kEcn, 0, 0);
+  // min_active 1: the second skip would leave 0 usable and is refused.
+  s->OnFeedback(1, PathFeedback::kEcn, 0, 0);
+  EXPECT_EQ(s->state(1), PathState::kGood);
+  EXPECT_EQ(s->counters().floor_refusals, 1u);
+  EXPECT_EQ(s->NextPath(0), 1);
+}
+
+void ExpectRetireAndProbe(PathFeedback fb) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  const Time t0 = 100 * kUs;
+  s->OnFeedback(2, fb, t0, 0);
+  EXPECT_EQ(s->state(2), PathState::kAssumedBad);
+  EXPECT_EQ(s->num_usable(), 3u);
+  for (int p : Picks(*s, 30)) EXPECT_NE(p, 2);
+  // Probe schedule: due probe_interval after retirement, then every interval.
+  EXPECT_EQ(s->NextProbeTime(), t0 + 50 * kUs);
+  EXPECT_EQ(s->NextProbe(t0 + 49 * kUs), -1);
+  EXPECT_EQ(s->NextProbe(t0 + 50 * kUs), 2);
+  EXPECT_EQ(s->NextProbe(t0 + 50 * kUs), -1);  // marked as sent
+  EXPECT_EQ(s->NextProbeTime(), t0 + 100 * kUs);
+  EXPECT_EQ(s->NextProbe(t0 + 130 * kUs), 2);  // unanswered: probe again
+  EXPECT_EQ(s->NextProbeTime(), t0 + 180 * kUs);
+  // Late data feedback does not restore it; only a probe answer does.
+  s->OnFeedback(2, PathFeedback::kGood, t0, 0);
+  s->OnFeedback(2, PathFeedback::kEcn, t0, 0);
+  EXPECT_EQ(s->state(2), PathState::kAssumedBad);
+  s->OnFeedback(2, PathFeedback::kProbeOk, t0 + 140 * kUs, 0);
+  EXPECT_EQ(s->state(2), PathState::kGood);
+  EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);
+  EXPECT_EQ(s->num_usable(), 4u);
+  bool seen = false;
+  for (int p : Picks(*s, 4)) seen |= p == 2;
+  EXPECT_TRUE(seen);
+  EXPECT_EQ(s->counters().retirements, 1u);
+  EXPECT_EQ(s->counters().restores, 1u);
+  EXPECT_EQ(s->counters().probes_sent, 2u);
+}
+
+TEST(StateMachineTest, LostRetiresUntilProbeOk) {
+  ExpectRetireAndProbe(PathFeedback::kLost);
+}
+TEST(StateMachineTest, TimeoutRetiresUntilProbeOk) {
+  ExpectRetireAndProbe(PathFeedback::kTimeout);
+}
+
+TEST(StateMachineTest, SkipThenLostRetires) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(3, PathFeedback::kEcn, 0, 0);
+  s->OnFeedback(3, PathFeedback::kLost, 5, 0);
+  EXPECT_EQ(s->state(3), PathState::kAssumedBad);
+  EXPECT_EQ(s->NextProbeTime(), 5 + 50 * kUs);
+}
+
+TEST(StateMachineTest, ProbeOkOnGoodOrSkipChangesNothing) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(0, PathFeedback::kProbeOk, 0, 0);
+  EXPECT_EQ(s->state(0), PathState::kGood);
+  s->OnFeedback(1, PathFeedback::kEcn, 0, 0);
+  s->OnFeedback(1, PathFeedback::kProbeOk, 0, 0);
+  EXPECT_EQ(s->state(1), PathState::kSkip);
+}
+
+TEST(StateMachineTest, ProbesComeOutInDueOrder) {
+  auto s = Make(Cfg(8, 1, "rotation"));
+  s->OnFeedback(5, PathFeedback::kLost, 10, 0);
+  s->OnFeedback(1, PathFeedback::kTimeout, 20, 0);
+  s->OnFeedback(3, PathFeedback::kLost, 30, 0);
+  EXPECT_EQ(s->NextProbeTime(), 10 + 50 * kUs);
+  const Time late = kMillisecond;
+  EXPECT_EQ(s->NextProbe(late), 5);
+  EXPECT_EQ(s->NextProbe(late), 1);
+  EXPECT_EQ(s->NextProbe(late), 3);
+  EXPECT_EQ(s->NextProbe(late), -1);
+  EXPECT_EQ(s->NextProbeTime(), late + 50 * kUs);
+  s->OnFeedback(1, PathFeedback::kProbeOk, late, 0);
+  EXPECT_EQ(s->NextProbe(late + 50 * kUs), 5);
+  EXPECT_EQ(s->NextProbe(late + 50 * kUs), 3);
+  EXPECT_EQ(s->NextProbe(late + 50 * kUs), -1);
+}
+
+TEST(StateMachineTest, DeniedNeverUsedNorProbed) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    PathSelectorConfig c = Cfg(8, 2, policy);
+    c.denied = {3, 4};
+    auto s = Make(c);
+    EXPECT_EQ(s->state(3), PathState::kDenied);
+    EXPECT_EQ(s->num_usable(), 6u);
+    for (PathFeedback fb : {PathFeedback::kGood, PathFeedback::kEcn,
+                            PathFeedback::kTrimmed, PathFeedback::kLost,
+                            PathFeedback::kTimeout, PathFeedback::kProbeOk}) {
+      s->OnFeedback(3, fb, 0, 5 * kUs);
+    }
+    EXPECT_EQ(s->state(3), PathState::kDenied);
+    EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);
+    EXPECT_EQ(s->NextProbe(kSecond), -1);
+    auto h = Histogram(*s, 2000);
+    EXPECT_EQ(h[3], 0) << policy;
+    EXPECT_EQ(h[4], 0) << policy;
+    EXPECT_GT(h[2], 0) << policy;
+  }
+}
+
+// ---- floor ----------------------------------------------------------------
+
+TEST(FloorTest, RetirementsStopAtMinActive) {
+  auto s = Make(Cfg(8, 1, "rotation", /*min_active=*/6));
+  s->OnFeedback(0, PathFeedback::kLost, 0, 0);
+  s->OnFeedback(1, PathFeedback::kLost, 0, 0);
+  EXPECT_EQ(s->num_usable(), 6u);
+  s->OnFeedback(2, PathFeedback::kTimeout, 0, 0);  // refused
+  EXPECT_EQ(s->state(2), PathState::kGood);
+  s->OnFeedback(3, PathFeedback::kEcn, 0, 0);  // refused too
+  EXPECT_EQ(s->state(3), PathState::kGood);
+  EXPECT_EQ(s->num_usable(), 6u);
+  EXPECT_EQ(s->counters().floor_refusals, 2u);
+  // A restored path makes room again.
+  s->OnFeedback(0, PathFeedback::kProbeOk, 0, 0);
+  s->OnFeedback(2, PathFeedback::kTimeout, 0, 0);
+  EXPECT_EQ(s->state(2), PathState::kAssumedBad);
+  EXPECT_EQ(s->num_usable(), 6u);
+}
+
+TEST(FloorTest, RetirementReleasesOldestSkip) {
+  auto s = Make(Cfg(8, 1, "rotation", /*min_active=*/5));
+  s->OnFeedback(4, PathFeedback::kEcn, 0, 0);
+  s->OnFeedback(6, PathFeedback::kTrimmed, 0, 0);
+  s->OnFeedback(7, PathFeedback::kEcn, 0, 0);
+  EXPECT_EQ(s->num_usable(), 5u);
+  s->OnFeedback(0, PathFeedback::kLost, 0, 0);
+  EXPECT_EQ(s->state(0), PathState::kAssumedBad);
+  EXPECT_EQ(s->state(4), PathState::kGood);  // oldest skip released
+  EXPECT_EQ(s->state(6), PathState::kSkip);
+  EXPECT_EQ(s->state(7), PathState::kSkip);
+  EXPECT_EQ(s->num_usable(), 5u);
+  EXPECT_EQ(s->counters().floor_releases, 1u);
+}
+
+TEST(FloorTest, NeverBelowFloorUnderRandomFeedback) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    auto s = Make(Cfg(32, 4, policy, /*min_active=*/10));
+    Rng rng(7);
+    for (int i = 0; i < 20000; ++i) {
+      const Time now = i * kUs;
+      const int p = s->NextPath(now);
+      ASSERT_GE(p, 0);
+      ASSERT_NE(s->state(static_cast<PathId>(p)), PathState::kAssumedBad);
+      const auto fb = static_cast<PathFeedback>(rng.Uniform(6));
+      s->OnFeedback(static_cast<PathId>(p), fb, now, 0);
+      const int q = s->NextProbe(now);
+      if (q >= 0 && rng.Bernoulli(0.5)) {
+        s->OnFeedback(static_cast<PathId>(q), PathFeedback::kProbeOk, now, 0);
+      }
+      ASSERT_GE(s->num_usable(), 10u) << policy << " step " << i;
+    }
+  }
+}
+
+// ---- planes ---------------------------------------------------------------
+
+TEST(PlaneTest, RetiredPathTrafficStaysInItsPlane) {
+  for (const char* policy : {"rotation", "random", "p2c"}) {
+    auto s = Make(Cfg(16, 4, policy));
+    s->OnFeedback(5, PathFeedback::kLost, 0, 0);     // plane 1
+    s->OnFeedback(9, PathFeedback::kTimeout, 0, 0);  // plane 1
+    auto h = Histogram(*s, 4000);
+    std::array<int, 4> plane{};
+    for (int p = 0; p < 16; ++p) plane[p % 4] += h[p];
+    for (int c : plane) EXPECT_EQ(c, 1000) << policy;
+    EXPECT_EQ(h[5], 0);
+    EXPECT_EQ(h[9], 0);
+    // Plane 1's share lands on its two remaining paths.
+    EXPECT_GT(h[1], 350) << policy;
+    EXPECT_GT(h[13], 350) << policy;
+    if (std::string(policy) == "rotation") {
+      EXPECT_EQ(h[1], 500);
+      EXPECT_EQ(h[13], 500);
+      EXPECT_EQ(h[0], 250);
+    }
+  }
+}
+
+TEST(PlaneTest, PlaneDownExcludesAndStopsProbingThenRestores) {
+  auto s = Make(Cfg(8, 2, "rotation", /*min_active=*/2));
+  s->OnFeedback(3, PathFeedback::kLost, 0, 0);  // plane 1, probe due 50us
+  s->OnFeedback(5, PathFeedback::kEcn, 0, 0);   // plane 1, skip
+  s->SetPlaneUp(1, false, 10 * kUs);
+  EXPECT_FALSE(s->plane_up(1));
+  EXPECT_EQ(s->num_usable(), 4u);
+  for (PathId p : {1, 3, 5, 7}) {
+    EXPECT_EQ(s->state(p), PathState::kAssumedBad);
+  }
+  EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);  // not probed while down
+  EXPECT_EQ(s->NextProbe(kSecond), -1);
+  for (int p : Picks(*s, 40)) EXPECT_EQ(p % 2, 0);
+  // Down paths do not count against the floor: plane 0 may still lose two.
+  s->OnFeedback(0, PathFeedback::kLost, 0, 0);
+  s->OnFeedback(2, PathFeedback::kLost, 0, 0);
+  EXPECT_EQ(s->num_usable(), 2u);
+  s->OnFeedback(4, PathFeedback::kLost, 0, 0);  // would cross the floor
+  EXPECT_EQ(s->state(4), PathState::kGood);
+  const Time up = 200 * kUs;
+  s->SetPlaneUp(1, true, up);
+  EXPECT_TRUE(s->plane_up(1));
+  EXPECT_EQ(s->state(1), PathState::kGood);
+  EXPECT_EQ(s->state(7), PathState::kGood);
+  EXPECT_EQ(s->state(5), PathState::kSkip);        // own state kept
+  EXPECT_EQ(s->state(3), PathState::kAssumedBad);  // probed at once
+  EXPECT_EQ(s->num_usable(), 4u);
+  EXPECT_EQ(s->NextProbeTime(), 50 * kUs);  // overdue plane-0 probes first
+  EXPECT_EQ(s->NextProbe(up), 0);
+  EXPECT_EQ(s->NextProbe(up), 2);
+  EXPECT_EQ(s->NextProbe(up), 3);
+  EXPECT_EQ(s->NextProbe(up), -1);
+}
+
+TEST(PlaneTest, AllPlanesDownMeansNoPath) {
+  auto s = Make(Cfg(4, 2, "reps"));
+  s->OnFeedback(0, PathFeedback::kGood, 0, 0);  // cached EV on a down plane
+  s->SetPlaneUp(0, false, 0);
+  s->SetPlaneUp(1, false, 0);
+  EXPECT_EQ(s->NextPath(0), -1);
+  EXPECT_EQ(s->counters().no_path, 1u);
+  s->SetPlaneUp(1, true, 0);
+  EXPECT_EQ(s->NextPath(0) % 2, 1);
+}
+
+// ---- policies --------------------------------------------------------------
+
+TEST(RandomTest, SeededReproducibleAndRoughlyUniform) {
+  PathSelectorConfig c = Cfg(16, 2, "random");
+  c.seed = 42;
+  auto a = Make(c);
+  auto b = Make(c);
+  c.seed = 43;
+  auto d = Make(c);
+  const auto pa = Picks(*a, 500);
+  EXPECT_EQ(pa, Picks(*b, 500));
+  EXPECT_NE(pa, Picks(*d, 500));
+  auto h = Histogram(*a, 32000);
+  for (int n : h) {
+    EXPECT_GT(n, 1700);
+    EXPECT_LT(n, 2300);
+  }
+}
+
+TEST(RepsTest, RecyclesCleanEvsFirst) {
+  auto s = Make(Cfg(64, 1, "reps"));
+  s->OnFeedback(17, PathFeedback::kGood, 0, 0);
+  s->OnFeedback(40, PathFeedback::kGood, 0, 0);
+  s->OnFeedback(9, PathFeedback::kEcn, 0, 0);  // not recycled (and skipped)
+  EXPECT_EQ(s->NextPath(0), 17);
+  EXPECT_EQ(s->NextPath(0), 40);
+  EXPECT_EQ(s->counters().recycled, 2u);
+  const int explored = s->NextPath(0);  // empty cache: explore
+  EXPECT_NE(explored, 9);
+  EXPECT_EQ(s->counters().recycled, 2u);
+}
+
+TEST(RepsTest, CacheKeepsTheNewestAndDropsExcludedEvs) {
+  auto s = Make(Cfg(64, 1, "reps"));
+  for (PathId p = 0; p < 10; ++p) s->OnFeedback(p, PathFeedback::kGood, 0, 0);
+  s->OnFeedback(4, PathFeedback::kLost, 0, 0);  // retired after caching
+  // Ring of 8: 0 and 1 were overwritten; 4 is no longer usable.
+  EXPECT_EQ(Picks(*s, 7), (std::vector<int>{2, 3, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(s->counters().recycled, 7u);
+}
+
+TEST(RepsTest, ClosedLoopConcentratesOnCleanPaths) {
+  // Paths 0..7 always come back ECN-marked; the rest are clean. With ACK
+  // feedback for every packet, clean EVs circulate and the bad ones fade.
+  auto s = Make(Cfg(32, 1, "reps", 4));
+  std::vector<int> h(32, 0);
+  for (int i = 0; i < 20000; ++i) {
+    const int p = s->NextPath(i);
+    ASSERT_GE(p, 0);
+    ++h[p];
+    s->OnFeedback(static_cast<PathId>(p),
+                  p < 8 ? PathFeedback::kEcn : PathFeedback::kGood, i, 0);
+  }
+  int bad = 0;
+  for (int p = 0; p < 8; ++p) bad += h[p];
+  EXPECT_LT(bad, 200);
+  EXPECT_GT(s->counters().recycled, 19000u);
+  EXPECT_LT(MultipathSelector::kPolicyStateBytes, 64);
+}
+
+TEST(RepsTest, ExploresWhenNothingComesBack) {
+  auto s = Make(Cfg(16, 2, "reps"));
+  auto h = Histogram(*s, 3200);
+  for (int n : h) EXPECT_GT(n, 100);
+}
+
+TEST(P2cTest, PrefersLowRttButStillExplores) {
+  auto s = Make(Cfg(8, 1, "p2c"));
+  for (PathId p = 0; p < 8; ++p) {
+    for (int k = 0; k < 30; ++k) {
+      s->OnFeedback(p, PathFeedback::kGood, 0, (10 + 10 * p) * kUs);
+    }
+  }
+  auto h = Histogram(*s, 16000);
+  for (int p = 1; p < 8; ++p) EXPECT_LT(h[p], h[p - 1]) << p;
+  EXPECT_GT(h[0], 3000);  // 15/64 expected
+  EXPECT_GT(h[7], 50);    // 1/64 expected: still sampled
+}
+
+TEST(P2cTest, UnknownRttIsTriedAndSrttIsSmoothed) {
+  auto sel = MultipathSelector::Create(Cfg(4, 1, "p2c"));
+  ASSERT_TRUE(sel.ok());
+  auto& s = **sel;
+  s.OnFeedback(0, PathFeedback::kGood, 0, 80 * kUs);
+  EXPECT_EQ(s.srtt(0), 80 * kUs);
+  s.OnFeedback(0, PathFeedback::kGood, 0, 16 * kUs);
+  EXPECT_EQ(s.srtt(0), 72 * kUs);              // 80 + (16 - 80) / 8
+  s.OnFeedback(0, PathFeedback::kGood, 0, 0);  // no sample: unchanged
+  EXPECT_EQ(s.srtt(0), 72 * kUs);
+  std::vector<int> h(4, 0);
+  for (int i = 0; i < 4000; ++i) ++h[s.NextPath(0)];
+  EXPECT_LT(h[0], h[1]);  // paths with no sample yet win ties with it
+}
+
+TEST(DeterminismTest, SameSeedSameDecisionsUnderFeedback) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    auto run = [&](uint64_t seed) {
+      PathSelectorConfig c = Cfg(64, 4, policy, 8);
+      c.seed = seed;
+      auto s = Make(c);
+      Rng fb(99);
+      std::vector<int> out;
+      for (int i = 0; i < 3000; ++i) {
+        const int p = s->NextPath(i * kUs);
+        out.push_back(p);
+        s->OnFeedback(static_cast<PathId>(p),
+                      static_cast<PathFeedback>(fb.Uniform(6)), i * kUs,
+                      static_cast<Time>(fb.Uniform(100)) * kUs);
+        out.push_back(s->NextProbe(i * kUs));
+      }
+      return out;
+    };
+    EXPECT_EQ(run(5), run(5)) << policy;
+  }
+}
+
+}  // namespace
+}  // namespace prism::routing
