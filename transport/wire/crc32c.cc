@@ -38,10 +38,52 @@ constexpr Tables MakeTables() {
 constexpr Tables kTables = MakeTables();
 static_assert(kTables[0][1] == 0xF26B8303u, "CRC32C table");
 
+// Little-endian 64-bit load; the shift-or form compiles to one load on
+// little-endian hosts.
 inline uint64_t Load64Le(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
+  return uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 |
+         uint64_t{p[3]} << 24 | uint64_t{p[4]} << 32 | uint64_t{p[5]} << 40 |
+         uint64_t{p[6]} << 48 | uint64_t{p[7]} << 56;
+}
+
+// Raw register (no pre/post inversion) after feeding one zero byte.
+constexpr uint32_t ShiftByte(uint32_t c) {
+  return (c >> 8) ^ kTables[0][c & 0xFFu];
+}
+
+// The hardware path runs three independent crc32 chains over three adjacent
+// blocks of kStripe bytes and merges them: by linearity, the register after
+// A||B equals Shift_|B|(reg after A) ^ (reg of B started from 0). kShift[k][b]
+// is Shift_kStripe applied to byte b placed at byte k of the register.
+constexpr size_t kStripe = 256;
+static_assert(kStripe % 8 == 0);
+using ShiftTable = std::array<std::array<uint32_t, 256>, 4>;
+
+constexpr ShiftTable MakeShiftTable() {
+  uint32_t basis[32] = {};
+  for (int bit = 0; bit < 32; ++bit) {
+    uint32_t c = 1u << bit;
+    for (size_t i = 0; i < kStripe; ++i) c = ShiftByte(c);
+    basis[bit] = c;
+  }
+  ShiftTable t{};
+  for (int k = 0; k < 4; ++k) {
+    for (uint32_t b = 0; b < 256; ++b) {
+      uint32_t c = 0;
+      for (int bit = 0; bit < 8; ++bit) {
+        if (b & (1u << bit)) c ^= basis[8 * k + bit];
+      }
+      t[k][b] = c;
+    }
+  }
+  return t;
+}
+
+constexpr ShiftTable kShift = MakeShiftTable();
+
+inline uint32_t ShiftStripe(uint32_t c) {
+  return kShift[0][c & 0xFF] ^ kShift[1][(c >> 8) & 0xFF] ^
+         kShift[2][(c >> 16) & 0xFF] ^ kShift[3][c >> 24];
 }
 
 #if PRISM_CRC32C_X86
@@ -49,9 +91,19 @@ __attribute__((target("sse4.2"))) uint32_t HardwareImpl(const uint8_t* p,
                                                         size_t len,
                                                         uint32_t crc) {
   uint64_t c = ~crc;
-  while (len > 0 && (reinterpret_cast<uintptr_t>(p) & 7u) != 0) {
-    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-    --len;
+  while (len >= 3 * kStripe) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t* q = p;
+    for (size_t i = 0; i < kStripe; i += 8, q += 8) {
+      c = _mm_crc32_u64(c, Load64Le(q));
+      c1 = _mm_crc32_u64(c1, Load64Le(q + kStripe));
+      c2 = _mm_crc32_u64(c2, Load64Le(q + 2 * kStripe));
+    }
+    c = ShiftStripe(ShiftStripe(static_cast<uint32_t>(c)) ^
+                    static_cast<uint32_t>(c1)) ^
+        static_cast<uint32_t>(c2);
+    p += 3 * kStripe;
+    len -= 3 * kStripe;
   }
   while (len >= 8) {
     c = _mm_crc32_u64(c, Load64Le(p));
