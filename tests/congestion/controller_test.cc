@@ -1,0 +1,428 @@
+// Congestion controllers: factory and config validation, the fixed window,
+// every NSCC quadrant, quick adapt, receiver penalty, derived defaults, and
+// the DCQCN-like rate controller's cut / recovery / increase stages.
+#include "congestion/controller.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "congestion/dcqcn/dcqcn.h"
+#include "congestion/fixed/fixed_window.h"
+#include "congestion/nscc/nscc.h"
+#include "gtest/gtest.h"
+#include "transport/base/random.h"
+
+namespace prism::congestion {
+namespace {
+
+constexpr Time kUs = kMicrosecond;
+constexpr uint64_t k100G = 100'000'000'000ull;
+
+ControllerConfig Cfg(const char* algo) {
+  ControllerConfig c;
+  c.algorithm = algo;
+  c.link_rate_bps = k100G;
+  c.base_rtt = 10 * kUs;
+  c.mtu_bytes = 4096;
+  return c;
+}
+
+AckEvent Ack(Time now, uint32_t packets, Time rtt, uint32_t ecn = 0,
+             uint32_t trimmed = 0, uint32_t lost = 0) {
+  AckEvent e;
+  e.now = now;
+  e.acked_packets = packets;
+  e.acked_bytes = 4096ull * packets;
+  e.rtt = rtt;
+  e.ecn_marked = ecn;
+  e.trimmed = trimmed;
+  e.lost = lost;
+  return e;
+}
+
+NsccController Nscc() {
+  const NsccParams p = NsccParams::Defaults(Cfg("nscc"));
+  EXPECT_TRUE(p.Validate().ok());
+  return NsccController(p);
+}
+
+// ---- factory ----------------------------------------------------------------
+
+TEST(FactoryTest, BuildsEachAlgorithmByName) {
+  for (const char* algo : {"nscc", "fixed", "dcqcn"}) {
+    auto c = MakeController(Cfg(algo));
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_STREQ((*c)->name(), algo);
+    EXPECT_GT((*c)->window_bytes(), 0u);
+  }
+  auto d = MakeController(Cfg("dcqcn"));
+  EXPECT_EQ((*d)->pacing_rate_bps(), k100G);
+  EXPECT_EQ((*MakeController(Cfg("nscc")))->pacing_rate_bps(), 0u);
+  EXPECT_EQ((*MakeController(Cfg("fixed")))->pacing_rate_bps(), 0u);
+}
+
+TEST(FactoryTest, RejectsBadConfigs) {
+  auto invalid = [](const ControllerConfig& c) {
+    auto r = MakeController(c);
+    return !r.ok() && r.status().code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(invalid(Cfg("cubic")));
+  EXPECT_TRUE(invalid(Cfg("")));
+  for (const char* algo : {"nscc", "fixed", "dcqcn"}) {
+    ControllerConfig c = Cfg(algo);
+    c.link_rate_bps = 0;
+    EXPECT_TRUE(invalid(c)) << algo;
+    c = Cfg(algo);
+    c.base_rtt = 0;
+    EXPECT_TRUE(invalid(c)) << algo;
+    c.base_rtt = -5;
+    EXPECT_TRUE(invalid(c)) << algo;
+    c = Cfg(algo);
+    c.mtu_bytes = 0;
+    EXPECT_TRUE(invalid(c)) << algo;
+  }
+  ControllerConfig c = Cfg("nscc");
+  c.target_delay = c.base_rtt;  // no room for a queue
+  EXPECT_TRUE(invalid(c));
+  c = Cfg("nscc");
+  c.max_window_bytes = 100;  // below one MTU
+  EXPECT_TRUE(invalid(c));
+}
+
+// ---- fixed ------------------------------------------------------------------
+
+TEST(FixedTest, OneAndAHalfBdpByDefaultAndIgnoresEvents) {
+  EXPECT_EQ(BdpBytes(k100G, 10 * kUs), 125000u);
+  auto c = MakeController(Cfg("fixed"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->window_bytes(), 187500u);
+  (*c)->OnAck(Ack(0, 10, 50 * kUs, 10, 3, 2));
+  (*c)->OnTimeout(kMillisecond);
+  EXPECT_EQ((*c)->window_bytes(), 187500u);
+  ControllerConfig cfg = Cfg("fixed");
+  cfg.fixed_window_bytes = 50000;
+  EXPECT_EQ((*MakeController(cfg))->window_bytes(), 50000u);
+  cfg.fixed_window_bytes = 10;  // at least one MTU
+  EXPECT_EQ((*MakeController(cfg))->window_bytes(), 4096u);
+}
+
+// ---- NSCC defaults ----------------------------------------------------------
+
+TEST(NsccDefaultsTest, DerivedFromRateAndRtt) {
+  NsccParams p = NsccParams::Defaults(Cfg("nscc"));
+  EXPECT_EQ(p.bdp_bytes, 125000u);
+  EXPECT_EQ(p.target_delay, 15 * kUs);
+  EXPECT_EQ(p.max_window_bytes, 187500u);
+  EXPECT_EQ(p.initial_window_bytes, 125000u);
+  EXPECT_EQ(p.min_window_bytes, 4096u);
+  EXPECT_EQ(p.fair_increase_bytes, 4096u);
+  EXPECT_EQ(p.qa_delay_threshold, 30 * kUs);
+
+  ControllerConfig c = Cfg("nscc");
+  c.link_rate_bps = 400'000'000'000ull;
+  c.base_rtt = 20 * kUs;
+  p = NsccParams::Defaults(c);
+  EXPECT_EQ(p.bdp_bytes, 1'000'000u);
+  EXPECT_EQ(p.target_delay, 30 * kUs);
+  EXPECT_EQ(p.max_window_bytes, 1'500'000u);
+
+  // Slow link: two MTUs take longer than half the RTT, so they set the target;
+  // the window range never collapses below two MTUs.
+  c = Cfg("nscc");
+  c.link_rate_bps = 1'000'000'000ull;
+  p = NsccParams::Defaults(c);
+  EXPECT_EQ(p.target_delay, 10 * kUs + 65536 * kNanosecond);
+  EXPECT_EQ(p.max_window_bytes, 8192u);
+  EXPECT_EQ(p.initial_window_bytes, 4096u);
+  EXPECT_TRUE(p.Validate().ok());
+
+  c = Cfg("nscc");
+  c.target_delay = 25 * kUs;
+  c.max_window_bytes = 300000;
+  p = NsccParams::Defaults(c);
+  EXPECT_EQ(p.target_delay, 25 * kUs);
+  EXPECT_EQ(p.max_window_bytes, 300000u);
+}
+
+TEST(NsccDefaultsTest, ValidateRejectsNonsense) {
+  const NsccParams good = NsccParams::Defaults(Cfg("nscc"));
+  NsccParams p = good;
+  p.max_md = 1.0;
+  EXPECT_FALSE(p.Validate().ok());
+  p = good;
+  p.md_gain = -1;
+  EXPECT_FALSE(p.Validate().ok());
+  p = good;
+  p.prop_gain = NAN;
+  EXPECT_FALSE(p.Validate().ok());
+  p = good;
+  p.initial_window_bytes = good.max_window_bytes + 1;
+  EXPECT_FALSE(p.Validate().ok());
+  p = good;
+  p.loss_md = 0.9;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
+// ---- NSCC quadrants ---------------------------------------------------------
+
+TEST(NsccQuadrantTest, NoEcnBelowTargetIncreasesProportionally) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 4, 10 * kUs));  // at base RTT: full gain
+  EXPECT_EQ(a.cwnd_bytes(), 125000u + 16384u);
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 4, 12'500 * kNanosecond));  // halfway to the target
+  EXPECT_EQ(b.cwnd_bytes(), 125000u + 8192u);
+  NsccController c = Nscc();
+  c.OnAck(Ack(0, 4, 14 * kUs));  // close to the target: small step
+  EXPECT_NEAR(static_cast<double>(c.cwnd_bytes()), 125000 + 16384 * 0.2, 1);
+  EXPECT_EQ(a.counters().proportional_increases, 1u);
+  // Bounded by the max window.
+  for (int i = 1; i < 20; ++i) a.OnAck(Ack(i * kUs, 4, 10 * kUs));
+  EXPECT_EQ(a.window_bytes(), 187500u);
+}
+
+TEST(NsccQuadrantTest, NoEcnAboveTargetIncreasesFairly) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 4, 20 * kUs));
+  EXPECT_EQ(a.cwnd_bytes(), 125000u + 4096u * 16384u / 125000u);
+  EXPECT_EQ(a.counters().fair_increases, 1u);
+  // One window's worth of ACKs adds about one MTU, whatever the RTT.
+  NsccController b = Nscc();
+  for (int i = 0; i < 31; ++i) b.OnAck(Ack(i * kUs, 1, 40 * kUs));
+  EXPECT_NEAR(static_cast<double>(b.cwnd_bytes()), 125000 + 4096, 300);
+}
+
+TEST(NsccQuadrantTest, EcnAboveTargetDecreasesMultiplicatively) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 4, 20 * kUs, /*ecn=*/4));  // 5us over: md = 5/20
+  EXPECT_EQ(a.cwnd_bytes(), 93750u);
+  a.OnAck(Ack(5 * kUs, 4, 20 * kUs, 4));  // same RTT: no second cut
+  EXPECT_EQ(a.cwnd_bytes(), 93750u);
+  a.OnAck(Ack(20 * kUs, 4, 20 * kUs, 4));  // next RTT
+  EXPECT_EQ(a.cwnd_bytes(), 70312u);
+  EXPECT_EQ(a.counters().decreases, 2u);
+  // Further above: larger cut, bounded by max_md.
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 4, 30 * kUs, 4));  // md = 15/30
+  EXPECT_EQ(b.cwnd_bytes(), 62500u);
+  NsccController c = Nscc();
+  c.OnAck(Ack(0, 4, 500 * kUs, 4));  // md = 0.97 -> 0.5
+  EXPECT_EQ(c.cwnd_bytes(), 62500u);
+  // Never below the min window.
+  for (int i = 1; i < 40; ++i) c.OnAck(Ack(i * kMillisecond, 4, 500 * kUs, 4));
+  EXPECT_EQ(c.window_bytes(), 4096u);
+}
+
+TEST(NsccQuadrantTest, EcnBelowTargetChangesNothing) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 4, 12 * kUs, /*ecn=*/4));
+  EXPECT_EQ(a.cwnd_bytes(), 125000u);
+  EXPECT_EQ(a.counters().ecn_no_change, 1u);
+  EXPECT_EQ(a.counters().decreases, 0u);
+  // A half-marked batch below target: only the clean half increases.
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 4, 12 * kUs, 2));  // f = 3/5 on 8192 clean bytes
+  EXPECT_NEAR(static_cast<double>(b.cwnd_bytes()), 125000 + 0.6 * 8192, 1);
+}
+
+TEST(NsccQuadrantTest, TrimsAndLossesAreCongestion) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 4, 12 * kUs, 0, /*trimmed=*/1));  // below target, yet cut
+  EXPECT_EQ(a.cwnd_bytes(), 93750u);               // loss_md = 0.25
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 4, 12 * kUs, 0, 0, /*lost=*/2));
+  EXPECT_EQ(b.cwnd_bytes(), 93750u);
+  NsccController c = Nscc();
+  c.OnAck(Ack(0, 4, 40 * kUs, 4, 1));  // delay term dominates: 25/40
+  EXPECT_EQ(c.cwnd_bytes(), 62500u);   // capped at max_md
+}
+
+TEST(NsccTest, QuickAdaptSetsWindowToDelivered) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 15, 20 * kUs));         // opens a 20us observation period
+  a.OnAck(Ack(20 * kUs, 15, 20 * kUs));  // closes it: 120 KB delivered
+  EXPECT_EQ(a.counters().quick_adapts, 0u);
+  a.OnAck(Ack(25 * kUs, 1, 20 * kUs, 0, /*trimmed=*/3));  // sudden collapse
+  const uint64_t after_cut = a.cwnd_bytes();
+  EXPECT_LT(after_cut, 100000u);
+  a.OnAck(Ack(40 * kUs, 1, 20 * kUs, 0, 2));  // period ends: 8 KB delivered
+  EXPECT_EQ(a.counters().quick_adapts, 1u);
+  EXPECT_EQ(a.cwnd_bytes(), 8192u);
+}
+
+TEST(NsccTest, QuickAdaptOnHighRttWithoutLosses) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 1, 40 * kUs));  // above the 30us qa threshold
+  a.OnAck(Ack(40 * kUs, 1, 40 * kUs));
+  EXPECT_EQ(a.counters().quick_adapts, 1u);
+  EXPECT_EQ(a.cwnd_bytes(), 8192u);
+}
+
+TEST(NsccTest, NoQuickAdaptWhenMerelyAppLimited) {
+  NsccController a = Nscc();
+  for (int i = 0; i < 10; ++i) a.OnAck(Ack(i * 20 * kUs, 1, 12 * kUs));
+  EXPECT_EQ(a.counters().quick_adapts, 0u);
+  EXPECT_GT(a.cwnd_bytes(), 125000u);
+}
+
+TEST(NsccTest, ReceiverPenaltyHonoured) {
+  NsccController a = Nscc();
+  AckEvent e = Ack(0, 0, 0);
+  e.rx_window_penalty = 10;
+  a.OnAck(e);
+  EXPECT_EQ(a.window_bytes(), 125000u - 40960u);
+  e.rx_window_penalty = 1000;
+  a.OnAck(e);
+  EXPECT_EQ(a.window_bytes(), 4096u);
+  e.rx_window_penalty = 0;
+  a.OnAck(e);
+  EXPECT_EQ(a.window_bytes(), 125000u);
+}
+
+TEST(NsccTest, TimeoutHalvesTheWindow) {
+  NsccController a = Nscc();
+  a.OnTimeout(kMillisecond);
+  EXPECT_EQ(a.cwnd_bytes(), 62500u);
+  for (int i = 0; i < 10; ++i) a.OnTimeout(kMillisecond * (2 + i));
+  EXPECT_EQ(a.window_bytes(), 4096u);
+  EXPECT_EQ(a.counters().timeouts, 11u);
+}
+
+TEST(NsccTest, WindowStaysInRangeAndIsDeterministic) {
+  auto run = [] {
+    NsccController a = Nscc();
+    Rng rng(3);
+    uint64_t digest = 0;
+    Time now = 0;
+    for (int i = 0; i < 20000; ++i) {
+      now += static_cast<Time>(rng.Uniform(5000)) * kNanosecond;
+      AckEvent e = Ack(now, static_cast<uint32_t>(rng.Uniform(9)),
+                       static_cast<Time>(rng.Uniform(60)) * kUs);
+      e.ecn_marked = static_cast<uint32_t>(rng.Uniform(12));  // may exceed
+      e.trimmed = rng.Bernoulli(0.05) ? 1 : 0;
+      e.lost = rng.Bernoulli(0.01) ? 1 : 0;
+      e.rx_window_penalty = rng.Bernoulli(0.05) ? 3 : 0;
+      if (rng.Bernoulli(0.001)) {
+        a.OnTimeout(now);
+      } else {
+        a.OnAck(e);
+      }
+      EXPECT_GE(a.window_bytes(), 4096u);
+      EXPECT_LE(a.window_bytes(), 187500u);
+      digest = digest * 31 + a.window_bytes();
+    }
+    return digest;
+  };
+  EXPECT_EQ(run(), run());
+}
+
+// ---- DCQCN ------------------------------------------------------------------
+
+DcqcnController Dcqcn() {
+  const DcqcnParams p = DcqcnParams::Defaults(Cfg("dcqcn"));
+  EXPECT_TRUE(p.Validate().ok());
+  return DcqcnController(p);
+}
+
+TEST(DcqcnTest, DefaultsAndLargeWindow) {
+  const DcqcnParams p = DcqcnParams::Defaults(Cfg("dcqcn"));
+  EXPECT_EQ(p.min_rate_bps, 100'000'000u);
+  EXPECT_EQ(p.rai_bps, 100'000'000u);
+  EXPECT_EQ(p.rhai_bps, 1'000'000'000u);
+  EXPECT_EQ(p.window_bytes, 500000u);
+  DcqcnController d = Dcqcn();
+  EXPECT_EQ(d.pacing_rate_bps(), k100G);
+  EXPECT_EQ(d.window_bytes(), 500000u);
+}
+
+TEST(DcqcnTest, EcnCutsByAlphaAndCnpsArePaced) {
+  DcqcnController d = Dcqcn();
+  d.OnAck(Ack(0, 4, 10 * kUs, /*ecn=*/1));
+  EXPECT_EQ(d.pacing_rate_bps(), k100G / 2);  // alpha starts at 1
+  EXPECT_EQ(d.target_rate_bps(), k100G);
+  EXPECT_DOUBLE_EQ(d.alpha(), 1.0);
+  d.OnAck(Ack(10 * kUs, 4, 10 * kUs, 1));  // within cnp_interval: ignored
+  EXPECT_EQ(d.pacing_rate_bps(), k100G / 2);
+  d.OnAck(Ack(50 * kUs, 4, 10 * kUs, 1));
+  EXPECT_EQ(d.pacing_rate_bps(), k100G / 4);
+  EXPECT_EQ(d.target_rate_bps(), k100G / 2);
+  EXPECT_EQ(d.counters().cuts, 2u);
+  // Trims and timeouts are congestion notifications too.
+  DcqcnController e = Dcqcn();
+  e.OnAck(Ack(0, 4, 10 * kUs, 0, /*trimmed=*/1));
+  EXPECT_EQ(e.pacing_rate_bps(), k100G / 2);
+  DcqcnController f = Dcqcn();
+  f.OnTimeout(0);
+  EXPECT_EQ(f.pacing_rate_bps(), k100G / 2);
+}
+
+TEST(DcqcnTest, AlphaDecaysWithoutCnps) {
+  DcqcnController d = Dcqcn();
+  d.OnAck(Ack(0, 1, 10 * kUs, 1));
+  d.OnAck(Ack(10 * 55 * kUs, 0, 0));
+  EXPECT_NEAR(d.alpha(), std::pow(1.0 - 1.0 / 256, 10), 1e-12);
+  // A smaller alpha means a gentler cut.
+  const double before = static_cast<double>(d.pacing_rate_bps());
+  d.OnAck(Ack(10 * 55 * kUs + 1, 1, 10 * kUs, 1));
+  EXPECT_NEAR(static_cast<double>(d.pacing_rate_bps()),
+              before * (1 - std::pow(1.0 - 1.0 / 256, 10) / 2), 2);
+}
+
+TEST(DcqcnTest, FastRecoveryThenAdditiveIncreaseByTimer) {
+  DcqcnController d = Dcqcn();
+  d.OnAck(Ack(0, 1, 10 * kUs, 1));  // Rc = 50G, Rt = 100G
+  const double rates[] = {75e9, 87.5e9, 93.75e9, 96.875e9};
+  for (int i = 0; i < 4; ++i) {
+    d.OnAck(Ack((i + 1) * 55 * kUs, 0, 0));
+    EXPECT_NEAR(static_cast<double>(d.pacing_rate_bps()), rates[i], 1) << i;
+  }
+  EXPECT_EQ(d.counters().fast_recovery, 4u);
+  d.OnAck(Ack(5 * 55 * kUs, 0, 0));  // T = 5: additive (Rt capped at line)
+  EXPECT_EQ(d.counters().additive, 1u);
+  EXPECT_NEAR(static_cast<double>(d.pacing_rate_bps()), 98.4375e9, 1);
+}
+
+TEST(DcqcnTest, HyperIncreaseWhenTimerAndBytesBothPastF) {
+  DcqcnController d = Dcqcn();
+  d.OnAck(Ack(0, 1, 10 * kUs, 1));
+  d.OnAck(Ack(50 * kUs, 1, 10 * kUs, 1));  // Rt = 50G, Rc = 25G
+  ASSERT_EQ(d.target_rate_bps(), k100G / 2);
+  AckEvent big = Ack(0, 1, 10 * kUs);
+  big.acked_bytes = 10'000'000;  // one byte-counter event per ACK
+  for (int i = 1; i <= 12; ++i) {
+    big.now = 50 * kUs + i * 55 * kUs;
+    d.OnAck(big);
+  }
+  EXPECT_GT(d.counters().hyper, 0u);
+  EXPECT_GT(d.counters().additive, 0u);
+  EXPECT_GT(d.target_rate_bps(), k100G / 2 + 5'000'000'000ull);
+  EXPECT_LE(d.pacing_rate_bps(), k100G);
+}
+
+TEST(DcqcnTest, LongIdleGapIsBoundedAndRecoversToLineRate) {
+  DcqcnController d = Dcqcn();
+  d.OnAck(Ack(0, 1, 10 * kUs, 1));
+  d.OnAck(Ack(10 * kSecond, 0, 0));  // ~180000 periods: capped catch-up
+  EXPECT_EQ(d.pacing_rate_bps(), k100G);
+  EXPECT_LT(d.alpha(), 0.5);
+  // Rate never drops below the minimum.
+  for (int i = 1; i < 200; ++i)
+    d.OnAck(Ack(10 * kSecond + i * 50 * kUs, 1, 0, 1));
+  EXPECT_EQ(d.pacing_rate_bps(), 100'000'000u);
+}
+
+TEST(DcqcnTest, ValidateRejectsNonsense) {
+  DcqcnParams p = DcqcnParams::Defaults(Cfg("dcqcn"));
+  p.g = 0;
+  EXPECT_FALSE(p.Validate().ok());
+  p = DcqcnParams::Defaults(Cfg("dcqcn"));
+  p.min_rate_bps = 2 * k100G;
+  EXPECT_FALSE(p.Validate().ok());
+  p = DcqcnParams::Defaults(Cfg("dcqcn"));
+  p.byte_counter = 0;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
+}  // namespace
+}  // namespace prism::congestion
