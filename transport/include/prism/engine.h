@@ -108,6 +108,9 @@ struct ConnectionInfo {
   uint16_t num_planes = 0;
   uint32_t mtu_payload = 0;
   bool payload_checksum = false;
+  // First PSN this side sends (random per connection, from the engine seed).
+  // The receiver starts its window here. Filled in by LocalInfo().
+  uint32_t initial_psn = 0;
 };
 
 struct WriteRequest {

@@ -1,0 +1,1739 @@
+// prism::Engine implementation: memory regions, connections, the sender
+// (segmentation, spraying, window, loss recovery) and the receiver
+// (validation, placement, duplicate suppression, SACK/NACK, ordered
+// completions).
+//
+// Design (see also prism/engine.h):
+//
+// PSN space. Every connection numbers its DATA packets with a 64-bit PSN
+// starting at 2^32 + initial_psn (random 32 bits from the engine seed); only
+// the low 32 bits travel on the wire and are extended against a local
+// reference (snd_una on the sender, rcv_nxt on the receiver). PSNs are
+// assigned when a WRITE is posted: message k owns the contiguous range
+// [first_psn, first_psn + npkts), npkts = max(1, ceil(len / mtu)). A packet's
+// PSN therefore never changes; retransmissions reuse it.
+//
+// Sender. A ring of kWindow TxSlots indexed by psn % kWindow covers
+// [snd_una, snd_una + kWindow); no PSN beyond that is ever sent, which also
+// bounds the receiver's window. Each slot in flight is linked in two
+// intrusive doubly-linked lists: the connection's send-time order (the head
+// is the oldest transmission: the RTO timer) and its path's send order (for
+// per-path loss inference). Lost packets go to a retransmit ring and are sent
+// before new data. Payload is never copied: TxPacket::payload points into the
+// registered source region, and a retransmission re-reads it.
+//
+// Path choice. The PathSelector is asked for a path for every DATA packet
+// (retransmissions of a trimmed packet avoid the path it was trimmed on). It
+// is told about every packet: kGood/kEcn when acked, kTrimmed on a TRIMMED
+// NACK, kLost when inferred lost, kTimeout when its RTO fired, kProbeOk when
+// a PROBE on an ASSUMED_BAD path came back.
+//
+// Loss inference (reordering-tolerant, RACK-style per path). Spraying makes
+// packets on different paths arrive in any order, so cross-path order says
+// nothing. Packets on one path usually keep their order, so a packet sent on
+// path p is declared lost when, on the same path, kDupThresh packets sent
+// after it were acked, or one sent after it was acked and it was sent more
+// than a reordering window (max(srtt_p / 4, base_rtt / 4)) earlier than that
+// packet. Anything else is recovered by the RTO: srtt + 4 * rttvar from echoed
+// timestamps, clamped to [rto_min, rto_max], doubled per consecutive timeout
+// without progress; when it fires every transmission older than the RTO is
+// retransmitted and its path gets kTimeout.
+//
+// Failure. A NACK BAD_KEY / BAD_RANGE for a PSN in flight is a remote access
+// error (as on an RDMA RC queue pair): the WRITE completes with
+// kPermissionDenied / kOutOfRange, every other outstanding WRITE with kAborted,
+// and a kConnectionError completion is posted; the connection stops. The
+// only other way a connection fails is silence: nothing received from the
+// peer for connection_timeout while WRITEs are outstanding (writes and the
+// kConnectionError completion carry kDeadlineExceeded). Idle time does not
+// count: the clock starts when the connection becomes busy.
+//
+// Receiver. DATA is checked in this order: decodes (header CRC, lengths),
+// known and connected connection, payload no larger than the peer's MTU,
+// trimmed (-> TRIMMED NACK, nothing placed), rkey known with remote-write
+// access (BAD_KEY), range inside the region, overflow-safe (BAD_RANGE),
+// payload CRC32C when present/required (CORRUPT), PSN window (duplicate below
+// rcv_nxt or already in the received bitmap -> suppressed and re-acked;
+// beyond rcv_nxt + kWindow -> OUT_OF_WINDOW), message slot consistency; then
+// the Placer writes it. Each message's bytes are counted; a message is
+// complete when all its bytes arrived, and messages are retired strictly in
+// MSN order, so a kRecvImmediate completion for message k is only reported
+// after messages < k are complete.
+//
+// SACKs are coalesced: one per kAckEvery placed packets, one at the end of
+// every OnReceive burst that placed or re-saw data, and one immediately for a
+// packet that opens a gap (out of order) or carried ECN CE. A SACK carries
+// the cumulative PSN plus a 256-bit bitmap starting at cum (aligned down to
+// 64) or, when the triggering packet is further ahead, ending at its word.
+// SACK/NACK/PROBE_ACK leave on the path the triggering packet arrived on.
+//
+// Allocation. Everything per connection is preallocated at Connect(); the
+// per-packet path (OnReceive, PollTransmit) allocates nothing. The only
+// growable structure is the completion queue (amortised, grows only when the
+// application does not poll). Hash maps (rkey/lkey -> region, id ->
+// connection) are only used for lookups, never iterated for decisions:
+// connections are polled in id order from a rotating cursor.
+#include "prism/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "congestion/controller.h"
+#include "routing/path_selector.h"
+#include "transport/base/random.h"
+#include "transport/wire/packet.h"
+
+namespace prism {
+namespace {
+
+constexpr uint64_t kWindow = 4096;  // PSNs in flight / receive window
+constexpr uint64_t kWindowMask = kWindow - 1;
+constexpr uint64_t kRetxRing = 2 * kWindow;  // retransmit queue entries
+constexpr uint32_t kNil = 0xFFFFFFFFu;
+constexpr uint32_t kAckEvery = 16;
+constexpr uint32_t kDupThresh = 3;
+constexpr size_t kCtrlRing = 1024;
+constexpr int kMaxBackoff = 16;
+constexpr uint32_t kMaxPlanes = 32;
+
+enum SlotState : uint8_t { kFree = 0, kInFlight, kLost, kAcked };
+
+struct TxSlot {
+  Time sent_time = 0;
+  uint32_t msn = 0;
+  uint32_t pkt_idx = 0;
+  uint32_t path_seq = 0;
+  uint32_t prev_path = kNil, next_path = kNil;
+  uint32_t prev_all = kNil, next_all = kNil;
+  uint16_t len = 0;
+  uint16_t path = 0;
+  uint8_t state = kFree;
+  uint8_t tx_count = 0;
+};
+
+struct PathInfo {
+  uint32_t head = kNil, tail = kNil;
+  uint32_t tx_seq = 0;
+  uint32_t acked_seq_hi = 0;
+  bool any_acked = false;
+  bool dirty = false;
+  Time last_acked_sent = 0;
+  Time srtt = 0;
+  Time rttvar = 0;
+  PathStats st;
+};
+
+struct TxMsg {
+  uint64_t wr_id = 0;
+  const uint8_t* src = nullptr;
+  uint64_t remote_addr = 0;
+  uint64_t first_psn = 0;
+  uint32_t len = 0;
+  uint32_t rkey = 0;
+  uint32_t imm = 0;
+  uint32_t npkts = 0;
+  uint32_t acked = 0;
+  uint32_t region = 0;  // index of the source region (reference held)
+  bool has_imm = false;
+  bool done = false;
+};
+
+struct RxMsg {
+  uint64_t received = 0;
+  uint64_t base_addr = 0;
+  uint32_t msn = 0;
+  uint32_t len = 0;
+  uint32_t imm = 0;
+  bool active = false;
+  bool has_imm = false;
+  bool complete = false;
+};
+
+enum class CtrlType : uint8_t { kSack, kNack, kProbe, kProbeAck, kPlane };
+
+struct CtrlItem {
+  CtrlType type = CtrlType::kSack;
+  wire::NackReason reason = wire::NackReason::kTrimmed;
+  uint8_t ecn = 0;
+  uint16_t path = 0;
+  uint16_t coalesced = 0;
+  uint32_t psn = 0;  // trigger / nacked PSN (low 32), probe seq, plane seq
+  uint64_t psn64 = 0;
+  uint64_t ts = 0;
+  uint32_t planes_down = 0;
+};
+
+struct Region {
+  MemoryRegion mr;
+  uint8_t* base = nullptr;
+  uint32_t refs = 0;  // outstanding local WRITEs using it as a source
+  bool live = false;
+};
+
+inline uint64_t Ext(uint64_t ref, uint32_t v) {
+  return ref + static_cast<int64_t>(
+                   static_cast<int32_t>(v - static_cast<uint32_t>(ref)));
+}
+
+class MemcpyPlacer final : public Placer {
+ public:
+  bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
+             const MemoryRegion&) override {
+    std::memcpy(dst, src, len);
+    return true;
+  }
+};
+
+struct Conn {
+  ConnId id = kInvalidConn;
+  ConnectionOptions opt;
+  ConnectionInfo remote;
+  bool connected = false;
+  bool failed = false;
+  uint16_t num_paths = 0;
+  uint16_t num_planes = 0;
+  uint32_t mtu = 0;         // our DATA payload size
+  uint32_t remote_mtu = 0;  // the peer's
+  bool tx_crc = false;
+  bool rx_crc_required = false;
+  uint32_t initial_psn = 0;
+  std::unique_ptr<routing::PathSelector> sel;
+  std::unique_ptr<congestion::Controller> cc;
+  ConnectionStats st;
+
+  // --- sender
+  std::vector<TxSlot> slots;
+  std::vector<PathInfo> paths;
+  std::vector<TxMsg> msgs;
+  uint32_t msg_mask = 0;
+  uint32_t max_msgs = 0;
+  uint32_t msg_una = 0;   // oldest uncompleted message
+  uint32_t post_msn = 0;  // next MSN to assign
+  uint32_t send_msn = 0;  // message holding the next new packet
+  uint32_t send_idx = 0;  // its next packet index
+  uint64_t next_assign_psn = 0;
+  uint64_t snd_una = 0;
+  uint64_t snd_nxt = 0;  // one past the highest PSN ever sent
+  uint32_t all_head = kNil, all_tail = kNil;
+  std::vector<uint64_t> retx;  // ring of PSNs to retransmit
+  uint64_t retx_head = 0, retx_tail = 0;
+  uint64_t inflight_bytes = 0;
+  uint64_t cwnd = 0;
+  Time srtt = 0, rttvar = 0;
+  int backoff = 0;
+  Time next_send_time = 0;
+  bool no_path = false;
+  Time last_heard = 0;
+  uint32_t probe_seq = 0;
+  std::vector<uint16_t> dirty_paths;
+
+  // --- receiver
+  std::vector<uint64_t> rx_bits;
+  std::vector<RxMsg> rx_msgs;
+  uint64_t rcv_nxt = 0;
+  uint64_t rcv_high = 0;  // one past the highest PSN received
+  uint32_t rcv_msn_next = 0;
+  uint64_t rx_bytes_total = 0;
+  uint32_t ooo_count = 0;
+  uint32_t ack_pending = 0;
+  uint32_t trig_psn = 0;
+  uint64_t trig_psn64 = 0;
+  uint16_t trig_path = 0;
+  uint64_t trig_ts = 0;
+  uint8_t trig_ecn = 0;
+  bool in_touched = false;
+  uint32_t last_rkey = 0;
+  uint32_t last_region = kNil;
+  uint64_t last_region_gen = 0;
+
+  // --- control queue
+  std::vector<CtrlItem> ctrl;
+  uint64_t ctrl_head = 0, ctrl_tail = 0;
+  uint32_t planes_down_local = 0;
+  uint32_t plane_seq = 0;
+  uint32_t peer_plane_seq = 0;
+  uint32_t peer_planes_down = 0;
+
+  bool Outstanding() const { return msg_una != post_msn; }
+  TxSlot& Slot(uint64_t psn) { return slots[psn & kWindowMask]; }
+  TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
+  const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
+  Time Rto() const {
+    Time base =
+        srtt == 0 ? std::max(opt.rto_min, 3 * opt.base_rtt) : srtt + 4 * rttvar;
+    base = std::clamp(base, opt.rto_min, opt.rto_max);
+    Time r = base;
+    for (int i = 0; i < backoff && r < opt.rto_max; ++i) r *= 2;
+    return std::min(r, opt.rto_max);
+  }
+  bool CtrlFull() const { return ctrl_tail - ctrl_head >= kCtrlRing; }
+  CtrlItem* PushCtrl() {
+    if (CtrlFull()) return nullptr;
+    return &ctrl[(ctrl_tail++) % kCtrlRing];
+  }
+};
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  explicit Impl(const EngineOptions& o) : opt_(o), rng_(o.seed) {
+    placer_ = o.placer != nullptr ? o.placer : &memcpy_placer_;
+    touched_.reserve(64);
+  }
+
+  // ---------------------------------------------------------------- memory
+  absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, uint64_t length,
+                                              uint32_t access) {
+    if (addr == nullptr) return absl::InvalidArgumentError("null address");
+    if (length == 0) return absl::InvalidArgumentError("zero-length region");
+    const uint64_t a = reinterpret_cast<uint64_t>(addr);
+    if (a + length < a) {
+      return absl::InvalidArgumentError("region wraps the address space");
+    }
+    if (access == 0 || (access & ~(kAccessLocal | kAccessRemoteWrite)) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad access mask ", access));
+    }
+    Region r;
+    r.mr.addr = a;
+    r.mr.length = length;
+    r.mr.access = access;
+    r.mr.lkey = FreshKey();
+    r.mr.rkey = FreshKey();
+    r.base = static_cast<uint8_t*>(addr);
+    r.live = true;
+    uint32_t idx;
+    if (!free_regions_.empty()) {
+      idx = free_regions_.back();
+      free_regions_.pop_back();
+      regions_[idx] = r;
+    } else {
+      idx = static_cast<uint32_t>(regions_.size());
+      regions_.push_back(r);
+    }
+    by_lkey_[r.mr.lkey] = idx;
+    by_rkey_[r.mr.rkey] = idx;
+    ++stats_.memory_regions;
+    return r.mr;
+  }
+
+  absl::Status DeregisterMemory(uint32_t lkey) {
+    auto it = by_lkey_.find(lkey);
+    if (it == by_lkey_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown lkey ", lkey));
+    }
+    Region& r = regions_[it->second];
+    if (r.refs != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("region lkey ", lkey, " is the source of ", r.refs,
+                       " outstanding WRITEs"));
+    }
+    by_rkey_.erase(r.mr.rkey);
+    free_regions_.push_back(it->second);
+    by_lkey_.erase(it);
+    r.live = false;
+    ++region_gen_;
+    --stats_.memory_regions;
+    return absl::OkStatus();
+  }
+
+  // ----------------------------------------------------------- connections
+  absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
+    if (opt_.mtu_payload == 0 || opt_.mtu_payload > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EngineOptions::mtu_payload must be in [1, 65535], got ",
+                       opt_.mtu_payload));
+    }
+    if (stats_.connections >= opt_.max_connections) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("max_connections (", opt_.max_connections, ") reached"));
+    }
+    if (o.num_paths == 0) return absl::InvalidArgumentError("num_paths == 0");
+    if (o.num_planes == 0 || o.num_planes > o.num_paths ||
+        o.num_planes > kMaxPlanes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_planes must be in [1, min(num_paths, 32)], got ", o.num_planes));
+    }
+    if (o.rto_min <= 0 || o.rto_max < o.rto_min) {
+      return absl::InvalidArgumentError("need 0 < rto_min <= rto_max");
+    }
+    if (o.connection_timeout <= 0 || o.probe_interval <= 0 || o.base_rtt <= 0) {
+      return absl::InvalidArgumentError(
+          "connection_timeout, probe_interval and base_rtt must be > 0");
+    }
+    if (o.max_outstanding_messages == 0 ||
+        o.max_outstanding_messages > (1u << 20)) {
+      return absl::InvalidArgumentError(
+          "max_outstanding_messages must be in [1, 2^20]");
+    }
+    // Validate the policy names now (with the local path count).
+    auto sel = MakeSelector(o, o.num_paths, o.num_planes, 1);
+    if (!sel.ok()) return sel.status();
+    auto cc = MakeCc(o);
+    if (!cc.ok()) return cc.status();
+
+    auto c = std::make_unique<Conn>();
+    c->id = next_conn_id_++;
+    c->opt = o;
+    c->initial_psn = rng_.Next32();
+    Conn* raw = c.get();
+    conns_[c->id] = std::move(c);
+    order_.push_back(raw);  // ids increase: order_ stays sorted
+    ++stats_.connections;
+    return raw->id;
+  }
+
+  ConnectionInfo LocalInfo(ConnId id) const {
+    ConnectionInfo info;
+    const Conn* c = Find(id);
+    if (c == nullptr) return info;
+    info.conn_id = c->id;
+    info.num_paths = c->opt.num_paths;
+    info.num_planes = c->opt.num_planes;
+    info.mtu_payload = opt_.mtu_payload;
+    info.payload_checksum = c->opt.payload_checksum;
+    info.initial_psn = c->initial_psn;
+    return info;
+  }
+
+  absl::Status Connect(ConnId id, const ConnectionInfo& remote) {
+    Conn* c = Find(id);
+    if (c == nullptr) return absl::NotFoundError(UnknownConn(id));
+    if (c->connected) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("connection ", id, " is already connected"));
+    }
+    if (remote.conn_id == kInvalidConn) {
+      return absl::InvalidArgumentError("remote conn_id is 0");
+    }
+    if (remote.mtu_payload == 0 || remote.mtu_payload > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remote mtu_payload ", remote.mtu_payload, " outside [1, 65535]"));
+    }
+    uint16_t np = c->opt.num_paths;
+    if (remote.num_paths != 0) np = std::min(np, remote.num_paths);
+    uint16_t planes = c->opt.num_planes;
+    if (remote.num_planes != 0) planes = std::min(planes, remote.num_planes);
+    planes = std::min<uint16_t>(planes, np);
+    auto sel = MakeSelector(c->opt, np, planes, rng_.Next());
+    if (!sel.ok()) return sel.status();
+    auto cc = MakeCc(c->opt);
+    if (!cc.ok()) return cc.status();
+    c->sel = std::move(*sel);
+    c->cc = std::move(*cc);
+    c->remote = remote;
+    c->num_paths = np;
+    c->num_planes = planes;
+    c->mtu = opt_.mtu_payload;
+    c->remote_mtu = remote.mtu_payload;
+    c->tx_crc = c->opt.payload_checksum || remote.payload_checksum;
+    c->rx_crc_required = c->tx_crc;
+    // Sender state.
+    c->slots.assign(kWindow, TxSlot{});
+    c->paths.assign(np, PathInfo{});
+    uint32_t cap = 1;
+    while (cap < c->opt.max_outstanding_messages) cap <<= 1;
+    c->msgs.assign(cap, TxMsg{});
+    c->msg_mask = cap - 1;
+    c->max_msgs = c->opt.max_outstanding_messages;
+    c->retx.assign(kRetxRing, 0);
+    c->dirty_paths.reserve(np);
+    const uint64_t start = (uint64_t{1} << 32) + c->initial_psn;
+    c->next_assign_psn = c->snd_una = c->snd_nxt = start;
+    c->cwnd = c->cc->window_bytes();
+    // Receiver state.
+    c->rx_bits.assign(kWindow / 64, 0);
+    c->rx_msgs.assign(kWindow, RxMsg{});
+    c->rcv_nxt = c->rcv_high = (uint64_t{1} << 32) + remote.initial_psn;
+    c->ctrl.assign(kCtrlRing, CtrlItem{});
+    c->connected = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status CloseConnection(ConnId id) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return absl::NotFoundError(UnknownConn(id));
+    Conn* c = it->second.get();
+    FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
+                0);
+    order_.erase(std::find(order_.begin(), order_.end(), c));
+    if (cursor_ >= order_.size()) cursor_ = 0;
+    conns_.erase(it);
+    --stats_.connections;
+    return absl::OkStatus();
+  }
+
+  // -------------------------------------------------------------- PostWrite
+  absl::Status PostWrite(Time now, ConnId id, const WriteRequest& req) {
+    Observe(now);
+    Conn* c = Find(id);
+    if (c == nullptr) return absl::NotFoundError(UnknownConn(id));
+    if (!c->connected) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("connection ", id, " is not connected"));
+    }
+    if (c->failed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("connection ", id, " has failed"));
+    }
+    if (req.length > 0xFFFFFFFFull) {
+      return absl::InvalidArgumentError("WRITE longer than 2^32-1 bytes");
+    }
+    if (req.remote_addr + req.length < req.remote_addr) {
+      return absl::InvalidArgumentError("remote range wraps around 2^64");
+    }
+    auto it = by_lkey_.find(req.lkey);
+    if (it == by_lkey_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown lkey ", req.lkey));
+    }
+    Region& r = regions_[it->second];
+    if ((r.mr.access & kAccessLocal) == 0) {
+      return absl::PermissionDeniedError("region lacks kAccessLocal");
+    }
+    const uint64_t la = reinterpret_cast<uint64_t>(req.local_addr);
+    if (req.length > 0 && (req.local_addr == nullptr || la < r.mr.addr ||
+                           req.length > r.mr.length ||
+                           la - r.mr.addr > r.mr.length - req.length)) {
+      return absl::OutOfRangeError("local range is outside the region of lkey");
+    }
+    if (c->post_msn - c->msg_una >= c->max_msgs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "max_outstanding_messages (", c->max_msgs, ") WRITEs outstanding"));
+    }
+    if (!c->Outstanding()) c->last_heard = std::max(c->last_heard, now);
+    TxMsg& m = c->Msg(c->post_msn);
+    m = TxMsg{};
+    m.wr_id = req.wr_id;
+    m.src = static_cast<const uint8_t*>(req.local_addr);
+    m.remote_addr = req.remote_addr;
+    m.len = static_cast<uint32_t>(req.length);
+    m.rkey = req.rkey;
+    m.imm = req.immediate;
+    m.has_imm = req.has_immediate;
+    m.npkts = m.len == 0 ? 1 : (m.len + c->mtu - 1) / c->mtu;
+    m.first_psn = c->next_assign_psn;
+    m.region = it->second;
+    c->next_assign_psn += m.npkts;
+    ++r.refs;
+    ++c->post_msn;
+    return absl::OkStatus();
+  }
+
+  // -------------------------------------------------------------- receive
+  void OnReceive(Time now, const RxPacket* pkts, size_t n) {
+    Observe(now);
+    for (size_t i = 0; i < n; ++i) ReceiveOne(now, pkts[i]);
+    for (Conn* c : touched_) {
+      c->in_touched = false;
+      if (c->ack_pending > 0) FlushAck(c);
+    }
+    touched_.clear();
+  }
+
+  // ------------------------------------------------------------- transmit
+  size_t PollTransmit(Time now, TxPacket* out, size_t max) {
+    Observe(now);
+    size_t n = 0;
+    const size_t nc = order_.size();
+    if (nc == 0 || max == 0) return 0;
+    // Timers first (every connection, deterministic id order).
+    for (Conn* c : order_) RunTimers(now, c);
+    // Then packets, round-robin from a rotating cursor.
+    bool progress = true;
+    while (n < max && progress) {
+      progress = false;
+      for (size_t k = 0; k < nc && n < max; ++k) {
+        Conn* c = order_[(cursor_ + k) % nc];
+        const size_t before = n;
+        n += EmitConn(now, c, out + n, max - n);
+        if (n != before) progress = true;
+      }
+      cursor_ = (cursor_ + 1) % nc;
+    }
+    stats_.tx_packets += n;
+    return n;
+  }
+
+  Time NextEventTime() const {
+    Time t = kTimeInfinite;
+    for (const Conn* c : order_) {
+      if (!c->connected || c->failed) continue;
+      if (c->ctrl_tail != c->ctrl_head) return last_now_;
+      if (c->sel->NextProbeTime() < t) t = c->sel->NextProbeTime();
+      if (HasSendable(c) && !c->no_path) {
+        t = std::min(t, std::max(last_now_, c->next_send_time));
+      }
+      if (c->all_head != kNil) {
+        t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
+      }
+      if (c->Outstanding()) {
+        t = std::min(t, c->last_heard + c->opt.connection_timeout);
+      }
+    }
+    return t;
+  }
+
+  size_t PollCompletions(Completion* out, size_t max) {
+    size_t n = std::min(max, cq_.size() - cq_head_);
+    for (size_t i = 0; i < n; ++i) out[i] = cq_[cq_head_ + i];
+    cq_head_ += n;
+    if (cq_head_ == cq_.size()) {
+      cq_.clear();
+      cq_head_ = 0;
+    }
+    return n;
+  }
+
+  EngineStats stats() const { return stats_; }
+
+  absl::StatusOr<ConnectionStats> connection_stats(ConnId id) const {
+    const Conn* c = Find(id);
+    if (c == nullptr) return absl::NotFoundError(UnknownConn(id));
+    ConnectionStats s = c->st;
+    s.inflight_bytes = c->inflight_bytes;
+    s.cwnd_bytes = c->cwnd;
+    s.srtt = c->srtt;
+    s.rto = c->connected ? c->Rto() : 0;
+    uint16_t active = 0;
+    if (c->sel) {
+      for (uint16_t p = 0; p < c->num_paths; ++p) {
+        const auto st = c->sel->state(p);
+        if (st == routing::PathState::kGood || st == routing::PathState::kSkip)
+          ++active;
+      }
+    }
+    s.paths_active = active;
+    return s;
+  }
+
+  absl::StatusOr<PathStats> path_stats(ConnId id, PathId path) const {
+    const Conn* c = Find(id);
+    if (c == nullptr) return absl::NotFoundError(UnknownConn(id));
+    if (!c->connected) {
+      return absl::FailedPreconditionError("connection not connected");
+    }
+    if (path >= c->num_paths) {
+      return absl::NotFoundError(
+          absl::StrCat("path ", path, " >= num_paths ", c->num_paths));
+    }
+    PathStats s = c->paths[path].st;
+    s.srtt = c->paths[path].srtt;
+    s.state = static_cast<uint8_t>(c->sel->state(path));
+    return s;
+  }
+
+  absl::Status SetPlaneUp(ConnId id, uint16_t plane, bool up, Time now) {
+    Observe(now);
+    Conn* c = Find(id);
+    if (c == nullptr) return absl::NotFoundError(UnknownConn(id));
+    if (!c->connected) {
+      return absl::FailedPreconditionError("connection not connected");
+    }
+    if (plane >= c->num_planes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plane ", plane, " >= num_planes ", c->num_planes));
+    }
+    const uint32_t bit = 1u << plane;
+    const uint32_t before = c->planes_down_local;
+    if (up) {
+      c->planes_down_local &= ~bit;
+    } else {
+      c->planes_down_local |= bit;
+    }
+    if (before == c->planes_down_local) return absl::OkStatus();
+    ApplyPlane(c, plane, up, now);
+    ++c->plane_seq;
+    // Tell the peer, once over every plane that is up on both sides.
+    for (uint16_t p = 0; p < c->num_planes; ++p) {
+      if ((c->planes_down_local | c->peer_planes_down) & (1u << p)) continue;
+      CtrlItem* it = c->PushCtrl();
+      if (it == nullptr) break;
+      *it = CtrlItem{};
+      it->type = CtrlType::kPlane;
+      it->path = p;  // path p is on plane p
+      it->psn = c->plane_seq;
+      it->planes_down = c->planes_down_local;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // ------------------------------------------------------------ helpers
+  void Observe(Time now) {
+    if (now > last_now_) last_now_ = now;
+  }
+  static std::string UnknownConn(ConnId id) {
+    return absl::StrCat("unknown connection ", id);
+  }
+  Conn* Find(ConnId id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.get();
+  }
+  const Conn* Find(ConnId id) const {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.get();
+  }
+  uint32_t FreshKey() {
+    for (;;) {
+      const uint32_t k = rng_.Next32();
+      if (k != 0 && !by_lkey_.contains(k) && !by_rkey_.contains(k)) return k;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<routing::PathSelector>> MakeSelector(
+      const ConnectionOptions& o, uint16_t np, uint16_t planes, uint64_t seed) {
+    routing::PathSelectorConfig sc;
+    sc.num_paths = np;
+    sc.num_planes = planes;
+    sc.policy = o.path_policy;
+    sc.probe_interval = o.probe_interval;
+    sc.seed = seed;
+    return routing::MakePathSelector(sc);
+  }
+  absl::StatusOr<std::unique_ptr<congestion::Controller>> MakeCc(
+      const ConnectionOptions& o) {
+    congestion::ControllerConfig cc;
+    cc.algorithm = o.congestion;
+    cc.link_rate_bps = o.link_rate_bps;
+    cc.base_rtt = o.base_rtt;
+    cc.mtu_bytes = opt_.mtu_payload;
+    return congestion::MakeController(cc);
+  }
+  void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
+
+  // ------------------------------------------------------ lists (sender)
+  void LinkSlot(Conn* c, uint32_t idx) {
+    TxSlot& s = c->slots[idx];
+    PathInfo& p = c->paths[s.path];
+    s.next_path = kNil;
+    s.prev_path = p.tail;
+    if (p.tail != kNil) {
+      c->slots[p.tail].next_path = idx;
+    } else {
+      p.head = idx;
+    }
+    p.tail = idx;
+    s.next_all = kNil;
+    s.prev_all = c->all_tail;
+    if (c->all_tail != kNil) {
+      c->slots[c->all_tail].next_all = idx;
+    } else {
+      c->all_head = idx;
+    }
+    c->all_tail = idx;
+  }
+  void UnlinkSlot(Conn* c, uint32_t idx) {
+    TxSlot& s = c->slots[idx];
+    PathInfo& p = c->paths[s.path];
+    if (s.prev_path != kNil) {
+      c->slots[s.prev_path].next_path = s.next_path;
+    } else {
+      p.head = s.next_path;
+    }
+    if (s.next_path != kNil) {
+      c->slots[s.next_path].prev_path = s.prev_path;
+    } else {
+      p.tail = s.prev_path;
+    }
+    if (s.prev_all != kNil) {
+      c->slots[s.prev_all].next_all = s.next_all;
+    } else {
+      c->all_head = s.next_all;
+    }
+    if (s.next_all != kNil) {
+      c->slots[s.next_all].prev_all = s.prev_all;
+    } else {
+      c->all_tail = s.prev_all;
+    }
+    s.prev_path = s.next_path = s.prev_all = s.next_all = kNil;
+  }
+
+  // Slot in flight -> lost: out of the lists, queued for retransmission.
+  void MarkLost(Conn* c, uint64_t psn, bool front) {
+    const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+    TxSlot& s = c->slots[idx];
+    UnlinkSlot(c, idx);
+    s.state = kLost;
+    c->inflight_bytes -= s.len;
+    if (c->retx_tail - c->retx_head >= kRetxRing) CompactRetx(c);
+    if (front && c->retx_head != c->retx_tail) {
+      --c->retx_head;
+      c->retx[c->retx_head % kRetxRing] = psn;
+    } else {
+      c->retx[(c->retx_tail++) % kRetxRing] = psn;
+    }
+  }
+
+  // Drops stale entries (acked meanwhile) from the retransmit ring, keeping
+  // order. Live entries are distinct PSNs of the window, so they fit.
+  void CompactRetx(Conn* c) {
+    uint64_t w = c->retx_head;
+    for (uint64_t r = c->retx_head; r != c->retx_tail; ++r) {
+      const uint64_t psn = c->retx[r % kRetxRing];
+      if (psn >= c->snd_una && c->Slot(psn).state == kLost) {
+        c->retx[(w++) % kRetxRing] = psn;
+      }
+    }
+    c->retx_tail = w;
+  }
+
+  // ----------------------------------------------------------- receive
+  void ReceiveOne(Time now, const RxPacket& rx) {
+    ++stats_.rx_packets;
+    wire::DecodeError e;
+    if (rx.payload != nullptr) {
+      e = wire::DecodeSplit(rx.data, rx.len, rx.payload, rx.payload_len, &pkt_);
+    } else {
+      e = wire::Decode(rx.data, rx.len, &pkt_);
+    }
+    switch (e) {
+      case wire::DecodeError::kOk:
+        break;
+      case wire::DecodeError::kBadMagic:
+        ++stats_.rx_drop_bad_magic;
+        return;
+      case wire::DecodeError::kBadVersion:
+        ++stats_.rx_drop_bad_version;
+        return;
+      case wire::DecodeError::kBadChecksum:
+        ++stats_.rx_drop_bad_checksum;
+        return;
+      default:
+        ++stats_.rx_drop_malformed;
+        return;
+    }
+    uint32_t dst = 0;
+    switch (pkt_.type) {
+      case wire::PacketType::kData:
+        dst = pkt_.data.dst_conn;
+        break;
+      case wire::PacketType::kSack:
+        dst = pkt_.sack.dst_conn;
+        break;
+      case wire::PacketType::kNack:
+        dst = pkt_.nack.dst_conn;
+        break;
+      case wire::PacketType::kProbe:
+      case wire::PacketType::kProbeAck:
+        dst = pkt_.probe.dst_conn;
+        break;
+      case wire::PacketType::kPlaneStatus:
+        dst = pkt_.plane.dst_conn;
+        break;
+      case wire::PacketType::kConnect:
+      case wire::PacketType::kConnectAck:
+        // In-band setup is not handled by the engine (out-of-band Connect()).
+        ++stats_.rx_drop_malformed;
+        return;
+    }
+    Conn* c = Find(dst);
+    if (c == nullptr || !c->connected || c->failed) {
+      ++stats_.rx_drop_unknown_conn;
+      return;
+    }
+    switch (pkt_.type) {
+      case wire::PacketType::kData:
+        OnData(now, c, rx);
+        return;
+      case wire::PacketType::kSack:
+        c->last_heard = now;
+        OnSack(now, c, pkt_.sack);
+        return;
+      case wire::PacketType::kNack:
+        c->last_heard = now;
+        OnNack(now, c, pkt_.nack);
+        return;
+      case wire::PacketType::kProbe: {
+        c->last_heard = now;
+        if (pkt_.probe.path_id >= c->num_paths) {
+          ++stats_.rx_drop_malformed;
+          return;
+        }
+        CtrlItem* it = c->PushCtrl();
+        if (it != nullptr) {
+          *it = CtrlItem{};
+          it->type = CtrlType::kProbeAck;
+          it->path = pkt_.probe.path_id;
+          it->psn = pkt_.probe.probe_seq;
+          it->ts = pkt_.probe.send_ts;
+        }
+        return;
+      }
+      case wire::PacketType::kProbeAck: {
+        c->last_heard = now;
+        const uint16_t p = pkt_.probe.path_id;
+        if (p >= c->num_paths) {
+          ++stats_.rx_drop_malformed;
+          return;
+        }
+        ++c->st.probe_acks_received;
+        const Time rtt = now - static_cast<Time>(pkt_.probe.send_ts);
+        const auto before = c->sel->state(p);
+        c->sel->OnFeedback(p, routing::PathFeedback::kProbeOk, now,
+                           rtt > 0 ? rtt : 0);
+        if (before == routing::PathState::kAssumedBad &&
+            c->sel->state(p) != routing::PathState::kAssumedBad) {
+          ++c->st.paths_restored;
+          ++c->paths[p].st.restored;
+        }
+        c->no_path = false;
+        return;
+      }
+      case wire::PacketType::kPlaneStatus: {
+        c->last_heard = now;
+        const auto& ps = pkt_.plane;
+        if (static_cast<int32_t>(ps.seq - c->peer_plane_seq) <= 0) return;
+        c->peer_plane_seq = ps.seq;
+        const uint32_t mask =
+            c->num_planes >= 32 ? 0xFFFFFFFFu : ((1u << c->num_planes) - 1);
+        const uint32_t down = ps.planes_down & mask;
+        for (uint16_t p = 0; p < c->num_planes; ++p) {
+          const uint32_t bit = 1u << p;
+          if ((down & bit) != (c->peer_planes_down & bit)) {
+            c->peer_planes_down ^= bit;
+            const bool up_now =
+                ((c->peer_planes_down | c->planes_down_local) & bit) == 0;
+            ApplyPlane(c, p, up_now, now);
+          }
+        }
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  // A plane went up/down (locally or at the peer): tell the selector and,
+  // when it went down, retransmit what was in flight on it at once.
+  void ApplyPlane(Conn* c, uint16_t plane, bool up, Time now) {
+    const bool effective_up =
+        up &&
+        (((c->planes_down_local | c->peer_planes_down) >> plane) & 1) == 0;
+    c->sel->SetPlaneUp(plane, effective_up, now);
+    c->no_path = false;
+    if (effective_up) return;
+    for (uint32_t p = plane; p < c->num_paths; p += c->num_planes) {
+      while (c->paths[p].head != kNil) {
+        const uint32_t idx = c->paths[p].head;
+        const uint64_t psn = PsnOfSlot(c, idx);
+        ++c->paths[p].st.lost_packets;
+        MarkLost(c, psn, false);
+      }
+    }
+  }
+
+  uint64_t PsnOfSlot(Conn* c, uint32_t idx) const {
+    // The slot ring covers [snd_una, snd_una + kWindow).
+    const uint64_t base = c->snd_una & ~kWindowMask;
+    uint64_t psn = base + idx;
+    if (psn < c->snd_una) psn += kWindow;
+    return psn;
+  }
+
+  void Touch(Conn* c) {
+    if (!c->in_touched) {
+      c->in_touched = true;
+      touched_.push_back(c);
+    }
+  }
+
+  void QueueNack(Conn* c, const wire::DataHeader& h, uint64_t psn64,
+                 wire::NackReason reason, bool ecn) {
+    CtrlItem* it = c->PushCtrl();
+    if (it == nullptr) return;
+    *it = CtrlItem{};
+    it->type = CtrlType::kNack;
+    it->reason = reason;
+    it->ecn = ecn ? 1 : 0;
+    it->path = h.path_id;
+    it->psn = h.psn;
+    it->psn64 = psn64;
+    it->ts = h.send_ts;
+    ++c->st.tx_nacks;
+  }
+
+  void OnData(Time now, Conn* c, const RxPacket& rx) {
+    const wire::DataHeader& h = pkt_.data;
+    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths) {
+      ++stats_.rx_drop_malformed;
+      return;
+    }
+    c->last_heard = now;
+    const bool trimmed = pkt_.trimmed || rx.trimmed;
+    const uint64_t psn = Ext(c->rcv_nxt, h.psn);
+    if (trimmed) {
+      ++c->st.rx_trimmed;
+      if (psn < c->rcv_nxt || psn >= c->rcv_nxt + kWindow ||
+          (c->rx_bits[(psn >> 6) & (kWindow / 64 - 1)] >> (psn & 63)) & 1) {
+        // Already have it (or cannot have it): just re-acknowledge.
+        ++stats_.rx_duplicates;
+        NoteAck(c, h, psn, rx.ecn_ce, false);
+        return;
+      }
+      QueueNack(c, h, psn, wire::NackReason::kTrimmed, rx.ecn_ce);
+      return;
+    }
+    // Key, access and range.
+    uint32_t ridx;
+    if (c->last_region != kNil && c->last_rkey == h.rkey &&
+        c->last_region_gen == region_gen_) {
+      ridx = c->last_region;
+    } else {
+      auto it = by_rkey_.find(h.rkey);
+      if (it == by_rkey_.end() ||
+          (regions_[it->second].mr.access & kAccessRemoteWrite) == 0) {
+        ++stats_.rx_drop_bad_key;
+        QueueNack(c, h, psn, wire::NackReason::kBadKey, rx.ecn_ce);
+        return;
+      }
+      ridx = it->second;
+      c->last_rkey = h.rkey;
+      c->last_region = ridx;
+      c->last_region_gen = region_gen_;
+    }
+    const Region& r = regions_[ridx];
+    const uint64_t plen = h.payload_len;
+    if (h.remote_addr < r.mr.addr || plen > r.mr.length ||
+        h.remote_addr - r.mr.addr > r.mr.length - plen ||
+        h.remote_addr < h.msg_offset) {
+      ++stats_.rx_drop_bad_range;
+      QueueNack(c, h, psn, wire::NackReason::kBadRange, rx.ecn_ce);
+      return;
+    }
+    // Payload integrity.
+    const bool has_crc = (h.flags & wire::kFlagPayloadCrc) != 0;
+    if (plen > 0 && (has_crc || c->rx_crc_required)) {
+      if (!has_crc || wire::Crc32c(pkt_.payload, plen) != h.payload_crc) {
+        ++stats_.rx_drop_payload_corrupt;
+        QueueNack(c, h, psn, wire::NackReason::kCorrupt, rx.ecn_ce);
+        return;
+      }
+    }
+    // PSN window and duplicates.
+    if (psn < c->rcv_nxt) {
+      ++stats_.rx_duplicates;
+      NoteAck(c, h, psn, rx.ecn_ce, false);
+      return;
+    }
+    if (psn >= c->rcv_nxt + kWindow) {
+      ++stats_.rx_drop_out_of_window;
+      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
+      return;
+    }
+    uint64_t& word = c->rx_bits[(psn >> 6) & (kWindow / 64 - 1)];
+    const uint64_t bit = uint64_t{1} << (psn & 63);
+    if (word & bit) {
+      ++stats_.rx_duplicates;
+      NoteAck(c, h, psn, rx.ecn_ce, false);
+      return;
+    }
+    // Message slot.
+    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    const uint64_t base_addr = h.remote_addr - h.msg_offset;
+    RxMsg& m = c->rx_msgs[h.msn & kWindowMask];
+    const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
+    if (md < 0 || md >= static_cast<int32_t>(kWindow) ||
+        (m.active && m.msn != h.msn)) {
+      ++stats_.rx_drop_out_of_window;
+      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
+      return;
+    }
+    if (m.active &&
+        (m.len != h.msg_len || m.base_addr != base_addr ||
+         m.has_imm != has_imm || (has_imm && m.imm != h.immediate) ||
+         m.received + plen > m.len)) {
+      ++stats_.rx_drop_malformed;
+      return;
+    }
+    if (plen > 0 &&
+        !placer_->Place(r.base + (h.remote_addr - r.mr.addr), pkt_.payload,
+                        static_cast<uint32_t>(plen), r.mr)) {
+      ++stats_.rx_drop_placement;
+      return;
+    }
+    // Accept.
+    word |= bit;
+    const bool gap = psn > c->rcv_high;
+    if (psn >= c->rcv_high) {
+      c->rcv_high = psn + 1;
+    } else {
+      ++c->ooo_count;
+    }
+    if (psn == c->rcv_nxt) AdvanceRcvNxt(c);
+    ++c->st.rx_data_packets;
+    c->st.rx_data_bytes += plen;
+    c->rx_bytes_total += plen;
+    if (!m.active) {
+      m.active = true;
+      m.complete = false;
+      m.msn = h.msn;
+      m.len = h.msg_len;
+      m.received = 0;
+      m.base_addr = base_addr;
+      m.has_imm = has_imm;
+      m.imm = h.immediate;
+    }
+    m.received += plen;
+    if (m.received == m.len) {
+      m.complete = true;
+      if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
+    }
+    NoteAck(c, h, psn, rx.ecn_ce, gap);
+  }
+
+  void AdvanceRcvNxt(Conn* c) {
+    for (;;) {
+      uint64_t& w = c->rx_bits[(c->rcv_nxt >> 6) & (kWindow / 64 - 1)];
+      const unsigned sh = static_cast<unsigned>(c->rcv_nxt & 63);
+      const uint64_t rest = ~(w >> sh);  // zero bits from rcv_nxt up
+      if (rest == 0) {
+        // All bits sh..63 are set: consume them.
+        w &= sh == 0 ? 0 : ((uint64_t{1} << sh) - 1);
+        c->rcv_nxt += 64 - sh;
+        continue;
+      }
+      const unsigned run = static_cast<unsigned>(__builtin_ctzll(rest));
+      if (run == 0) return;
+      const uint64_t mask =
+          (run >= 64 ? ~uint64_t{0} : ((uint64_t{1} << run) - 1)) << sh;
+      w &= ~mask;
+      c->rcv_nxt += run;
+      if (sh + run < 64) return;
+    }
+  }
+
+  void DeliverInOrder(Conn* c) {
+    for (;;) {
+      RxMsg& m = c->rx_msgs[c->rcv_msn_next & kWindowMask];
+      if (!m.active || m.msn != c->rcv_msn_next || !m.complete) return;
+      if (m.has_imm) {
+        Completion cpl;
+        cpl.type = CompletionType::kRecvImmediate;
+        cpl.conn = c->id;
+        cpl.immediate = m.imm;
+        cpl.byte_len = m.len;
+        cpl.remote_addr = m.base_addr;
+        cpl.msn = m.msn;
+        PushCompletion(cpl);
+      }
+      ++c->st.messages_received;
+      m.active = false;
+      ++c->rcv_msn_next;
+    }
+  }
+
+  void NoteAck(Conn* c, const wire::DataHeader& h, uint64_t psn64, bool ecn,
+               bool immediate) {
+    ++c->ack_pending;
+    c->trig_psn = h.psn;
+    c->trig_psn64 = psn64;
+    c->trig_path = h.path_id;
+    c->trig_ts = h.send_ts;
+    c->trig_ecn |= ecn ? 1 : 0;
+    if (immediate || ecn || c->ack_pending >= kAckEvery) {
+      FlushAck(c);
+    } else {
+      Touch(c);
+    }
+  }
+
+  void FlushAck(Conn* c) {
+    if (c->ack_pending == 0) return;
+    CtrlItem* it = c->PushCtrl();
+    if (it == nullptr) return;  // next burst retries (ack_pending kept)
+    *it = CtrlItem{};
+    it->type = CtrlType::kSack;
+    it->psn = c->trig_psn;
+    it->psn64 = c->trig_psn64;
+    it->path = c->trig_path;
+    it->ts = c->trig_ts;
+    it->ecn = c->trig_ecn;
+    it->coalesced =
+        static_cast<uint16_t>(std::min<uint32_t>(c->ack_pending, 0xFFFF));
+    c->ack_pending = 0;
+    c->trig_ecn = 0;
+  }
+
+  // --------------------------------------------------------- sender: acks
+  void AckSlot(Conn* c, uint64_t psn, uint64_t trig, bool ecn, Time rtt,
+               Time now, congestion::AckEvent& ev) {
+    const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+    TxSlot& s = c->slots[idx];
+    if (s.state != kInFlight && s.state != kLost) return;
+    PathInfo& p = c->paths[s.path];
+    const bool is_trig = psn == trig;
+    if (s.state == kInFlight) {
+      UnlinkSlot(c, idx);
+      c->inflight_bytes -= s.len;
+      if (!p.any_acked ||
+          static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+        p.acked_seq_hi = s.path_seq;
+        p.any_acked = true;
+      }
+      if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+      if (!p.dirty) {
+        p.dirty = true;
+        c->dirty_paths.push_back(s.path);
+      }
+    }
+    // (kLost: acked before its retransmission left; the retx entry is
+    // skipped when popped.)
+    s.state = kAcked;
+    ++p.st.acked_packets;
+    const bool marked = is_trig && ecn;
+    if (marked) {
+      ++p.st.ecn_marked;
+      ++c->st.ecn_echoes;
+      ++ev.ecn_marked;
+    }
+    c->sel->OnFeedback(
+        s.path,
+        marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
+        now, is_trig ? rtt : 0);
+    ev.acked_bytes += s.len;
+    ++ev.acked_packets;
+    c->st.bytes_acked += s.len;
+    TxMsg& m = c->Msg(s.msn);
+    if (++m.acked == m.npkts) m.done = true;
+  }
+
+  void OnSack(Time now, Conn* c, const wire::SackHeader& h) {
+    ++c->st.sacks_received;
+    congestion::AckEvent ev;
+    ev.now = now;
+    Time rtt = now - static_cast<Time>(h.echo_ts);
+    if (rtt <= 0 || h.echo_ts == 0) rtt = 0;
+    const uint64_t trig = Ext(c->snd_una, h.trigger_psn);
+    // Cumulative part.
+    uint64_t cum = Ext(c->snd_una, h.cum_psn);
+    if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
+    for (uint64_t q = c->snd_una; q < cum; ++q) {
+      AckSlot(c, q, trig, h.ecn_seen != 0, rtt, now, ev);
+    }
+    // Bitmap part.
+    const uint64_t base = Ext(c->snd_una, h.bitmap_base);
+    for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
+      uint64_t bits = h.bitmap[w];
+      while (bits) {
+        const unsigned b = static_cast<unsigned>(__builtin_ctzll(bits));
+        bits &= bits - 1;
+        const uint64_t q = base + 64 * w + b;
+        if (q >= c->snd_una && q < c->snd_nxt) {
+          AckSlot(c, q, trig, h.ecn_seen != 0, rtt, now, ev);
+        }
+      }
+    }
+    // RTT from the echoed timestamp of the triggering transmission.
+    if (rtt > 0) {
+      UpdateRtt(c, rtt);
+      if (h.echo_path < c->num_paths) {
+        PathInfo& p = c->paths[h.echo_path];
+        if (p.srtt == 0) {
+          p.srtt = rtt;
+          p.rttvar = rtt / 2;
+        } else {
+          const Time d = rtt > p.srtt ? rtt - p.srtt : p.srtt - rtt;
+          p.rttvar += (d - p.rttvar) / 4;
+          p.srtt += (rtt - p.srtt) / 8;
+        }
+      }
+    }
+    ev.rtt = rtt;
+    FinishAckBatch(now, c, ev);
+  }
+
+  void UpdateRtt(Conn* c, Time rtt) {
+    if (c->srtt == 0) {
+      c->srtt = rtt;
+      c->rttvar = rtt / 2;
+    } else {
+      const Time d = rtt > c->srtt ? rtt - c->srtt : c->srtt - rtt;
+      c->rttvar += (d - c->rttvar) / 4;
+      c->srtt += (rtt - c->srtt) / 8;
+    }
+  }
+
+  // Loss inference on touched paths, window update, completions.
+  void FinishAckBatch(Time now, Conn* c, congestion::AckEvent& ev) {
+    if (ev.acked_packets > 0) c->backoff = 0;
+    for (uint16_t pid : c->dirty_paths) {
+      PathInfo& p = c->paths[pid];
+      p.dirty = false;
+      const Time reo = std::max(p.srtt / 4, c->opt.base_rtt / 4);
+      while (p.head != kNil) {
+        const TxSlot& s = c->slots[p.head];
+        const int32_t ahead = static_cast<int32_t>(p.acked_seq_hi - s.path_seq);
+        const bool lost = p.any_acked && ahead > 0 &&
+                          (ahead >= static_cast<int32_t>(kDupThresh) ||
+                           s.sent_time + reo <= p.last_acked_sent);
+        if (!lost) break;
+        const uint64_t psn = PsnOfSlot(c, p.head);
+        ++p.st.lost_packets;
+        ++ev.lost;
+        MarkLost(c, psn, false);
+        RetireFeedback(c, pid, routing::PathFeedback::kLost, now);
+      }
+    }
+    c->dirty_paths.clear();
+    AdvanceUna(c);
+    ev.inflight_bytes = c->inflight_bytes;
+    c->cc->OnAck(ev);
+    c->cwnd = c->cc->window_bytes();
+    CompleteWrites(c);
+  }
+
+  void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
+                      Time now) {
+    const auto before = c->sel->state(path);
+    c->sel->OnFeedback(path, fb, now, 0);
+    if (before != routing::PathState::kAssumedBad &&
+        c->sel->state(path) == routing::PathState::kAssumedBad) {
+      ++c->st.paths_retired;
+      ++c->paths[path].st.retired;
+    }
+  }
+
+  void AdvanceUna(Conn* c) {
+    while (c->snd_una < c->snd_nxt && c->Slot(c->snd_una).state == kAcked) {
+      c->Slot(c->snd_una).state = kFree;
+      ++c->snd_una;
+    }
+  }
+
+  void CompleteWrites(Conn* c) {
+    while (c->msg_una != c->post_msn && c->Msg(c->msg_una).done) {
+      TxMsg& m = c->Msg(c->msg_una);
+      Completion cpl;
+      cpl.type = CompletionType::kWrite;
+      cpl.conn = c->id;
+      cpl.wr_id = m.wr_id;
+      cpl.byte_len = m.len;
+      cpl.remote_addr = m.remote_addr;
+      cpl.msn = c->msg_una;
+      PushCompletion(cpl);
+      ++c->st.messages_completed;
+      if (regions_[m.region].refs > 0) --regions_[m.region].refs;
+      ++c->msg_una;
+    }
+  }
+
+  void OnNack(Time now, Conn* c, const wire::NackHeader& h) {
+    ++c->st.nacks_received;
+    const uint64_t psn = Ext(c->snd_una, h.psn);
+    if (psn < c->snd_una || psn >= c->snd_nxt) return;
+    TxSlot& s = c->Slot(psn);
+    if (s.state != kInFlight) return;  // stale: already handled
+    const uint16_t path = s.path;
+    congestion::AckEvent ev;
+    ev.now = now;
+    switch (h.reason) {
+      case wire::NackReason::kTrimmed:
+        ++c->st.trims_received;
+        ++c->paths[path].st.trimmed_packets;
+        MarkLost(c, psn, /*front=*/true);
+        c->sel->OnFeedback(path, routing::PathFeedback::kTrimmed, now, 0);
+        ev.trimmed = 1;
+        break;
+      case wire::NackReason::kCorrupt:
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, psn, /*front=*/true);
+        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        ev.lost = 1;
+        break;
+      case wire::NackReason::kOutOfWindow:
+      case wire::NackReason::kNoBuffer:
+        MarkLost(c, psn, /*front=*/false);
+        break;
+      case wire::NackReason::kBadKey:
+      case wire::NackReason::kBadRange: {
+        const absl::StatusCode code = h.reason == wire::NackReason::kBadKey
+                                          ? absl::StatusCode::kPermissionDenied
+                                          : absl::StatusCode::kOutOfRange;
+        FlushWrites(c, absl::StatusCode::kAborted, code, s.msn + 1);
+        return;
+      }
+    }
+    ev.inflight_bytes = c->inflight_bytes;
+    c->cc->OnAck(ev);
+    c->cwnd = c->cc->window_bytes();
+  }
+
+  // Completes every outstanding WRITE with `code` (the one with MSN
+  // culprit_plus1 - 1, if nonzero, with `culprit`), posts kConnectionError
+  // (unless cancelled by Close) and stops the connection.
+  void FlushWrites(Conn* c, absl::StatusCode code, absl::StatusCode culprit,
+                   uint32_t culprit_plus1) {
+    while (c->msg_una != c->post_msn) {
+      TxMsg& m = c->Msg(c->msg_una);
+      Completion cpl;
+      cpl.type = CompletionType::kWrite;
+      cpl.conn = c->id;
+      cpl.wr_id = m.wr_id;
+      cpl.byte_len = m.len;
+      cpl.remote_addr = m.remote_addr;
+      cpl.msn = c->msg_una;
+      cpl.status = (culprit_plus1 != 0 && c->msg_una == culprit_plus1 - 1)
+                       ? culprit
+                       : code;
+      PushCompletion(cpl);
+      if (regions_[m.region].refs > 0) --regions_[m.region].refs;
+      ++c->msg_una;
+    }
+    if (c->connected && code != absl::StatusCode::kCancelled) {
+      Completion cpl;
+      cpl.type = CompletionType::kConnectionError;
+      cpl.conn = c->id;
+      cpl.status = culprit;
+      PushCompletion(cpl);
+    }
+    c->failed = true;
+    c->all_head = c->all_tail = kNil;
+    c->inflight_bytes = 0;
+    c->ctrl_head = c->ctrl_tail;
+  }
+
+  // ------------------------------------------------------------- timers
+  void RunTimers(Time now, Conn* c) {
+    if (!c->connected || c->failed) return;
+    if (c->Outstanding() && now - c->last_heard >= c->opt.connection_timeout) {
+      FlushWrites(c, absl::StatusCode::kDeadlineExceeded,
+                  absl::StatusCode::kDeadlineExceeded, 0);
+      return;
+    }
+    if (c->all_head == kNil) return;
+    const Time rto = c->Rto();
+    if (c->slots[c->all_head].sent_time + rto > now) return;
+    // Every transmission older than the RTO is presumed lost.
+    while (c->all_head != kNil &&
+           c->slots[c->all_head].sent_time + rto <= now) {
+      const uint32_t idx = c->all_head;
+      const uint16_t path = c->slots[idx].path;
+      ++c->paths[path].st.lost_packets;
+      MarkLost(c, PsnOfSlot(c, idx), false);
+      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+    }
+    ++c->st.rto_events;
+    if (c->backoff < kMaxBackoff) ++c->backoff;
+    c->cc->OnTimeout(now);
+    c->cwnd = c->cc->window_bytes();
+    c->no_path = false;
+  }
+
+  // ------------------------------------------------------------- emit
+  // True when PollTransmit would send a DATA packet now (window open).
+  bool HasSendable(const Conn* c) const {
+    uint32_t len;
+    if (c->retx_head != c->retx_tail) {
+      const uint64_t psn = c->retx[c->retx_head % kRetxRing];
+      const TxSlot& s = c->slots[psn & kWindowMask];
+      if (psn < c->snd_una || s.state != kLost) return true;  // stale: pop
+      const TxMsg& m = c->Msg(s.msn);
+      len = std::min<uint32_t>(c->mtu, m.len - s.pkt_idx * c->mtu);
+    } else {
+      if (c->send_msn == c->post_msn) return false;
+      const TxMsg& m = c->Msg(c->send_msn);
+      if (m.first_psn + c->send_idx >= c->snd_una + kWindow) return false;
+      len = std::min<uint32_t>(c->mtu, m.len - c->send_idx * c->mtu);
+    }
+    return c->inflight_bytes == 0 || c->inflight_bytes + len <= c->cwnd;
+  }
+
+  size_t EmitConn(Time now, Conn* c, TxPacket* out, size_t max) {
+    if (!c->connected || c->failed) return 0;
+    size_t n = 0;
+    // Control packets.
+    while (n < max && c->ctrl_head != c->ctrl_tail) {
+      const CtrlItem& it = c->ctrl[(c->ctrl_head++) % kCtrlRing];
+      EmitCtrl(now, c, it, out[n]);
+      ++n;
+    }
+    // Probes on ASSUMED_BAD paths.
+    while (n < max) {
+      const int p = c->sel->NextProbe(now);
+      if (p < 0) break;
+      CtrlItem it;
+      it.type = CtrlType::kProbe;
+      it.path = static_cast<uint16_t>(p);
+      it.psn = ++c->probe_seq;
+      it.ts = static_cast<uint64_t>(now);
+      EmitCtrl(now, c, it, out[n]);
+      ++c->st.probes_sent;
+      ++n;
+    }
+    // Data: retransmissions first, then new packets, window permitting.
+    const size_t kQuantum = 64;
+    size_t data = 0;
+    while (n < max && data < kQuantum) {
+      if (c->next_send_time > now) break;
+      uint64_t psn;
+      bool retx = false;
+      if (c->retx_head != c->retx_tail) {
+        psn = c->retx[c->retx_head % kRetxRing];
+        if (c->Slot(psn).state != kLost || psn < c->snd_una) {
+          ++c->retx_head;  // acked meanwhile
+          continue;
+        }
+        retx = true;
+      } else {
+        if (c->send_msn == c->post_msn) break;
+        const TxMsg& m = c->Msg(c->send_msn);
+        psn = m.first_psn + c->send_idx;
+        if (psn >= c->snd_una + kWindow) break;
+      }
+      const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+      TxSlot& s = c->slots[idx];
+      uint32_t msn, pkt_idx;
+      if (retx) {
+        msn = s.msn;
+        pkt_idx = s.pkt_idx;
+      } else {
+        msn = c->send_msn;
+        pkt_idx = c->send_idx;
+      }
+      const TxMsg& m = c->Msg(msn);
+      const uint32_t off = pkt_idx * c->mtu;
+      const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
+      if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd) break;
+      int path = c->sel->NextPath(now);
+      if (path < 0) {
+        c->no_path = true;
+        break;
+      }
+      if (retx && path == s.path && c->num_paths > 1) {
+        for (int t = 0; t < 4 && path == s.path; ++t) {
+          const int q = c->sel->NextPath(now);
+          if (q >= 0) path = q;
+        }
+      }
+      c->no_path = false;
+      // Commit.
+      if (retx) {
+        ++c->retx_head;
+        ++c->st.retransmitted_packets;
+        c->st.retransmitted_bytes += len;
+      } else {
+        s = TxSlot{};
+        s.msn = msn;
+        s.pkt_idx = pkt_idx;
+        s.tx_count = 0;
+        if (++c->send_idx == m.npkts) {
+          ++c->send_msn;
+          c->send_idx = 0;
+        }
+        if (psn + 1 > c->snd_nxt) c->snd_nxt = psn + 1;
+      }
+      s.len = static_cast<uint16_t>(len);
+      s.path = static_cast<uint16_t>(path);
+      s.sent_time = now;
+      s.state = kInFlight;
+      if (s.tx_count < 255) ++s.tx_count;
+      PathInfo& pi = c->paths[path];
+      s.path_seq = ++pi.tx_seq;
+      LinkSlot(c, idx);
+      c->inflight_bytes += len;
+      ++pi.st.tx_packets;
+      pi.st.tx_bytes += len;
+      ++c->st.tx_data_packets;
+      c->st.tx_data_bytes += len;
+      EmitData(now, c, m, msn, off, len, psn, static_cast<uint16_t>(path), retx,
+               out[n]);
+      ++n;
+      ++data;
+      const uint64_t rate = c->cc->pacing_rate_bps();
+      if (rate > 0) {
+        c->next_send_time =
+            std::max(c->next_send_time, now) +
+            SerializationTime(len + wire::kDataHeaderSize, rate);
+      }
+    }
+    return n;
+  }
+
+  void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
+                uint32_t len, uint64_t psn, uint16_t path, bool retx,
+                TxPacket& out) {
+    wire::DataHeader h;
+    h.dst_conn = c->remote.conn_id;
+    h.psn = static_cast<uint32_t>(psn);
+    h.msn = msn;
+    h.msg_offset = off;
+    h.msg_len = m.len;
+    h.remote_addr = m.remote_addr + off;
+    h.rkey = m.rkey;
+    h.payload_len = static_cast<uint16_t>(len);
+    h.path_id = path;
+    uint16_t flags = 0;
+    if (retx) flags |= wire::kFlagRetransmit;
+    if (off == 0) flags |= wire::kFlagFirstOfMessage;
+    if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
+    if (m.has_imm) {
+      flags |= wire::kFlagHasImmediate;
+      h.immediate = m.imm;
+    }
+    const uint8_t* payload = len > 0 ? m.src + off : nullptr;
+    if (c->tx_crc && len > 0) {
+      flags |= wire::kFlagPayloadCrc;
+      h.payload_crc = wire::Crc32c(payload, len);
+    }
+    h.flags = flags;
+    h.send_ts = static_cast<uint64_t>(now);
+    out.header_len = static_cast<uint16_t>(
+        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes));
+    out.payload = payload;
+    out.payload_len = len;
+    out.peer = c->opt.peer;
+    out.path = path;
+    out.tclass = TrafficClass::kData;
+  }
+
+  void EmitCtrl(Time now, Conn* c, const CtrlItem& it, TxPacket& out) {
+    out.payload = nullptr;
+    out.payload_len = 0;
+    out.peer = c->opt.peer;
+    out.path = it.path;
+    out.tclass = TrafficClass::kControl;
+    const uint32_t dst = c->remote.conn_id;
+    size_t len = 0;
+    switch (it.type) {
+      case CtrlType::kSack: {
+        wire::SackHeader h;
+        h.dst_conn = dst;
+        h.cum_psn = static_cast<uint32_t>(c->rcv_nxt);
+        uint64_t base;
+        if (it.psn64 < c->rcv_nxt + wire::kSackBitmapBits) {
+          base = c->rcv_nxt & ~uint64_t{63};
+        } else {
+          base = (it.psn64 & ~uint64_t{63}) - (wire::kSackBitmapBits - 64);
+        }
+        h.bitmap_base = static_cast<uint32_t>(base);
+        for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
+          h.bitmap[w] = c->rx_bits[((base >> 6) + w) & (kWindow / 64 - 1)];
+        }
+        h.trigger_psn = it.psn;
+        h.echo_path = it.path;
+        h.ecn_seen = it.ecn;
+        h.echo_ts = it.ts;
+        h.bytes_received = c->rx_bytes_total;
+        h.ooo_count = c->ooo_count;
+        h.coalesced = it.coalesced;
+        len = wire::EncodeSack(h, out.header, TxPacket::kMaxHeaderBytes);
+        ++c->st.tx_sacks;
+        break;
+      }
+      case CtrlType::kNack: {
+        wire::NackHeader h;
+        h.dst_conn = dst;
+        h.psn = it.psn;
+        h.cum_psn = static_cast<uint32_t>(c->rcv_nxt);
+        h.reason = it.reason;
+        h.ecn_seen = it.ecn;
+        h.echo_path = it.path;
+        h.echo_ts = it.ts;
+        len = wire::EncodeNack(h, out.header, TxPacket::kMaxHeaderBytes);
+        break;
+      }
+      case CtrlType::kProbe:
+      case CtrlType::kProbeAck: {
+        wire::ProbeHeader h;
+        h.dst_conn = dst;
+        h.path_id = it.path;
+        h.probe_seq = it.psn;
+        h.send_ts = it.ts;
+        len = wire::EncodeProbe(h, it.type == CtrlType::kProbeAck, out.header,
+                                TxPacket::kMaxHeaderBytes);
+        break;
+      }
+      case CtrlType::kPlane: {
+        wire::PlaneStatusHeader h;
+        h.dst_conn = dst;
+        h.planes_down = it.planes_down;
+        h.seq = it.psn;
+        len = wire::EncodePlaneStatus(h, out.header, TxPacket::kMaxHeaderBytes);
+        break;
+      }
+    }
+    (void)now;
+    out.header_len = static_cast<uint16_t>(len);
+  }
+
+  EngineOptions opt_;
+  Rng rng_;
+  MemcpyPlacer memcpy_placer_;
+  Placer* placer_;
+  EngineStats stats_;
+  Time last_now_ = 0;
+
+  std::vector<Region> regions_;
+  std::vector<uint32_t> free_regions_;
+  absl::flat_hash_map<uint32_t, uint32_t> by_lkey_;
+  absl::flat_hash_map<uint32_t, uint32_t> by_rkey_;
+  uint64_t region_gen_ = 1;
+
+  absl::flat_hash_map<ConnId, std::unique_ptr<Conn>> conns_;
+  std::vector<Conn*> order_;
+  size_t cursor_ = 0;
+  ConnId next_conn_id_ = 1;
+  std::vector<Conn*> touched_;
+
+  std::vector<Completion> cq_;
+  size_t cq_head_ = 0;
+
+  wire::Packet pkt_;  // decode scratch, reused
+};
+
+// --------------------------------------------------------------- Engine
+Engine::Engine(const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+Engine::~Engine() = default;
+
+absl::StatusOr<MemoryRegion> Engine::RegisterMemory(void* addr, uint64_t length,
+                                                    uint32_t access) {
+  return impl_->RegisterMemory(addr, length, access);
+}
+absl::Status Engine::DeregisterMemory(uint32_t lkey) {
+  return impl_->DeregisterMemory(lkey);
+}
+absl::StatusOr<ConnId> Engine::CreateConnection(
+    const ConnectionOptions& options) {
+  return impl_->CreateConnection(options);
+}
+ConnectionInfo Engine::LocalInfo(ConnId conn) const {
+  return impl_->LocalInfo(conn);
+}
+absl::Status Engine::Connect(ConnId conn, const ConnectionInfo& remote) {
+  return impl_->Connect(conn, remote);
+}
+absl::Status Engine::CloseConnection(ConnId conn) {
+  return impl_->CloseConnection(conn);
+}
+absl::Status Engine::PostWrite(Time now, ConnId conn, const WriteRequest& req) {
+  return impl_->PostWrite(now, conn, req);
+}
+void Engine::OnReceive(Time now, const RxPacket* pkts, size_t n) {
+  impl_->OnReceive(now, pkts, n);
+}
+size_t Engine::PollTransmit(Time now, TxPacket* out, size_t max) {
+  return impl_->PollTransmit(now, out, max);
+}
+Time Engine::NextEventTime() const { return impl_->NextEventTime(); }
+size_t Engine::PollCompletions(Completion* out, size_t max) {
+  return impl_->PollCompletions(out, max);
+}
+EngineStats Engine::stats() const { return impl_->stats(); }
+absl::StatusOr<ConnectionStats> Engine::connection_stats(ConnId conn) const {
+  return impl_->connection_stats(conn);
+}
+absl::StatusOr<PathStats> Engine::path_stats(ConnId conn, PathId path) const {
+  return impl_->path_stats(conn, path);
+}
+absl::Status Engine::SetPlaneUp(ConnId conn, uint16_t plane, bool up,
+                                Time now) {
+  return impl_->SetPlaneUp(conn, plane, up, now);
+}
+
+}  // namespace prism
