@@ -1,0 +1,1118 @@
+#include "transport/nccl/comm.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+
+#include "transport/base/random.h"
+#include "transport/nccl/log.h"
+#include "transport/nccl/socket.h"
+
+namespace prism::nccl {
+namespace {
+
+constexpr uint32_t kHandleMagic = 0x484d5250;  // "PRMH"
+constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
+constexpr uint32_t kProtoVersion = 1;
+constexpr uint32_t kCommMagic = 0x4d4d4f43;
+constexpr uint32_t kReqMagic = 0x51455250;
+constexpr uint32_t kMrMagic = 0x4745524d;
+constexpr uint32_t kDeadMagic = 0xdeadbeef;
+
+// The listener's address in NCCL's 128-byte handle buffer. `connect_state`
+// is 0 as written by listen(); connect() keeps its in-progress state there
+// between the repeated calls NCCL makes with the same buffer.
+struct WireHandle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t family;
+  uint16_t port;  // network byte order
+  uint16_t dev;
+  uint32_t mode;
+  uint64_t nonce;
+  uint8_t addr[16];
+  uint64_t connect_state;
+};
+static_assert(sizeof(WireHandle) <= kPrismNcclHandleMaxSize);
+
+struct HelloMsg {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t nonce;
+  uint32_t mode;
+  uint32_t status;   // ack: 0 = accepted
+  uint8_t info[72];  // reserved for datapath connection info
+};
+static_assert(sizeof(HelloMsg) == 96);
+
+enum FrameType : uint32_t {
+  kFrameCts = 1,
+  kFrameData = 2,
+  kFrameSendError = 3,
+};
+struct FrameHeader {
+  uint32_t type;
+  uint32_t aux;
+  uint64_t len;  // bytes after this header
+};
+struct CtsEntry {
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkey;
+  int32_t tag;
+};
+struct CtsBody {
+  uint32_t seq;
+  uint32_t n;
+  CtsEntry e[kMaxRecvs];  // only n are on the wire
+};
+struct DataHeader {
+  uint32_t seq;
+  uint32_t idx;
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkey;
+  uint32_t pad;
+};
+struct SendErrorBody {
+  uint32_t seq;
+  uint32_t idx;
+  uint64_t size;
+};
+static_assert(sizeof(FrameHeader) == 16 && sizeof(CtsEntry) == 24 &&
+              sizeof(DataHeader) == 32 && sizeof(SendErrorBody) == 16);
+constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
+
+enum class CommKind : uint32_t { kListen, kSend, kRecv };
+
+// Counters of rejected input (protocol violations, API misuse), for logs.
+std::atomic<uint64_t> g_protocol_errors{0};
+std::atomic<uint64_t> g_api_errors{0};
+
+uint64_t NewNonce() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+struct CommBase {
+  explicit CommBase(CommKind k) : kind(k) {}
+  uint32_t magic = kCommMagic;
+  CommKind kind;
+  std::mutex mu;
+  int fd = -1;
+  DataMode mode = DataMode::kTcpInterim;
+  int dev = 0;
+  bool failed = false;
+  PrismNcclResult failure = kPrismNcclSuccess;
+  uint64_t nonce = 0;
+  Rng rng{1};
+  int live_mrs = 0;
+
+  void Fail(PrismNcclResult r, const char* what, int err) {
+    if (!failed) {
+      PRISM_NCCL_WARN("dev %d %s comm: %s%s%s", dev,
+                      kind == CommKind::kSend ? "send" : "recv", what,
+                      err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+    }
+    failed = true;
+    failure = r;
+  }
+};
+
+struct MemHandle {
+  uint32_t magic = kMrMagic;
+  CommBase* comm = nullptr;
+  uint8_t* addr = nullptr;
+  size_t size = 0;
+  int type = kPrismNcclPtrHost;
+  uint32_t rkey = 0;
+};
+
+struct Slot {
+  uint8_t* addr = nullptr;
+  uint64_t size = 0;
+  uint32_t rkey = 0;
+  int tag = 0;
+  uint64_t received = 0;
+  bool done = false;
+};
+
+struct Request {
+  uint32_t magic = kReqMagic;
+  CommBase* comm = nullptr;
+  bool in_use = false;
+  bool done = false;
+  PrismNcclResult result = kPrismNcclSuccess;
+  uint64_t size = 0;  // send: bytes
+  uint32_t seq = 0;   // recv: CTS sequence
+  int n = 0;
+  int ndone = 0;
+  Slot slots[kMaxRecvs];
+};
+
+bool InRegion(const MemHandle* mh, const void* data, uint64_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  return p >= mh->addr && size <= mh->size &&
+         static_cast<uint64_t>(p - mh->addr) <= mh->size - size;
+}
+
+// Validates a (data, size, mhandle) triple against `comm`.
+PrismNcclResult CheckBuffer(CommBase* comm, const void* data, uint64_t size,
+                            void* mhandle, const MemHandle** out) {
+  auto* mh = static_cast<const MemHandle*>(mhandle);
+  *out = mh;
+  if (size == 0 && mh == nullptr) return kPrismNcclSuccess;
+  if (mh == nullptr || mh->magic != kMrMagic || mh->comm != comm) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN("buffer %p (%llu bytes) has no memory handle of this comm",
+                    data, static_cast<unsigned long long>(size));
+    return kPrismNcclInvalidArgument;
+  }
+  if (!InRegion(mh, data, size)) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN(
+        "buffer %p (%llu bytes) lies outside its registration "
+        "[%p, +%zu)",
+        data, static_cast<unsigned long long>(size), mh->addr, mh->size);
+    return kPrismNcclInvalidArgument;
+  }
+  return kPrismNcclSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Send side.
+struct SendComm : CommBase {
+  SendComm() : CommBase(CommKind::kSend) {
+    for (int i = 0; i < kPool; ++i) {
+      reqs[i].comm = this;
+      free_list[i] = kPool - 1 - i;
+    }
+    nfree = kPool;
+  }
+  static constexpr int kPool = kMaxRequests * kMaxRecvs;
+
+  Request reqs[kPool];
+  int free_list[kPool];
+  int nfree = 0;
+
+  struct CtsGroup {
+    bool valid = false;
+    uint32_t seq = 0;
+    int n = 0;
+    int nmatched = 0;
+    CtsEntry e[kMaxRecvs];
+    bool matched[kMaxRecvs];
+  };
+  CtsGroup cts[kMaxRequests];
+  uint32_t next_send_seq = 0;  // CTS group being matched by isend
+  uint32_t next_cts_seq = 0;   // expected sequence of the next CTS frame
+
+  // Input parser (CTS frames).
+  FrameHeader in_hdr{};
+  size_t in_hdr_got = 0;
+  CtsBody in_body{};
+  size_t in_body_got = 0;
+
+  // Output queue (fixed ring; one item per send or error).
+  struct OutItem {
+    uint8_t hdr[sizeof(FrameHeader) + sizeof(DataHeader)];
+    uint32_t hdr_len = 0;
+    const uint8_t* payload = nullptr;
+    uint64_t payload_len = 0;
+    uint64_t sent = 0;
+    Request* req = nullptr;
+  };
+  static constexpr int kOutCap = 2 * kPool;
+  OutItem out[kOutCap];
+  int out_head = 0;
+  int out_count = 0;
+
+  Request* Alloc() {
+    if (nfree == 0) return nullptr;
+    Request* r = &reqs[free_list[--nfree]];
+    r->in_use = true;
+    r->done = false;
+    r->result = kPrismNcclSuccess;
+    r->size = 0;
+    r->n = 1;
+    return r;
+  }
+  void Free(Request* r) {
+    r->in_use = false;
+    free_list[nfree++] = static_cast<int>(r - reqs);
+  }
+  OutItem* PushOut() {
+    if (out_count == kOutCap) return nullptr;
+    OutItem* it = &out[(out_head + out_count) % kOutCap];
+    ++out_count;
+    *it = OutItem();
+    return it;
+  }
+
+  void Flush() {
+    while (out_count > 0 && !failed) {
+      OutItem& it = out[out_head];
+      const uint64_t total = it.hdr_len + it.payload_len;
+      while (it.sent < total) {
+        size_t moved = 0;
+        int err = 0;
+        Io io;
+        if (it.sent < it.hdr_len) {
+          io = SendSome(fd, it.hdr + it.sent, it.hdr_len - it.sent, &moved,
+                        &err);
+        } else {
+          const uint64_t off = it.sent - it.hdr_len;
+          io = SendSome(fd, it.payload + off, it.payload_len - off, &moved,
+                        &err);
+        }
+        if (io == Io::kAgain) return;
+        if (io != Io::kOk) {
+          Fail(kPrismNcclRemoteError, "side channel send failed", err);
+          return;
+        }
+        it.sent += moved;
+      }
+      if (it.req != nullptr) it.req->done = true;
+      out_head = (out_head + 1) % kOutCap;
+      --out_count;
+    }
+  }
+
+  void ApplyCts() {
+    const CtsBody& b = in_body;
+    if (b.n < 1 || b.n > static_cast<uint32_t>(kMaxRecvs) ||
+        in_hdr.len != CtsLen(static_cast<int>(b.n)) || b.seq != next_cts_seq) {
+      ++g_protocol_errors;
+      Fail(kPrismNcclRemoteError, "malformed or out-of-order CTS", 0);
+      return;
+    }
+    CtsGroup& g = cts[b.seq % kMaxRequests];
+    if (g.valid) {
+      ++g_protocol_errors;
+      Fail(kPrismNcclRemoteError, "peer exceeded 32 outstanding receives", 0);
+      return;
+    }
+    g.valid = true;
+    g.seq = b.seq;
+    g.n = static_cast<int>(b.n);
+    g.nmatched = 0;
+    for (int i = 0; i < g.n; ++i) {
+      g.e[i] = b.e[i];
+      g.matched[i] = false;
+    }
+    ++next_cts_seq;
+  }
+
+  void ReadInput() {
+    while (!failed) {
+      size_t moved = 0;
+      int err = 0;
+      Io io;
+      if (in_hdr_got < sizeof(FrameHeader)) {
+        io = RecvSome(fd, reinterpret_cast<uint8_t*>(&in_hdr) + in_hdr_got,
+                      sizeof(FrameHeader) - in_hdr_got, &moved, &err);
+        if (io == Io::kOk) {
+          in_hdr_got += moved;
+          if (in_hdr_got == sizeof(FrameHeader) &&
+              (in_hdr.type != kFrameCts || in_hdr.len < CtsLen(1) ||
+               in_hdr.len > CtsLen(kMaxRecvs))) {
+            ++g_protocol_errors;
+            Fail(kPrismNcclRemoteError, "unexpected frame from receiver", 0);
+            return;
+          }
+          in_body_got = 0;
+          continue;
+        }
+      } else {
+        io = RecvSome(fd, reinterpret_cast<uint8_t*>(&in_body) + in_body_got,
+                      in_hdr.len - in_body_got, &moved, &err);
+        if (io == Io::kOk) {
+          in_body_got += moved;
+          if (in_body_got == in_hdr.len) {
+            ApplyCts();
+            in_hdr_got = 0;
+          }
+          continue;
+        }
+      }
+      if (io == Io::kAgain) return;
+      Fail(kPrismNcclRemoteError,
+           io == Io::kClosed ? "peer closed the connection"
+                             : "side channel receive failed",
+           err);
+      return;
+    }
+  }
+
+  void Progress() {
+    Flush();
+    ReadInput();
+    Flush();
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Receive side.
+struct RecvComm : CommBase {
+  RecvComm() : CommBase(CommKind::kRecv) {
+    for (Request& r : reqs) r.comm = this;
+  }
+  Request reqs[kMaxRequests];  // indexed by seq % kMaxRequests
+  uint32_t next_seq = 0;
+
+  struct CtsOut {
+    uint8_t bytes[sizeof(FrameHeader) + sizeof(CtsBody)];
+    uint32_t len = 0;
+    uint32_t sent = 0;
+  };
+  CtsOut out[kMaxRequests];
+  int out_head = 0;
+  int out_count = 0;
+
+  enum class In { kHdr, kData, kPayload, kErr };
+  In in_state = In::kHdr;
+  FrameHeader in_hdr{};
+  DataHeader in_data{};
+  SendErrorBody in_err{};
+  size_t in_got = 0;
+  Request* cur_req = nullptr;
+  Slot* cur_slot = nullptr;
+
+  void Flush() {
+    while (out_count > 0 && !failed) {
+      CtsOut& o = out[out_head];
+      while (o.sent < o.len) {
+        size_t moved = 0;
+        int err = 0;
+        const Io io =
+            SendSome(fd, o.bytes + o.sent, o.len - o.sent, &moved, &err);
+        if (io == Io::kAgain) return;
+        if (io != Io::kOk) {
+          Fail(kPrismNcclRemoteError, "side channel send failed", err);
+          return;
+        }
+        o.sent += static_cast<uint32_t>(moved);
+      }
+      out_head = (out_head + 1) % kMaxRequests;
+      --out_count;
+    }
+  }
+
+  void CompleteSlot(Request* r, Slot* s, bool ok) {
+    s->done = true;
+    if (!ok) r->result = kPrismNcclRemoteError;
+    if (++r->ndone == r->n) r->done = true;
+  }
+
+  // Finds the posted, not yet filled slot (seq, idx); nullptr if none.
+  Slot* FindSlot(uint32_t seq, uint32_t idx, Request** req) {
+    Request& r = reqs[seq % kMaxRequests];
+    if (!r.in_use || r.done || r.seq != seq ||
+        idx >= static_cast<uint32_t>(r.n) || r.slots[idx].done) {
+      return nullptr;
+    }
+    *req = &r;
+    return &r.slots[idx];
+  }
+
+  // Reads into `dst` until `want` bytes are in; false when it must stop.
+  bool ReadPart(void* dst, size_t want, bool* complete) {
+    *complete = false;
+    while (in_got < want) {
+      size_t moved = 0;
+      int err = 0;
+      const Io io = RecvSome(fd, static_cast<uint8_t*>(dst) + in_got,
+                             want - in_got, &moved, &err);
+      if (io == Io::kAgain) return false;
+      if (io != Io::kOk) {
+        Fail(kPrismNcclRemoteError,
+             io == Io::kClosed ? "peer closed the connection"
+                               : "side channel receive failed",
+             err);
+        return false;
+      }
+      in_got += moved;
+    }
+    *complete = true;
+    return true;
+  }
+
+  void ReadInput() {
+    while (!failed) {
+      bool complete = false;
+      switch (in_state) {
+        case In::kHdr:
+          if (!ReadPart(&in_hdr, sizeof(in_hdr), &complete)) return;
+          in_got = 0;
+          if (in_hdr.type == kFrameData && in_hdr.len >= sizeof(DataHeader)) {
+            in_state = In::kData;
+          } else if (in_hdr.type == kFrameSendError &&
+                     in_hdr.len == sizeof(SendErrorBody)) {
+            in_state = In::kErr;
+          } else {
+            ++g_protocol_errors;
+            Fail(kPrismNcclRemoteError, "unexpected frame from sender", 0);
+            return;
+          }
+          break;
+        case In::kData: {
+          if (!ReadPart(&in_data, sizeof(in_data), &complete)) return;
+          in_got = 0;
+          Request* r = nullptr;
+          Slot* s = FindSlot(in_data.seq, in_data.idx, &r);
+          if (s == nullptr ||
+              in_data.addr != reinterpret_cast<uintptr_t>(s->addr) ||
+              in_data.rkey != s->rkey || in_data.size > s->size ||
+              in_hdr.len != sizeof(DataHeader) + in_data.size) {
+            ++g_protocol_errors;
+            Fail(kPrismNcclRemoteError,
+                 "DATA frame does not match a posted receive (not written)", 0);
+            return;
+          }
+          cur_req = r;
+          cur_slot = s;
+          s->received = in_data.size;
+          if (in_data.size == 0) {
+            CompleteSlot(r, s, true);
+            in_state = In::kHdr;
+          } else {
+            in_state = In::kPayload;
+          }
+          break;
+        }
+        case In::kPayload:
+          if (!ReadPart(cur_slot->addr, cur_slot->received, &complete)) {
+            return;
+          }
+          in_got = 0;
+          CompleteSlot(cur_req, cur_slot, true);
+          in_state = In::kHdr;
+          break;
+        case In::kErr: {
+          if (!ReadPart(&in_err, sizeof(in_err), &complete)) return;
+          in_got = 0;
+          Request* r = nullptr;
+          Slot* s = FindSlot(in_err.seq, in_err.idx, &r);
+          if (s == nullptr) {
+            ++g_protocol_errors;
+            Fail(kPrismNcclRemoteError, "send error for an unknown receive", 0);
+            return;
+          }
+          PRISM_NCCL_WARN(
+              "dev %d: peer sent %llu bytes for a %llu-byte receive (tag %d); "
+              "receive failed",
+              dev, static_cast<unsigned long long>(in_err.size),
+              static_cast<unsigned long long>(s->size), s->tag);
+          CompleteSlot(r, s, false);
+          in_state = In::kHdr;
+          break;
+        }
+      }
+    }
+  }
+
+  void Progress() {
+    Flush();
+    ReadInput();
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Connection setup.
+struct ListenComm : CommBase {
+  ListenComm() : CommBase(CommKind::kListen) {}
+  const DeviceContext* dev_ctx = nullptr;
+  DataMode cfg_mode = DataMode::kTcpInterim;
+  int sock_buf = 0;
+  // One connection being accepted.
+  int pending_fd = -1;
+  HelloMsg hello{};
+  size_t got = 0;
+  HelloMsg ack{};
+  size_t sent = 0;
+};
+
+struct ConnectState {
+  uint32_t magic = kCommMagic;
+  int fd = -1;
+  enum class Stage {
+    kConnecting,
+    kSendHello,
+    kRecvAck
+  } stage = Stage::kConnecting;
+  HelloMsg hello{};
+  size_t sent = 0;
+  HelloMsg ack{};
+  size_t got = 0;
+};
+
+void InitCommonFromConfig(CommBase* c, const DeviceContext& dev) {
+  c->mode = dev.config->mode;
+  c->dev = dev.index;
+}
+
+template <typename T>
+T* AsComm(void* p, CommKind kind) {
+  auto* c = static_cast<CommBase*>(p);
+  if (c == nullptr || c->magic != kCommMagic || c->kind != kind) {
+    ++g_api_errors;
+    return nullptr;
+  }
+  return static_cast<T*>(c);
+}
+
+}  // namespace
+
+int SupportedPtrTypes() { return kPrismNcclPtrHost; }
+
+PrismNcclResult Listen(const DeviceContext& dev, void* handle,
+                       void** listen_comm) {
+  if (handle == nullptr || listen_comm == nullptr) {
+    return kPrismNcclInvalidArgument;
+  }
+  *listen_comm = nullptr;
+  sockaddr_storage bound{};
+  socklen_t bound_len = 0;
+  auto fd =
+      TcpListen(dev.device->addr, dev.device->addr_len, &bound, &bound_len);
+  if (!fd.ok()) {
+    PRISM_NCCL_WARN("listen on %s (%s) failed: %s", dev.device->name.c_str(),
+                    AddrToString(dev.device->addr).c_str(),
+                    std::string(fd.status().message()).c_str());
+    return kPrismNcclSystemError;
+  }
+  auto* l = new (std::nothrow) ListenComm();
+  if (l == nullptr) {
+    CloseFd(*fd);
+    return kPrismNcclSystemError;
+  }
+  InitCommonFromConfig(l, dev);
+  l->fd = *fd;
+  l->dev_ctx = nullptr;
+  l->sock_buf = dev.config->sock_buf_bytes;
+  l->nonce = NewNonce();
+
+  WireHandle h;
+  memset(&h, 0, sizeof(h));
+  h.magic = kHandleMagic;
+  h.version = kProtoVersion;
+  h.family = bound.ss_family;
+  h.dev = static_cast<uint16_t>(dev.index);
+  h.mode = static_cast<uint32_t>(l->mode);
+  h.nonce = l->nonce;
+  if (bound.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&bound);
+    h.port = a->sin_port;
+    memcpy(h.addr, &a->sin_addr, 4);
+  } else {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&bound);
+    h.port = a->sin6_port;
+    memcpy(h.addr, &a->sin6_addr, 16);
+  }
+  memset(handle, 0, kPrismNcclHandleMaxSize);
+  memcpy(handle, &h, sizeof(h));
+  PRISM_NCCL_INFO("dev %d listening on %s port %u (data path %s)", dev.index,
+                  AddrToString(bound).c_str(), ntohs(h.port),
+                  DataModeName(l->mode));
+  *listen_comm = l;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult Connect(const DeviceContext& dev, void* handle,
+                        void** send_comm) {
+  if (handle == nullptr || send_comm == nullptr) {
+    return kPrismNcclInvalidArgument;
+  }
+  *send_comm = nullptr;
+  WireHandle h;
+  memcpy(&h, handle, sizeof(h));
+  if (h.magic != kHandleMagic || h.version != kProtoVersion) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN(
+        "connect: handle is not a Prism listen handle (magic "
+        "0x%08x version %u)",
+        h.magic, h.version);
+    return kPrismNcclInvalidArgument;
+  }
+  if (h.mode != static_cast<uint32_t>(dev.config->mode)) {
+    PRISM_NCCL_WARN(
+        "connect: peer uses data path %s, this process %s; set "
+        "the same PRISM_DATAPATH everywhere",
+        DataModeName(static_cast<DataMode>(h.mode)),
+        DataModeName(dev.config->mode));
+    return kPrismNcclInvalidUsage;
+  }
+  auto* st =
+      reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(h.connect_state));
+  auto save = [&](ConnectState* s) {
+    h.connect_state = reinterpret_cast<uintptr_t>(s);
+    memcpy(handle, &h, sizeof(h));
+  };
+  auto fail = [&](const char* what, int err) {
+    PRISM_NCCL_WARN("connect dev %d: %s%s%s", dev.index, what, err ? ": " : "",
+                    err ? strerror(err) : "");
+    if (st != nullptr) {
+      CloseFd(st->fd);
+      st->magic = kDeadMagic;
+      delete st;
+    }
+    save(nullptr);
+    return kPrismNcclRemoteError;
+  };
+  if (st == nullptr) {
+    sockaddr_storage peer{};
+    socklen_t len = 0;
+    if (h.family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&peer);
+      a->sin_family = AF_INET;
+      a->sin_port = h.port;
+      memcpy(&a->sin_addr, h.addr, 4);
+      len = sizeof(sockaddr_in);
+    } else if (h.family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&peer);
+      a->sin6_family = AF_INET6;
+      a->sin6_port = h.port;
+      memcpy(&a->sin6_addr, h.addr, 16);
+      len = sizeof(sockaddr_in6);
+    } else {
+      ++g_api_errors;
+      return kPrismNcclInvalidArgument;
+    }
+    auto fd = TcpConnectStart(peer, len, dev.config->sock_buf_bytes);
+    if (!fd.ok()) {
+      PRISM_NCCL_WARN("connect to %s port %u: %s", AddrToString(peer).c_str(),
+                      ntohs(h.port),
+                      std::string(fd.status().message()).c_str());
+      return kPrismNcclRemoteError;
+    }
+    st = new (std::nothrow) ConnectState();
+    if (st == nullptr) {
+      CloseFd(*fd);
+      return kPrismNcclSystemError;
+    }
+    st->fd = *fd;
+    st->hello.magic = kHelloMagic;
+    st->hello.version = kProtoVersion;
+    st->hello.nonce = h.nonce;
+    st->hello.mode = h.mode;
+    save(st);
+  } else if (st->magic != kCommMagic) {
+    ++g_api_errors;
+    return kPrismNcclInvalidArgument;
+  }
+
+  int err = 0;
+  if (st->stage == ConnectState::Stage::kConnecting) {
+    const Io io = TcpConnectPoll(st->fd, &err);
+    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io != Io::kOk) return fail("TCP connect failed", err);
+    st->stage = ConnectState::Stage::kSendHello;
+  }
+  if (st->stage == ConnectState::Stage::kSendHello) {
+    while (st->sent < sizeof(HelloMsg)) {
+      size_t moved = 0;
+      const Io io =
+          SendSome(st->fd, reinterpret_cast<uint8_t*>(&st->hello) + st->sent,
+                   sizeof(HelloMsg) - st->sent, &moved, &err);
+      if (io == Io::kAgain) return kPrismNcclSuccess;
+      if (io != Io::kOk) return fail("sending hello failed", err);
+      st->sent += moved;
+    }
+    st->stage = ConnectState::Stage::kRecvAck;
+  }
+  while (st->got < sizeof(HelloMsg)) {
+    size_t moved = 0;
+    const Io io =
+        RecvSome(st->fd, reinterpret_cast<uint8_t*>(&st->ack) + st->got,
+                 sizeof(HelloMsg) - st->got, &moved, &err);
+    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io != Io::kOk) {
+      return fail(io == Io::kClosed ? "listener closed the connection"
+                                    : "receiving ack failed",
+                  err);
+    }
+    st->got += moved;
+  }
+  if (st->ack.magic != kHelloMagic || st->ack.status != 0 ||
+      st->ack.nonce != h.nonce) {
+    ++g_protocol_errors;
+    return fail("listener rejected the connection", 0);
+  }
+  auto* s = new (std::nothrow) SendComm();
+  if (s == nullptr) return fail("out of memory", 0);
+  InitCommonFromConfig(s, dev);
+  s->fd = st->fd;
+  s->nonce = h.nonce;
+  s->rng.Seed(h.nonce ^ 0x5345u);
+  st->fd = -1;
+  st->magic = kDeadMagic;
+  delete st;
+  save(nullptr);
+  PRISM_NCCL_TRACE("dev %d connected (nonce %016llx)", dev.index,
+                   static_cast<unsigned long long>(h.nonce));
+  *send_comm = s;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
+  if (recv_comm == nullptr) return kPrismNcclInvalidArgument;
+  *recv_comm = nullptr;
+  auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
+  if (l == nullptr) return kPrismNcclInvalidArgument;
+  std::lock_guard<std::mutex> lock(l->mu);
+  int err = 0;
+  for (;;) {
+    if (l->pending_fd < 0) {
+      Io io;
+      l->pending_fd = TcpAccept(l->fd, l->sock_buf, &io, &err);
+      if (l->pending_fd < 0) {
+        if (io == Io::kAgain) return kPrismNcclSuccess;
+        PRISM_NCCL_WARN("accept failed: %s", strerror(err));
+        return kPrismNcclSystemError;
+      }
+      l->got = 0;
+      l->sent = 0;
+    }
+    auto drop = [&](const char* what) {
+      ++g_protocol_errors;
+      PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
+      CloseFd(l->pending_fd);
+      l->pending_fd = -1;
+    };
+    bool dropped = false;
+    while (l->got < sizeof(HelloMsg)) {
+      size_t moved = 0;
+      const Io io = RecvSome(l->pending_fd,
+                             reinterpret_cast<uint8_t*>(&l->hello) + l->got,
+                             sizeof(HelloMsg) - l->got, &moved, &err);
+      if (io == Io::kAgain) return kPrismNcclSuccess;
+      if (io != Io::kOk) {
+        drop("closed before hello");
+        dropped = true;
+        break;
+      }
+      l->got += moved;
+    }
+    if (dropped) continue;
+    if (l->sent == 0) {
+      if (l->hello.magic != kHelloMagic || l->hello.version != kProtoVersion ||
+          l->hello.nonce != l->nonce ||
+          l->hello.mode != static_cast<uint32_t>(l->mode)) {
+        drop("hello does not match this listener");
+        continue;
+      }
+      l->ack = HelloMsg();
+      l->ack.magic = kHelloMagic;
+      l->ack.version = kProtoVersion;
+      l->ack.nonce = l->nonce;
+      l->ack.mode = l->hello.mode;
+      l->ack.status = 0;
+    }
+    while (l->sent < sizeof(HelloMsg)) {
+      size_t moved = 0;
+      const Io io =
+          SendSome(l->pending_fd, reinterpret_cast<uint8_t*>(&l->ack) + l->sent,
+                   sizeof(HelloMsg) - l->sent, &moved, &err);
+      if (io == Io::kAgain) return kPrismNcclSuccess;
+      if (io != Io::kOk) {
+        drop("closed before ack");
+        dropped = true;
+        break;
+      }
+      l->sent += moved;
+    }
+    if (dropped) continue;
+    auto* r = new (std::nothrow) RecvComm();
+    if (r == nullptr) return kPrismNcclSystemError;
+    r->mode = l->mode;
+    r->dev = l->dev;
+    r->fd = l->pending_fd;
+    r->nonce = l->nonce;
+    r->rng.Seed(l->nonce ^ 0x5245u);
+    l->pending_fd = -1;
+    *recv_comm = r;
+    return kPrismNcclSuccess;
+  }
+}
+
+PrismNcclResult CloseListen(void* listen_comm) {
+  auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
+  if (l == nullptr) return kPrismNcclInvalidArgument;
+  CloseFd(l->pending_fd);
+  CloseFd(l->fd);
+  l->magic = kDeadMagic;
+  delete l;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult CloseSend(void* send_comm) {
+  auto* s = AsComm<SendComm>(send_comm, CommKind::kSend);
+  if (s == nullptr) return kPrismNcclInvalidArgument;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    CloseFd(s->fd);
+    s->fd = -1;
+    if (s->live_mrs != 0) {
+      PRISM_NCCL_INFO("closeSend with %d registrations left", s->live_mrs);
+    }
+  }
+  s->magic = kDeadMagic;
+  delete s;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult CloseRecv(void* recv_comm) {
+  auto* r = AsComm<RecvComm>(recv_comm, CommKind::kRecv);
+  if (r == nullptr) return kPrismNcclInvalidArgument;
+  {
+    std::lock_guard<std::mutex> lock(r->mu);
+    CloseFd(r->fd);
+    r->fd = -1;
+    if (r->live_mrs != 0) {
+      PRISM_NCCL_INFO("closeRecv with %d registrations left", r->live_mrs);
+    }
+  }
+  r->magic = kDeadMagic;
+  delete r;
+  return kPrismNcclSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Memory.
+PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
+                      void** mhandle) {
+  if (mhandle == nullptr) return kPrismNcclInvalidArgument;
+  *mhandle = nullptr;
+  auto* c = static_cast<CommBase*>(comm);
+  if (c == nullptr || c->magic != kCommMagic || c->kind == CommKind::kListen) {
+    ++g_api_errors;
+    return kPrismNcclInvalidArgument;
+  }
+  if ((type & SupportedPtrTypes()) == 0 || (type & (type - 1)) != 0) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN(
+        "regMr: pointer type %d not supported (supported mask "
+        "%d)",
+        type, SupportedPtrTypes());
+    return kPrismNcclInvalidArgument;
+  }
+  if (data == nullptr && size > 0) return kPrismNcclInvalidArgument;
+  auto* mh = new (std::nothrow) MemHandle();
+  if (mh == nullptr) return kPrismNcclSystemError;
+  std::lock_guard<std::mutex> lock(c->mu);
+  mh->comm = c;
+  mh->addr = static_cast<uint8_t*>(data);
+  mh->size = size;
+  mh->type = type;
+  mh->rkey = c->rng.Next32() | 1u;
+  ++c->live_mrs;
+  *mhandle = mh;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult DeregMr(void* comm, void* mhandle) {
+  auto* c = static_cast<CommBase*>(comm);
+  auto* mh = static_cast<MemHandle*>(mhandle);
+  if (c == nullptr || c->magic != kCommMagic || mh == nullptr ||
+      mh->magic != kMrMagic || mh->comm != c) {
+    ++g_api_errors;
+    return kPrismNcclInvalidArgument;
+  }
+  std::lock_guard<std::mutex> lock(c->mu);
+  --c->live_mrs;
+  mh->magic = kDeadMagic;
+  delete mh;
+  return kPrismNcclSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// Data.
+PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
+                      void* mhandle, void** request) {
+  if (request == nullptr) return kPrismNcclInvalidArgument;
+  *request = nullptr;
+  auto* s = AsComm<SendComm>(send_comm, CommKind::kSend);
+  if (s == nullptr) return kPrismNcclInvalidArgument;
+  std::lock_guard<std::mutex> lock(s->mu);
+  const MemHandle* mh = nullptr;
+  if (PrismNcclResult r = CheckBuffer(s, data, size, mhandle, &mh);
+      r != kPrismNcclSuccess) {
+    return r;
+  }
+  s->Progress();
+  if (s->failed) return s->failure;
+  SendComm::CtsGroup& g = s->cts[s->next_send_seq % kMaxRequests];
+  if (!g.valid || g.seq != s->next_send_seq) return kPrismNcclSuccess;
+  int idx = -1;
+  for (int i = 0; i < g.n; ++i) {
+    if (!g.matched[i] && g.e[i].tag == tag) {
+      idx = i;
+      break;
+    }
+  }
+  if (idx < 0) return kPrismNcclSuccess;  // that tag's receive not posted
+  if (s->nfree == 0 || s->out_count == SendComm::kOutCap) {
+    return kPrismNcclSuccess;
+  }
+  SendComm::OutItem* it = s->PushOut();
+  Request* req = s->Alloc();
+  req->size = size;
+  const CtsEntry& e = g.e[idx];
+  FrameHeader fh{};
+  if (size > e.size) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN(
+        "isend: %zu bytes (tag %d) exceed the posted receive of "
+        "%llu bytes; the send fails",
+        size, tag, static_cast<unsigned long long>(e.size));
+    req->done = true;
+    req->result = kPrismNcclInvalidUsage;
+    SendErrorBody eb{g.seq, static_cast<uint32_t>(idx), size};
+    fh.type = kFrameSendError;
+    fh.len = sizeof(eb);
+    memcpy(it->hdr, &fh, sizeof(fh));
+    memcpy(it->hdr + sizeof(fh), &eb, sizeof(eb));
+    it->hdr_len = sizeof(fh) + sizeof(eb);
+  } else {
+    // INTERIM data path: the payload follows on the side-channel socket.
+    DataHeader dh{g.seq, static_cast<uint32_t>(idx), e.addr, size, e.rkey, 0};
+    fh.type = kFrameData;
+    fh.len = sizeof(dh) + size;
+    memcpy(it->hdr, &fh, sizeof(fh));
+    memcpy(it->hdr + sizeof(fh), &dh, sizeof(dh));
+    it->hdr_len = sizeof(fh) + sizeof(dh);
+    it->payload = static_cast<const uint8_t*>(data);
+    it->payload_len = size;
+    it->req = req;
+  }
+  g.matched[idx] = true;
+  if (++g.nmatched == g.n) {
+    g.valid = false;
+    ++s->next_send_seq;
+  }
+  s->Flush();
+  *request = req;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
+                      const int* tags, void** mhandles, void** request) {
+  if (request == nullptr) return kPrismNcclInvalidArgument;
+  *request = nullptr;  // overwrites NCCL's (void*)0x1 preset
+  auto* rc = AsComm<RecvComm>(recv_comm, CommKind::kRecv);
+  if (rc == nullptr) return kPrismNcclInvalidArgument;
+  if (n < 1 || n > kMaxRecvs || data == nullptr || sizes == nullptr ||
+      tags == nullptr || mhandles == nullptr) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN("irecv: bad arguments (n=%d, max %d)", n, kMaxRecvs);
+    return kPrismNcclInvalidArgument;
+  }
+  std::lock_guard<std::mutex> lock(rc->mu);
+  if (rc->failed) return rc->failure;
+  for (int i = 0; i < n; ++i) {
+    const MemHandle* mh = nullptr;
+    if (PrismNcclResult r =
+            CheckBuffer(rc, data[i], sizes[i], mhandles[i], &mh);
+        r != kPrismNcclSuccess) {
+      return r;
+    }
+  }
+  Request& req = rc->reqs[rc->next_seq % kMaxRequests];
+  if (req.in_use || rc->out_count == kMaxRequests) {
+    rc->Progress();
+    return rc->failed ? rc->failure : kPrismNcclSuccess;  // try again
+  }
+  req.in_use = true;
+  req.done = false;
+  req.result = kPrismNcclSuccess;
+  req.seq = rc->next_seq;
+  req.n = n;
+  req.ndone = 0;
+  RecvComm::CtsOut& o = rc->out[(rc->out_head + rc->out_count) % kMaxRequests];
+  CtsBody body{};
+  body.seq = req.seq;
+  body.n = static_cast<uint32_t>(n);
+  for (int i = 0; i < n; ++i) {
+    const auto* mh = static_cast<const MemHandle*>(mhandles[i]);
+    Slot& s = req.slots[i];
+    s = Slot();
+    s.addr = static_cast<uint8_t*>(data[i]);
+    s.size = sizes[i];
+    s.rkey = mh != nullptr ? mh->rkey : 0;
+    s.tag = tags[i];
+    body.e[i] = CtsEntry{reinterpret_cast<uintptr_t>(data[i]), sizes[i], s.rkey,
+                         tags[i]};
+  }
+  FrameHeader fh{kFrameCts, 0, CtsLen(n)};
+  memcpy(o.bytes, &fh, sizeof(fh));
+  memcpy(o.bytes + sizeof(fh), &body, CtsLen(n));
+  o.len = static_cast<uint32_t>(sizeof(fh) + CtsLen(n));
+  o.sent = 0;
+  ++rc->out_count;
+  ++rc->next_seq;
+  rc->Progress();
+  *request = &req;
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult Iflush(void* recv_comm, int n, void** data, int* sizes,
+                       void** mhandles, void** request) {
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  if (request == nullptr) return kPrismNcclInvalidArgument;
+  // Host memory only: received bytes are visible once test() reports them.
+  *request = nullptr;
+  if (AsComm<RecvComm>(recv_comm, CommKind::kRecv) == nullptr) {
+    return kPrismNcclInvalidArgument;
+  }
+  return kPrismNcclSuccess;
+}
+
+PrismNcclResult Test(void* request, int* done, int* sizes) {
+  auto* r = static_cast<Request*>(request);
+  if (r == nullptr || done == nullptr || r->magic != kReqMagic ||
+      r->comm == nullptr) {
+    ++g_api_errors;
+    return kPrismNcclInvalidArgument;
+  }
+  *done = 0;
+  CommBase* c = r->comm;
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (!r->in_use) {
+    ++g_api_errors;
+    PRISM_NCCL_WARN("test: request %p is not outstanding", request);
+    return kPrismNcclInvalidArgument;
+  }
+  if (!r->done) {
+    if (c->kind == CommKind::kSend) {
+      static_cast<SendComm*>(c)->Progress();
+    } else {
+      static_cast<RecvComm*>(c)->Progress();
+    }
+  }
+  if (!r->done) return c->failed ? c->failure : kPrismNcclSuccess;
+  *done = 1;
+  const PrismNcclResult result = r->result;
+  if (c->kind == CommKind::kSend) {
+    if (sizes != nullptr) sizes[0] = static_cast<int>(r->size);
+    static_cast<SendComm*>(c)->Free(r);
+  } else {
+    if (sizes != nullptr) {
+      for (int i = 0; i < r->n; ++i) {
+        sizes[i] = static_cast<int>(r->slots[i].received);
+      }
+    }
+    r->in_use = false;
+  }
+  return result;
+}
+
+}  // namespace prism::nccl

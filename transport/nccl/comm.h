@@ -1,0 +1,69 @@
+// Connections of the Prism NCCL net plugin: listen/connect/accept state
+// machines, memory handles, and the request protocol.
+//
+// Protocol (one TCP side-channel socket per send/recv comm pair):
+//   handshake  connect -> accept: Hello{magic, nonce, mode}; accept -> connect:
+//              Ack{magic, status}. Both are polled, never blocking.
+//   irecv      the receiver posts n <= kMaxRecvs buffers as one request and
+//              sends a CTS frame {seq, n, (addr, size, rkey, tag) x n}.
+//   isend      the sender matches the oldest CTS entry with its tag; with no
+//              CTS yet it returns a NULL request ("try again"). A send larger
+//              than the matched buffer completes with an error on both sides.
+//   data       DataMode::kTcpInterim (INTERIM, not Prism): a DATA frame
+//              {seq, idx, addr, rkey, size} + payload on the same socket; the
+//              receiver checks it against the posted slot and reads the payload
+//              straight into the posted buffer.
+// Sends on one connection complete in posting order; receives too.
+//
+// Thread safety: every comm has its own mutex. NCCL calls setup functions
+// (listen/connect/accept/regMr/deregMr/close) on a service thread and
+// isend/irecv/test on a progress thread; both may run at once on one comm.
+// Distinct comms share nothing but the read-only configuration.
+#ifndef PRISM_TRANSPORT_NCCL_COMM_H_
+#define PRISM_TRANSPORT_NCCL_COMM_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "transport/nccl/config.h"
+#include "transport/nccl/net_abi.h"
+
+namespace prism::nccl {
+
+inline constexpr int kMaxRecvs = 8;
+inline constexpr int kMaxRequests = kPrismNcclMaxRequests;
+
+// What the plugin needs of a device to create connections.
+struct DeviceContext {
+  int index = 0;
+  const DeviceConfig* device = nullptr;
+  const PluginConfig* config = nullptr;
+};
+
+PrismNcclResult Listen(const DeviceContext& dev, void* handle,
+                       void** listen_comm);
+PrismNcclResult Connect(const DeviceContext& dev, void* handle,
+                        void** send_comm);
+PrismNcclResult Accept(void* listen_comm, void** recv_comm);
+PrismNcclResult CloseListen(void* listen_comm);
+PrismNcclResult CloseSend(void* send_comm);
+PrismNcclResult CloseRecv(void* recv_comm);
+
+PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
+                      void** mhandle);
+PrismNcclResult DeregMr(void* comm, void* mhandle);
+
+PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
+                      void* mhandle, void** request);
+PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
+                      const int* tags, void** mhandles, void** request);
+PrismNcclResult Iflush(void* recv_comm, int n, void** data, int* sizes,
+                       void** mhandles, void** request);
+PrismNcclResult Test(void* request, int* done, int* sizes);
+
+// Pointer types this build can register (NCCL_PTR_* bits).
+int SupportedPtrTypes();
+
+}  // namespace prism::nccl
+
+#endif  // PRISM_TRANSPORT_NCCL_COMM_H_

@@ -1,0 +1,297 @@
+#include "transport/nccl/config.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace prism::nccl {
+namespace {
+
+// FNV-1a, 64 bit: a stable GUID from the device name and address.
+uint64_t Fnv1a(absl::string_view s, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+absl::Status ParseInt(const EnvGetter& env, const char* var, int64_t lo,
+                      int64_t hi, int64_t* out) {
+  const char* v = env(var);
+  if (v == nullptr || *v == '\0') return absl::OkStatus();
+  int64_t x = 0;
+  if (!absl::SimpleAtoi(v, &x) || x < lo || x > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        var, "='", v, "': expected an integer in [", lo, ", ", hi, "]"));
+  }
+  *out = x;
+  return absl::OkStatus();
+}
+
+int SysfsSpeedMbps(const std::string& ifname) {
+  std::ifstream f("/sys/class/net/" + ifname + "/speed");
+  long speed = 0;
+  if (f >> speed && speed > 0 && speed < (1l << 30)) {
+    return static_cast<int>(speed);
+  }
+  return 0;
+}
+
+std::string SysfsPciPath(const std::string& ifname) {
+  const std::string link = "/sys/class/net/" + ifname + "/device";
+  char* real = realpath(link.c_str(), nullptr);
+  if (real == nullptr) return "";
+  std::string out(real);
+  free(real);
+  return out;
+}
+
+bool ParseAddr(absl::string_view text, sockaddr_storage* out, socklen_t* len) {
+  std::string s(text);
+  memset(out, 0, sizeof(*out));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(out);
+  if (inet_pton(AF_INET, s.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    *len = sizeof(sockaddr_in);
+    return true;
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(out);
+  if (inet_pton(AF_INET6, s.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    *len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+struct Iface {
+  std::string name;
+  sockaddr_storage addr;
+  socklen_t len;
+  bool loopback;
+};
+
+// Up interfaces with an IPv4 (preferred) or global IPv6 address, in the
+// order the kernel lists them, one entry per interface.
+std::vector<Iface> ListInterfaces() {
+  std::vector<Iface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int family = pass == 0 ? AF_INET : AF_INET6;
+    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != family) {
+        continue;
+      }
+      if ((it->ifa_flags & IFF_UP) == 0) continue;
+      if (family == AF_INET6) {
+        auto* a6 = reinterpret_cast<sockaddr_in6*>(it->ifa_addr);
+        if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+      }
+      bool seen = false;
+      for (const Iface& i : out) seen |= (i.name == it->ifa_name);
+      if (seen) continue;
+      Iface i;
+      i.name = it->ifa_name;
+      memset(&i.addr, 0, sizeof(i.addr));
+      i.len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(&i.addr, it->ifa_addr, i.len);
+      i.loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
+      out.push_back(i);
+    }
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+const char* DataModeName(DataMode mode) {
+  switch (mode) {
+    case DataMode::kTcpInterim:
+      return "tcp-interim";
+    case DataMode::kPrismUdp:
+      return "udp";
+  }
+  return "?";
+}
+
+bool PrismDataPathAvailable() {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string AddrToString(const sockaddr_storage& addr) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr,
+              buf, sizeof(buf));
+  } else if (addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6,
+              &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, buf,
+              sizeof(buf));
+  } else {
+    return "?";
+  }
+  return buf;
+}
+
+absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
+  PluginConfig cfg;
+
+  // Data path.
+  cfg.mode =
+      PrismDataPathAvailable() ? DataMode::kPrismUdp : DataMode::kTcpInterim;
+  if (const char* dp = env("PRISM_DATAPATH"); dp != nullptr && *dp != '\0') {
+    const absl::string_view v(dp);
+    if (v == "tcp") {
+      cfg.mode = DataMode::kTcpInterim;
+    } else if (v == "udp") {
+      if (!PrismDataPathAvailable()) {
+        return absl::UnimplementedError(
+            "PRISM_DATAPATH=udp: this build of the plugin has no Prism "
+            "endpoint data path (prism/endpoint.h was not available); use "
+            "PRISM_DATAPATH=tcp");
+      }
+      cfg.mode = DataMode::kPrismUdp;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PRISM_DATAPATH='", v, "': expected tcp or udp"));
+    }
+  }
+
+  int64_t paths = cfg.paths, planes = cfg.planes, port = cfg.port;
+  int64_t speed = 0, latency = -1, sock_buf = cfg.sock_buf_bytes;
+  if (auto s = ParseInt(env, "PRISM_PATHS", 1, 65535, &paths); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_PLANES", 1, 16, &planes); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_PORT", 0, 65535, &port); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_SPEED_MBPS", 1, 1 << 30, &speed); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_LATENCY_US", 0, 1000000, &latency);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_SOCK_BUF", 0, 1 << 30, &sock_buf);
+      !s.ok()) {
+    return s;
+  }
+  cfg.paths = static_cast<uint16_t>(paths);
+  cfg.planes = static_cast<uint16_t>(planes);
+  cfg.port = static_cast<uint16_t>(port);
+  cfg.sock_buf_bytes = static_cast<int>(sock_buf);
+
+  // Devices: explicit addresses, else interfaces.
+  const char* addrs = env("PRISM_ADDRS");
+  const char* ifnames = env("PRISM_IFNAME");
+  if (addrs != nullptr && *addrs != '\0') {
+    int index = 0;
+    for (absl::string_view a :
+         absl::StrSplit(addrs, ',', absl::SkipWhitespace())) {
+      a = absl::StripAsciiWhitespace(a);
+      DeviceConfig d;
+      if (!ParseAddr(a, &d.addr, &d.addr_len)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PRISM_ADDRS: '", a, "' is not an IPv4 or IPv6 address"));
+      }
+      d.name = absl::StrCat("prism", index++, ":", a);
+      cfg.devices.push_back(d);
+    }
+  } else {
+    const std::vector<Iface> ifaces = ListInterfaces();
+    std::vector<std::string> wanted;
+    if (ifnames != nullptr && *ifnames != '\0') {
+      for (absl::string_view w :
+           absl::StrSplit(ifnames, ',', absl::SkipWhitespace())) {
+        wanted.emplace_back(absl::StripAsciiWhitespace(w));
+      }
+    }
+    for (const Iface& i : ifaces) {
+      bool take = false;
+      if (wanted.empty()) {
+        take = !i.loopback && cfg.devices.empty();
+      } else {
+        for (const std::string& w : wanted) {
+          if (!w.empty() && w[0] == '=') {
+            take |= (i.name == w.substr(1));
+          } else {
+            take |= absl::StartsWith(i.name, w);
+          }
+        }
+      }
+      if (!take) continue;
+      DeviceConfig d;
+      d.ifname = i.name;
+      d.addr = i.addr;
+      d.addr_len = i.len;
+      d.name = absl::StrCat("prism_", i.name);
+      cfg.devices.push_back(d);
+    }
+    if (cfg.devices.empty() && wanted.empty()) {
+      // No non-loopback interface: fall back to loopback (single host).
+      for (const Iface& i : ifaces) {
+        if (!i.loopback) continue;
+        DeviceConfig d;
+        d.ifname = i.name;
+        d.addr = i.addr;
+        d.addr_len = i.len;
+        d.name = absl::StrCat("prism_", i.name);
+        cfg.devices.push_back(d);
+        break;
+      }
+    }
+    if (cfg.devices.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no usable interface",
+          ifnames != nullptr
+              ? absl::StrCat(" matches PRISM_IFNAME='", ifnames, "'")
+              : std::string(),
+          " (an interface must be up and have an IPv4 or global IPv6 "
+          "address)"));
+    }
+  }
+
+  for (DeviceConfig& d : cfg.devices) {
+    // Port 0 everywhere: side-channel listeners take an ephemeral port.
+    if (d.addr.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&d.addr)->sin_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&d.addr)->sin6_port = 0;
+    }
+    if (!d.ifname.empty()) {
+      d.pci_path = SysfsPciPath(d.ifname);
+      if (int s = SysfsSpeedMbps(d.ifname); s > 0) d.speed_mbps = s;
+    }
+    if (speed > 0) d.speed_mbps = static_cast<int>(speed);
+    if (latency >= 0) d.latency_us = static_cast<float>(latency);
+    d.guid = Fnv1a(AddrToString(d.addr), Fnv1a(d.name));
+  }
+  return cfg;
+}
+
+}  // namespace prism::nccl

@@ -1,0 +1,80 @@
+// Plugin configuration from environment variables (NCCL style).
+//
+// One NCCL device per Prism endpoint. A device is a local interface (or an
+// explicit local address) whose address carries the TCP side channel that
+// bootstraps connections, plus the Prism datapath parameters (paths, planes,
+// port). Variables (all optional; see docs/nccl.md):
+//   PRISM_DATAPATH      tcp | udp          data path (see DataMode)
+//   PRISM_IFNAME        eth0,eth1 | =eth0  interfaces (prefix match, '=' exact)
+//   PRISM_ADDRS         10.0.0.1,fd00::1   explicit local addresses
+//   PRISM_PATHS         paths per connection (1..65535, default 256)
+//   PRISM_PLANES        planes per device (1..16, default 1)
+//   PRISM_PORT          datapath base port (0 = ephemeral / backend default)
+//   PRISM_SPEED_MBPS    advertised speed (default /sys speed or 100000)
+//   PRISM_LATENCY_US    advertised latency (default 10)
+//   PRISM_SOCK_BUF      side-channel socket buffer bytes (default 4 MiB)
+//
+// Thread safety: LoadConfig is pure apart from reading the environment and
+// the interface list; call it from one thread.
+#ifndef PRISM_TRANSPORT_NCCL_CONFIG_H_
+#define PRISM_TRANSPORT_NCCL_CONFIG_H_
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace prism::nccl {
+
+enum class DataMode {
+  // INTERIM: payload travels on the TCP side-channel socket itself. This is
+  // not Prism's transport; it exists so the NCCL driver and ABI can be tested
+  // end to end until the endpoint API (prism/endpoint.h) is available.
+  kTcpInterim,
+  // Prism endpoint over the UDP datapath (WRITE-with-immediate).
+  kPrismUdp,
+};
+
+const char* DataModeName(DataMode mode);
+
+struct DeviceConfig {
+  std::string name;       // unique NCCL device name
+  std::string ifname;     // interface, or "" for an explicit address
+  sockaddr_storage addr;  // local address (port 0)
+  socklen_t addr_len = 0;
+  std::string pci_path;  // "" = unknown (NCCL accepts NULL)
+  uint64_t guid = 0;
+  int speed_mbps = 100000;
+  float latency_us = 10.0f;
+};
+
+struct PluginConfig {
+  DataMode mode = DataMode::kTcpInterim;
+  std::vector<DeviceConfig> devices;
+  uint16_t paths = 256;
+  uint16_t planes = 1;
+  uint16_t port = 0;
+  int sock_buf_bytes = 4 << 20;
+};
+
+// Reads a variable; returns nullptr when unset. Injectable for tests.
+using EnvGetter = std::function<const char*(const char*)>;
+
+// True when this build contains the Prism endpoint data path.
+bool PrismDataPathAvailable();
+
+// Builds the configuration from the environment and the interface list.
+// InvalidArgument for a malformed value (the message names the variable),
+// NotFound when no usable interface or address matches.
+absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& getenv_fn);
+
+// Formats an address (without port) for logs.
+std::string AddrToString(const sockaddr_storage& addr);
+
+}  // namespace prism::nccl
+
+#endif  // PRISM_TRANSPORT_NCCL_CONFIG_H_
