@@ -85,6 +85,9 @@ class PathSelector {
   virtual PathSelectorCounters counters() const { return {}; }
   virtual uint32_t num_usable() const { return 0; }
   virtual bool plane_up(uint16_t /*plane*/) const { return true; }
+  // Usable (GOOD) paths left on `plane`; 0 on an up plane means every path
+  // of it failed: the engine may report the plane down to the peer.
+  virtual uint32_t plane_usable(uint16_t /*plane*/) const { return 0; }
 };
 
 absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(

@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<MultipathSelector>> MultipathSelector::Create(
       new MultipathSelector(config, policy));
 }
 
+static_assert(MultipathSelector::kPathStateBytes == 24,
+              "per-path state size is documented in docs/congestion.md");
+
 MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
                                      Policy policy)
     : num_paths_(config.num_paths),
@@ -414,7 +417,17 @@ int MultipathSelector::NextPath(Time /*now*/) {
       break;
     case Policy::kP2c: {
       const uint16_t a = RandomInPlane(pl);
-      const uint16_t b = RandomInPlane(pl);
+      // Every kP2cExploreEvery-th pick takes a random path as is, so paths
+      // that lost a comparison get their RTT sampled again.
+      if (++p2c_picks_ % kP2cExploreEvery == 0) {
+        p = a;
+        break;
+      }
+      uint16_t b = RandomInPlane(pl);
+      // Two distinct candidates when the plane has them (bounded redraws).
+      for (int i = 0; i < 2 && b == a && planes_[pl].good > 1; ++i) {
+        b = RandomInPlane(pl);
+      }
       // Unknown RTT (0) counts as best, so unexplored paths get tried.
       p = paths_[b].srtt < paths_[a].srtt ? b : a;
       break;

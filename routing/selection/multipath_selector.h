@@ -51,6 +51,8 @@ class MultipathSelector final : public PathSelector {
  public:
   // Clean-EV cache entries kept by "reps".
   static constexpr int kRepsCacheSize = 8;
+  // "p2c": one pick in this many skips the comparison (exploration).
+  static constexpr uint32_t kP2cExploreEvery = 16;
   // Bytes of per-connection policy state beyond the per-path array: the reps
   // ring (8 x uint16), its head and count (2 x uint8), the plane cursor
   // (uint16) and the seeded generator (4 x uint64).
@@ -78,11 +80,17 @@ class MultipathSelector final : public PathSelector {
     return path < num_paths_ ? paths_[path].srtt : 0;
   }
   uint16_t min_active() const { return min_active_; }
+  // GOOD paths of `plane` that are usable now (0 when the plane is down);
+  // an up plane with none left is what the engine reports to the peer.
+  uint32_t plane_usable(uint16_t plane) const override {
+    return plane < num_planes_ && planes_[plane].up ? planes_[plane].good : 0;
+  }
   Policy policy() const { return policy_; }
 
  private:
   static constexpr uint16_t kNil = 0xFFFF;
 
+ public:
   struct Path {
     PathState state = PathState::kGood;  // own state, plane status aside
     uint16_t prev = kNil;                // probe list or skip list links
@@ -90,6 +98,9 @@ class MultipathSelector final : public PathSelector {
     Time due = 0;   // ASSUMED_BAD: when the next probe is due
     Time srtt = 0;  // smoothed RTT, 0 = unknown
   };
+  static constexpr int kPathStateBytes = sizeof(Path);
+
+ private:
   struct List {
     uint16_t head = kNil;
     uint16_t tail = kNil;
@@ -146,6 +157,7 @@ class MultipathSelector final : public PathSelector {
   std::array<uint16_t, kRepsCacheSize> reps_ring_{};
   uint8_t reps_head_ = 0;  // oldest entry
   uint8_t reps_count_ = 0;
+  uint32_t p2c_picks_ = 0;
   PathSelectorCounters counters_;
 };
 

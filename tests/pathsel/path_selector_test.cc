@@ -375,6 +375,19 @@ TEST(PlaneTest, PlaneDownExcludesAndStopsProbingThenRestores) {
   EXPECT_EQ(s->NextProbe(up), -1);
 }
 
+TEST(PlaneTest, PlaneWithEveryPathFailedIsVisible) {
+  auto s = Make(Cfg(16, 4, "rotation", 4));
+  for (PathId p : {2, 6, 10, 14})
+    s->OnFeedback(p, PathFeedback::kTimeout, 0, 0);
+  EXPECT_EQ(s->plane_usable(2), 0u);  // what the engine reports to the peer
+  EXPECT_EQ(s->plane_usable(0), 4u);
+  EXPECT_TRUE(s->plane_up(2));
+  for (int p : Picks(*s, 60)) EXPECT_NE(p % 4, 2);
+  s->SetPlaneUp(0, false, 0);
+  EXPECT_EQ(s->plane_usable(0), 0u);
+  EXPECT_EQ(s->plane_usable(9), 0u);
+}
+
 TEST(PlaneTest, AllPlanesDownMeansNoPath) {
   auto s = Make(Cfg(4, 2, "reps"));
   s->OnFeedback(0, PathFeedback::kGood, 0, 0);  // cached EV on a down plane
