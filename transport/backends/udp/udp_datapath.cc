@@ -353,7 +353,8 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> UdpDatapath::AddPeer(const PeerConfig& peer) {
+absl::StatusOr<std::unique_ptr<UdpDatapath::Peer>> UdpDatapath::BuildPeer(
+    const PeerConfig& peer) {
   if (peer.planes.empty())
     return absl::InvalidArgumentError("peer needs at least one plane address");
   auto st = std::make_unique<Peer>();
@@ -411,21 +412,43 @@ absl::StatusOr<uint32_t> UdpDatapath::AddPeer(const PeerConfig& peer) {
       }
     }
   }
-  // Reuse a free slot so ids stay small.
-  for (size_t i = 0; i < peers_.size(); ++i) {
-    if (!peers_[i]) {
-      peers_[i] = std::move(st);
+  return st;
+}
+
+uint32_t UdpDatapath::ReservePeer() {
+  for (size_t i = 0; i < reserved_.size(); ++i) {
+    if (!reserved_[i]) {
+      reserved_[i] = true;
       return static_cast<uint32_t>(i + 1);
     }
   }
-  peers_.push_back(std::move(st));
-  return static_cast<uint32_t>(peers_.size());
+  reserved_.push_back(true);
+  peers_.emplace_back();
+  return static_cast<uint32_t>(reserved_.size());
+}
+
+absl::Status UdpDatapath::SetPeer(uint32_t id, const PeerConfig& peer) {
+  if (id == 0 || id > reserved_.size() || !reserved_[id - 1])
+    return absl::NotFoundError(absl::StrCat("no UDP peer ", id));
+  auto st = BuildPeer(peer);
+  if (!st.ok()) return st.status();
+  peers_[id - 1] = std::move(*st);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> UdpDatapath::AddPeer(const PeerConfig& peer) {
+  auto st = BuildPeer(peer);
+  if (!st.ok()) return st.status();
+  const uint32_t id = ReservePeer();
+  peers_[id - 1] = std::move(*st);
+  return id;
 }
 
 absl::Status UdpDatapath::RemovePeer(uint32_t id) {
-  if (id == 0 || id > peers_.size() || !peers_[id - 1])
+  if (id == 0 || id > reserved_.size() || !reserved_[id - 1])
     return absl::NotFoundError(absl::StrCat("no UDP peer ", id));
   peers_[id - 1].reset();
+  reserved_[id - 1] = false;
   return absl::OkStatus();
 }
 

@@ -160,6 +160,11 @@ class UdpDatapath : public Datapath {
   // InvalidArgument for a bad config (no planes, SRH longer than
   // max_srh_segments, a route kind the transmit mode cannot send).
   absl::StatusOr<uint32_t> AddPeer(const PeerConfig& peer);
+  // Reserves a peer id whose addresses are set later with SetPeer (packets
+  // to it meanwhile count as tx_drop_unknown_peer).
+  uint32_t ReservePeer();
+  // Sets (or replaces) the addresses and routes of a reserved/added peer.
+  absl::Status SetPeer(uint32_t id, const PeerConfig& peer);
   absl::Status RemovePeer(uint32_t id);
 
   // Bound local address and port per plane.
@@ -178,6 +183,7 @@ class UdpDatapath : public Datapath {
  private:
   UdpDatapath() = default;
   absl::Status Init(const UdpOptions& options);
+  absl::StatusOr<std::unique_ptr<Peer>> BuildPeer(const PeerConfig& peer);
   size_t TxRaw(const TxPacket* pkts, size_t n);
   size_t TxSockets(const TxPacket* pkts, size_t n);
 
@@ -189,6 +195,7 @@ class UdpDatapath : public Datapath {
   std::vector<std::vector<uint16_t>> tx_port_;
   std::vector<PlaneAddress> local_;
   std::vector<std::unique_ptr<Peer>> peers_;  // index = id - 1
+  std::vector<bool> reserved_;                // index = id - 1
   std::unique_ptr<Impl> impl_;                // preallocated buffers
   size_t rx_next_plane_ = 0;
 

@@ -1,0 +1,172 @@
+// prism::Endpoint — the public API: one Prism endpoint (an engine driven by
+// its own event-loop thread over a datapath), with thread-safe submission
+// and completion interfaces.
+//
+//   auto ep = prism::Endpoint::Create(opts);          // starts the thread
+//   auto conn = (*ep)->CreateConnection();             // local half
+//   prism::ConnectionBlob mine = *(*ep)->LocalInfo(*conn);
+//   ... send `mine.bytes[0..size)` to the peer, receive its blob ...
+//   (*ep)->Connect(*conn, theirs);
+//   auto mr = (*ep)->RegisterMemory(buf, len, prism::kAccessLocal);
+//   (*ep)->PostWrite(*conn, {.wr_id = 1, .local_addr = buf, .length = len,
+//                            .lkey = mr->lkey, .remote_addr = raddr,
+//                            .rkey = rkey});
+//   prism::Completion c; while ((*ep)->PollCompletions(&c, 1) == 0) {}
+//
+// Contract:
+// - Every method is thread-safe and may be called from any thread. Control
+//   calls (CreateConnection, Connect, RegisterMemory, stats ...) run on the
+//   loop thread and block the caller until done (microseconds).
+// - PostWrite never blocks: it validates its arguments and queues the WRITE;
+//   the loop hands it to the engine at its next iteration. A WRITE the
+//   engine rejects later (bad key, closed connection) completes with an
+//   error status; a full engine send queue is not an error (the loop keeps
+//   the WRITE and retries, in order).
+// - PollCompletions returns completions of every connection, in the order
+//   the engine produced them. Completion::conn says whose.
+// - The memory passed to PostWrite and to RegisterMemory must stay valid
+//   until the WRITE completes / the region is deregistered.
+// - Destroying the endpoint stops the loop thread and joins it; outstanding
+//   WRITEs are abandoned (no completions).
+// - ConnectionBlob: at most 63 bytes, self-describing and versioned,
+//   position independent (plain bytes): it carries the local connection id,
+//   initial PSN, path/plane counts, payload MTU and the datapath addresses of
+//   every plane. Parse() rejects anything malformed with InvalidArgument.
+#ifndef PRISM_ENDPOINT_H_
+#define PRISM_ENDPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "prism/engine.h"
+#include "prism/packet.h"
+#include "prism/stats.h"
+#include "prism/types.h"
+
+namespace prism {
+
+// Serialised connection info, exchanged out of band.
+struct ConnectionBlob {
+  static constexpr size_t kMaxBytes = 63;
+  uint8_t bytes[kMaxBytes] = {};
+  uint8_t size = 0;
+
+  absl::string_view view() const {
+    return absl::string_view(reinterpret_cast<const char*>(bytes), size);
+  }
+  // InvalidArgument when longer than kMaxBytes (content checked by Connect).
+  static absl::StatusOr<ConnectionBlob> FromBytes(absl::string_view b);
+  std::string ToHex() const;
+  static absl::StatusOr<ConnectionBlob> FromHex(absl::string_view hex);
+};
+
+struct EndpointOptions {
+  // "udp" (UDP/IPv6 sockets) or "loopback" (in-process; every loopback
+  // endpoint of a process shares one virtual network).
+  std::string datapath = "udp";
+
+  // --- udp ---------------------------------------------------------------
+  // One local IPv6 address per NIC plane.
+  std::vector<std::string> local_addrs = {"::1"};
+  // UDP port bound on every plane address; 0 = ephemeral (per plane).
+  uint16_t port = 0;
+  // Optional interface per plane (SO_BINDTODEVICE), parallel to local_addrs.
+  std::vector<std::string> ifnames;
+  // "auto" (raw IPv6 when CAP_NET_RAW, else sockets), "raw", "sockets".
+  std::string tx_mode = "auto";
+  // sockets mode: UDP source ports per plane (the entropy set).
+  uint16_t sockets_per_plane = 8;
+  // IP MTU of the links (IPv6 header included).
+  uint32_t link_mtu = 1500;
+  // Optional route per path, applied to every connection: path p uses
+  // routes[p % routes.size()]: "entropy", "usid:<carrier>" or
+  // "srh:<seg>,<seg>,..." (the peer's plane address is the final segment).
+  std::vector<std::string> routes;
+  // Accept UDP packets with a zero checksum (needed by sockets-mode uSID).
+  bool accept_zero_checksum = false;
+
+  // --- engine ------------------------------------------------------------
+  uint64_t seed = 1;
+  // Payload bytes per DATA packet; 0 = the largest the datapath MTU allows.
+  uint32_t mtu_payload = 0;
+  uint32_t max_connections = 1024;
+  // Defaults for CreateConnection() (ConnectionOptions::peer is ignored:
+  // the endpoint assigns it).
+  ConnectionOptions connection;
+
+  // --- loop --------------------------------------------------------------
+  // Spin instead of sleeping when idle (lowest latency, burns a core).
+  bool busy_poll = false;
+  // Pin the loop thread to this CPU (-1: no pinning).
+  int cpu = -1;
+  // Max WRITEs queued by PostWrite and not yet taken by the loop.
+  size_t submit_queue_size = 1 << 16;
+};
+
+// Datapath-level counters (packets and bytes moved, back-pressure, drops).
+struct DatapathStats {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t rx_ecn_ce = 0;
+  uint64_t tx_backpressure = 0;
+  uint64_t tx_errors = 0;
+  uint64_t drops = 0;  // every other datapath drop, summed
+  uint64_t loop_iterations = 0;
+  uint64_t loop_sleeps = 0;
+  std::string detail;  // the datapath's own counters, as text
+};
+
+class Endpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<Endpoint>> Create(
+      const EndpointOptions& options);
+  virtual ~Endpoint() = default;
+
+  // --- connections --------------------------------------------------------
+  virtual absl::StatusOr<ConnId> CreateConnection() = 0;
+  virtual absl::StatusOr<ConnId> CreateConnection(
+      const ConnectionOptions& options) = 0;
+  virtual absl::StatusOr<ConnectionBlob> LocalInfo(ConnId conn) = 0;
+  // Binds `conn` to the peer described by `remote`. REQUIRES: once per conn.
+  virtual absl::Status Connect(ConnId conn, const ConnectionBlob& remote) = 0;
+  virtual absl::Status CloseConnection(ConnId conn) = 0;
+
+  // --- memory -------------------------------------------------------------
+  virtual absl::StatusOr<MemoryRegion> RegisterMemory(void* addr,
+                                                      uint64_t length,
+                                                      uint32_t access) = 0;
+  virtual absl::Status DeregisterMemory(uint32_t lkey) = 0;
+
+  // --- data ---------------------------------------------------------------
+  // Non-blocking. InvalidArgument for a null address with length > 0 or an
+  // invalid conn id; ResourceExhausted when the submission queue is full.
+  virtual absl::Status PostWrite(ConnId conn, const WriteRequest& req) = 0;
+  // Non-blocking; returns up to `max` completions.
+  virtual size_t PollCompletions(Completion* out, size_t max) = 0;
+  // Waits up to `timeout` (picoseconds of wall time) for one completion.
+  virtual size_t WaitCompletions(Completion* out, size_t max, Time timeout) = 0;
+
+  // --- stats and control --------------------------------------------------
+  virtual EngineStats stats() = 0;
+  virtual absl::StatusOr<ConnectionStats> connection_stats(ConnId conn) = 0;
+  virtual absl::StatusOr<PathStats> path_stats(ConnId conn, PathId path) = 0;
+  virtual DatapathStats datapath_stats() = 0;
+  // Tells the engine the local port of `plane` went down / came back.
+  virtual absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up) = 0;
+  // Payload bytes per DATA packet this endpoint's engine uses.
+  virtual uint32_t mtu_payload() const = 0;
+  // The loop's clock (CLOCK_MONOTONIC in picoseconds).
+  static Time Now();
+};
+
+}  // namespace prism
+
+#endif  // PRISM_ENDPOINT_H_

@@ -1,0 +1,45 @@
+// DatapathAdapter: what the endpoint needs from a datapath beyond the burst
+// interface: peer slots that are reserved when a connection is created and
+// filled in when it connects, the local addresses for the connection blob,
+// descriptors to sleep on, and counters.
+//
+// Thread safety: every method but FillStats runs on the loop thread (or
+// before the loop starts). FillStats may run on any thread.
+#ifndef PRISM_TRANSPORT_RUNTIME_DATAPATH_ADAPTER_H_
+#define PRISM_TRANSPORT_RUNTIME_DATAPATH_ADAPTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prism/endpoint.h"
+#include "transport/datapath.h"
+#include "transport/runtime/conn_blob.h"
+
+namespace prism::runtime {
+
+class DatapathAdapter {
+ public:
+  virtual ~DatapathAdapter() = default;
+  virtual Datapath* datapath() = 0;
+  virtual std::vector<int> wait_fds() = 0;
+  // Longest the loop may sleep without a descriptor event (loopback: short,
+  // since arrivals do not wake it).
+  virtual Time max_sleep() const { return kMillisecond; }
+  virtual BlobDatapath kind() const = 0;
+  virtual uint32_t ReservePeer() = 0;
+  virtual absl::Status SetPeer(uint32_t id, const ConnInfoWire& remote) = 0;
+  virtual void RemovePeer(uint32_t id) = 0;
+  virtual void FillLocal(ConnInfoWire* w) = 0;
+  virtual void FillStats(DatapathStats* s) = 0;
+};
+
+// The in-process datapath: every loopback endpoint of the process is a port
+// of one shared loopback::LoopbackNetwork (guarded by a mutex).
+absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeLoopbackAdapter(
+    const EndpointOptions& options);
+
+}  // namespace prism::runtime
+
+#endif  // PRISM_TRANSPORT_RUNTIME_DATAPATH_ADAPTER_H_

@@ -1,0 +1,302 @@
+// prism::Endpoint implementation: Engine + EventLoop + a datapath adapter.
+#include "prism/endpoint.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "transport/backends/udp/udp_datapath.h"
+#include "transport/runtime/conn_blob.h"
+#include "transport/runtime/datapath_adapter.h"
+#include "transport/runtime/event_loop.h"
+#include "transport/wire/packet.h"
+
+namespace prism {
+
+Time Endpoint::Now() { return runtime::MonotonicNow(); }
+
+namespace runtime {
+namespace {
+
+class UdpAdapter : public DatapathAdapter {
+ public:
+  explicit UdpAdapter(std::unique_ptr<udp::UdpDatapath> dp,
+                      std::vector<udp::Route> routes)
+      : dp_(std::move(dp)), routes_(std::move(routes)) {}
+  Datapath* datapath() override { return dp_.get(); }
+  std::vector<int> wait_fds() override { return dp_->rx_fds(); }
+  BlobDatapath kind() const override { return BlobDatapath::kUdp; }
+  uint32_t ReservePeer() override { return dp_->ReservePeer(); }
+  absl::Status SetPeer(uint32_t id, const ConnInfoWire& remote) override {
+    udp::PeerConfig pc;
+    for (const auto& a : remote.planes) pc.planes.push_back({a.addr, a.port});
+    pc.routes = routes_;
+    return dp_->SetPeer(id, pc);
+  }
+  void RemovePeer(uint32_t id) override { (void)dp_->RemovePeer(id); }
+  void FillLocal(ConnInfoWire* w) override {
+    w->datapath = BlobDatapath::kUdp;
+    w->planes.clear();
+    for (const auto& p : dp_->local()) w->planes.push_back({p.addr, p.port});
+  }
+  void FillStats(DatapathStats* s) override {
+    const udp::UdpStats u = dp_->stats();
+    s->tx_packets = u.tx_packets;
+    s->tx_bytes = u.tx_bytes;
+    s->rx_packets = u.rx_packets;
+    s->rx_bytes = u.rx_bytes;
+    s->rx_ecn_ce = u.rx_ecn_ce;
+    s->tx_backpressure = u.tx_backpressure;
+    s->tx_errors = u.tx_errors;
+    s->drops = u.tx_drop_unknown_peer + u.tx_drop_too_big + u.rx_truncated +
+               u.rx_errors;
+    s->detail = absl::StrCat(dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
+                             u.ToString());
+  }
+
+ private:
+  std::unique_ptr<udp::UdpDatapath> dp_;
+  std::vector<udp::Route> routes_;
+};
+
+absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
+    const EndpointOptions& o) {
+  udp::UdpOptions u;
+  if (o.local_addrs.empty())
+    return absl::InvalidArgumentError("EndpointOptions: no local_addrs");
+  if (!o.ifnames.empty() && o.ifnames.size() != o.local_addrs.size())
+    return absl::InvalidArgumentError(
+        "EndpointOptions: ifnames must be empty or parallel to local_addrs");
+  u.planes.clear();
+  for (size_t i = 0; i < o.local_addrs.size(); ++i) {
+    udp::LocalPlane lp;
+    lp.addr = o.local_addrs[i];
+    lp.port = o.port;
+    if (!o.ifnames.empty()) lp.ifname = o.ifnames[i];
+    u.planes.push_back(lp);
+  }
+  if (o.tx_mode == "auto") {
+    u.tx_mode = udp::TxMode::kAuto;
+  } else if (o.tx_mode == "raw") {
+    u.tx_mode = udp::TxMode::kRaw;
+  } else if (o.tx_mode == "sockets") {
+    u.tx_mode = udp::TxMode::kSockets;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EndpointOptions: tx_mode must be auto|raw|sockets, not '",
+                     o.tx_mode, "'"));
+  }
+  u.sockets_per_plane = o.sockets_per_plane;
+  u.link_mtu = o.link_mtu;
+  u.accept_zero_checksum = o.accept_zero_checksum;
+  std::vector<udp::Route> routes;
+  for (const auto& r : o.routes) {
+    auto route = udp::ParseRoute(r);
+    if (!route.ok()) return route.status();
+    u.max_srh_segments = std::max<uint16_t>(
+        u.max_srh_segments, static_cast<uint16_t>(route->segments.size()));
+    routes.push_back(*route);
+  }
+  auto dp = udp::UdpDatapath::Create(u);
+  if (!dp.ok()) return dp.status();
+  return std::unique_ptr<DatapathAdapter>(
+      new UdpAdapter(std::move(*dp), std::move(routes)));
+}
+
+class EndpointImpl : public Endpoint {
+ public:
+  EndpointImpl(const EndpointOptions& o, std::unique_ptr<DatapathAdapter> dp,
+               uint32_t mtu_payload)
+      : opt_(o), dp_(std::move(dp)), mtu_payload_(mtu_payload) {
+    EngineOptions eo;
+    eo.seed = o.seed;
+    eo.mtu_payload = mtu_payload;
+    eo.max_connections = o.max_connections;
+    engine_ = std::make_unique<Engine>(eo);
+    LoopOptions lo;
+    lo.busy_poll = o.busy_poll;
+    lo.cpu = o.cpu;
+    lo.submit_queue_size = o.submit_queue_size;
+    lo.wait_fds = dp_->wait_fds();
+    lo.max_sleep = dp_->max_sleep();
+    loop_ = std::make_unique<EventLoop>(engine_.get(), dp_->datapath(), lo);
+  }
+  ~EndpointImpl() override { loop_->Stop(); }
+
+  absl::Status Start() { return loop_->Start(); }
+
+  absl::StatusOr<ConnId> CreateConnection() override {
+    return CreateConnection(opt_.connection);
+  }
+  absl::StatusOr<ConnId> CreateConnection(
+      const ConnectionOptions& options) override {
+    absl::StatusOr<ConnId> out = absl::InternalError("not run");
+    loop_->Run([&](Time) {
+      const uint32_t peer = dp_->ReservePeer();
+      ConnectionOptions co = options;
+      co.peer = peer;
+      out = engine_->CreateConnection(co);
+      if (out.ok()) {
+        peers_[*out] = peer;
+      } else {
+        dp_->RemovePeer(peer);
+      }
+    });
+    return out;
+  }
+
+  absl::StatusOr<ConnectionBlob> LocalInfo(ConnId conn) override {
+    absl::StatusOr<ConnectionBlob> out = absl::InternalError("not run");
+    loop_->Run([&](Time) {
+      if (!peers_.count(conn)) {
+        out = absl::NotFoundError(absl::StrCat("no connection ", conn));
+        return;
+      }
+      ConnInfoWire w;
+      w.info = engine_->LocalInfo(conn);
+      dp_->FillLocal(&w);
+      out = EncodeBlob(w);
+    });
+    return out;
+  }
+
+  absl::Status Connect(ConnId conn, const ConnectionBlob& remote) override {
+    auto w = DecodeBlob(remote);
+    if (!w.ok()) return w.status();
+    if (w->datapath != dp_->kind())
+      return absl::InvalidArgumentError(
+          "connection blob is for a different datapath");
+    absl::Status out;
+    loop_->Run([&](Time) {
+      auto it = peers_.find(conn);
+      if (it == peers_.end()) {
+        out = absl::NotFoundError(absl::StrCat("no connection ", conn));
+        return;
+      }
+      out = dp_->SetPeer(it->second, *w);
+      if (out.ok()) out = engine_->Connect(conn, w->info);
+    });
+    return out;
+  }
+
+  absl::Status CloseConnection(ConnId conn) override {
+    absl::Status out;
+    loop_->Run([&](Time) {
+      out = engine_->CloseConnection(conn);
+      auto it = peers_.find(conn);
+      if (out.ok() && it != peers_.end()) {
+        // The peer slot stays reserved until the engine stops sending to it;
+        // closed connections send nothing, so release it now.
+        dp_->RemovePeer(it->second);
+        peers_.erase(it);
+      }
+    });
+    return out;
+  }
+
+  absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, uint64_t length,
+                                              uint32_t access) override {
+    absl::StatusOr<MemoryRegion> out = absl::InternalError("not run");
+    loop_->Run(
+        [&](Time) { out = engine_->RegisterMemory(addr, length, access); });
+    return out;
+  }
+  absl::Status DeregisterMemory(uint32_t lkey) override {
+    absl::Status out;
+    loop_->Run([&](Time) { out = engine_->DeregisterMemory(lkey); });
+    return out;
+  }
+
+  absl::Status PostWrite(ConnId conn, const WriteRequest& req) override {
+    if (conn == kInvalidConn)
+      return absl::InvalidArgumentError("PostWrite: connection id 0");
+    if (req.length > 0 && req.local_addr == nullptr)
+      return absl::InvalidArgumentError("PostWrite: null local_addr");
+    if (req.length > 0xffffffffull)
+      return absl::InvalidArgumentError("PostWrite: length above 2^32-1");
+    return loop_->Post(conn, req);
+  }
+  size_t PollCompletions(Completion* out, size_t max) override {
+    return loop_->Poll(out, max);
+  }
+  size_t WaitCompletions(Completion* out, size_t max, Time timeout) override {
+    return loop_->Wait(out, max, timeout);
+  }
+
+  EngineStats stats() override {
+    EngineStats s;
+    loop_->Run([&](Time) { s = engine_->stats(); });
+    return s;
+  }
+  absl::StatusOr<ConnectionStats> connection_stats(ConnId conn) override {
+    absl::StatusOr<ConnectionStats> out = absl::InternalError("not run");
+    loop_->Run([&](Time) { out = engine_->connection_stats(conn); });
+    return out;
+  }
+  absl::StatusOr<PathStats> path_stats(ConnId conn, PathId path) override {
+    absl::StatusOr<PathStats> out = absl::InternalError("not run");
+    loop_->Run([&](Time) { out = engine_->path_stats(conn, path); });
+    return out;
+  }
+  DatapathStats datapath_stats() override {
+    DatapathStats s;
+    dp_->FillStats(&s);
+    const LoopCounters c = loop_->counters();
+    s.loop_iterations = c.iterations;
+    s.loop_sleeps = c.sleeps;
+    return s;
+  }
+  absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up) override {
+    absl::Status out;
+    loop_->Run(
+        [&](Time now) { out = engine_->SetPlaneUp(conn, plane, up, now); });
+    return out;
+  }
+  uint32_t mtu_payload() const override { return mtu_payload_; }
+
+ private:
+  EndpointOptions opt_;
+  std::unique_ptr<DatapathAdapter> dp_;
+  uint32_t mtu_payload_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EventLoop> loop_;
+  std::map<ConnId, uint32_t> peers_;  // loop thread only
+};
+
+}  // namespace
+}  // namespace runtime
+
+absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
+    const EndpointOptions& options) {
+  absl::StatusOr<std::unique_ptr<runtime::DatapathAdapter>> dp;
+  if (options.datapath == "udp") {
+    dp = runtime::MakeUdp(options);
+  } else if (options.datapath == "loopback") {
+    dp = runtime::MakeLoopbackAdapter(options);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EndpointOptions: datapath must be 'udp' or 'loopback', not '",
+        options.datapath, "'"));
+  }
+  if (!dp.ok()) return dp.status();
+  const size_t dp_mtu = (*dp)->datapath()->mtu();
+  if (dp_mtu <= wire::kDataHeaderSize + 64)
+    return absl::InvalidArgumentError("datapath MTU too small");
+  uint32_t mtu_payload = static_cast<uint32_t>(
+      std::min<size_t>(dp_mtu - wire::kDataHeaderSize, 65535));
+  if (options.mtu_payload != 0) {
+    if (options.mtu_payload > mtu_payload)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EndpointOptions: mtu_payload ", options.mtu_payload,
+          " exceeds what the datapath carries (", mtu_payload, ")"));
+    mtu_payload = options.mtu_payload;
+  }
+  auto ep = std::make_unique<runtime::EndpointImpl>(options, std::move(*dp),
+                                                    mtu_payload);
+  absl::Status s = ep->Start();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Endpoint>(std::move(ep));
+}
+
+}  // namespace prism

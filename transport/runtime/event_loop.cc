@@ -1,0 +1,301 @@
+#include "transport/runtime/event_loop.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace prism::runtime {
+
+Time MonotonicNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<Time>(ts.tv_sec) * kSecond +
+         static_cast<Time>(ts.tv_nsec) * kNanosecond;
+}
+
+EventLoop::EventLoop(Engine* engine, Datapath* datapath,
+                     const LoopOptions& options)
+    : engine_(engine), dp_(datapath), opt_(options) {}
+
+EventLoop::~EventLoop() {
+  Stop();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+absl::Status EventLoop::Start() {
+  if (running_.load()) return absl::FailedPreconditionError("loop running");
+  if (epoll_fd_ < 0) {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0)
+      return absl::InternalError(
+          absl::StrCat("epoll/eventfd: ", strerror(errno)));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = wake_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    for (int fd : opt_.wait_fds) {
+      ev.data.fd = fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return absl::InternalError(
+            absl::StrCat("epoll_ctl: ", strerror(errno)));
+    }
+  }
+  stop_.store(false);
+  running_.store(true);
+  thread_ = std::thread([this] { ThreadMain(); });
+  loop_id_ = thread_.get_id();
+  return absl::OkStatus();
+}
+
+void EventLoop::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  Wake();
+  thread_.join();
+  running_.store(false);
+  loop_id_ = std::thread::id();
+  // Release callers still waiting on commands (the loop will not run them).
+  std::lock_guard<std::mutex> l(cmd_mu_);
+  for (Command* c : cmds_) {
+    (*c->fn)(MonotonicNow());
+    c->done = true;
+  }
+  cmds_.clear();
+  cmd_cv_.notify_all();
+}
+
+void EventLoop::Wake() {
+  if (wake_fd_ < 0) return;
+  if (sleeping_.load()) {
+    uint64_t one = 1;
+    ssize_t r = write(wake_fd_, &one, sizeof(one));
+    (void)r;
+  }
+}
+
+void EventLoop::Run(const std::function<void(Time)>& fn) {
+  if (!running_.load() || std::this_thread::get_id() == loop_id_) {
+    fn(MonotonicNow());
+    return;
+  }
+  Command cmd{&fn};
+  std::unique_lock<std::mutex> l(cmd_mu_);
+  if (!running_.load()) {
+    l.unlock();
+    fn(MonotonicNow());
+    return;
+  }
+  cmds_.push_back(&cmd);
+  has_cmds_.store(true);
+  Wake();
+  cmd_cv_.wait(l, [&] { return cmd.done; });
+}
+
+absl::Status EventLoop::Post(ConnId conn, const WriteRequest& req) {
+  if (queued_.load(std::memory_order_relaxed) >= opt_.submit_queue_size)
+    return absl::ResourceExhaustedError("submission queue full");
+  {
+    std::lock_guard<std::mutex> l(sq_mu_);
+    sq_.push_back(Submit{conn, req});
+  }
+  queued_.fetch_add(1, std::memory_order_relaxed);
+  Wake();
+  return absl::OkStatus();
+}
+
+size_t EventLoop::Poll(Completion* out, size_t max) {
+  std::lock_guard<std::mutex> l(cq_mu_);
+  const size_t n = std::min(max, cq_.size());
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = cq_.front();
+    cq_.pop_front();
+  }
+  return n;
+}
+
+size_t EventLoop::Wait(Completion* out, size_t max, Time timeout) {
+  std::unique_lock<std::mutex> l(cq_mu_);
+  if (cq_.empty() && timeout > 0) {
+    ++cq_waiters_;
+    cq_cv_.wait_for(l, std::chrono::nanoseconds(timeout / kNanosecond),
+                    [&] { return !cq_.empty(); });
+    --cq_waiters_;
+  }
+  const size_t n = std::min(max, cq_.size());
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = cq_.front();
+    cq_.pop_front();
+  }
+  return n;
+}
+
+LoopCounters EventLoop::counters() const {
+  LoopCounters c;
+  c.iterations = iterations_.load(std::memory_order_relaxed);
+  c.sleeps = sleeps_.load(std::memory_order_relaxed);
+  c.tx_deferred = tx_deferred_.load(std::memory_order_relaxed);
+  c.writes_deferred = writes_deferred_.load(std::memory_order_relaxed);
+  return c;
+}
+
+void EventLoop::ThreadMain() {
+  if (opt_.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(opt_.cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  }
+  Time last_work = MonotonicNow();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const Time now = MonotonicNow();
+    iterations_.store(iterations_.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);
+    if (Iterate(now)) {
+      last_work = now;
+      continue;
+    }
+    if (opt_.busy_poll || now - last_work < opt_.spin) continue;
+    Sleep(now);
+  }
+}
+
+void EventLoop::Sleep(Time now) {
+  const Time next = engine_->NextEventTime();
+  Time wait = opt_.max_sleep;
+  if (next != kTimeInfinite) wait = std::min(wait, next - now);
+  if (tx_pending_ > 0) wait = std::min<Time>(wait, 20 * kMicrosecond);
+  if (wait <= 2 * kMicrosecond) return;  // too short to sleep: spin
+  sleeping_.store(true);
+  // Re-check after announcing the sleep (pairs with Wake()).
+  bool work = has_cmds_.load() || queued_.load() > pending_.size();
+  if (!work) {
+    timespec ts{static_cast<time_t>(wait / kSecond),
+                static_cast<long>((wait % kSecond) / kNanosecond)};
+    epoll_event evs[8];
+    int n = epoll_pwait2(epoll_fd_, evs, 8, &ts, nullptr);
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.fd == wake_fd_) {
+        uint64_t v;
+        ssize_t r = read(wake_fd_, &v, sizeof(v));
+        (void)r;
+      }
+    }
+    sleeps_.store(sleeps_.load(std::memory_order_relaxed) + 1,
+                  std::memory_order_relaxed);
+  }
+  sleeping_.store(false);
+}
+
+bool EventLoop::Iterate(Time now) {
+  bool work = false;
+  // 1. Control calls.
+  if (has_cmds_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> l(cmd_mu_);
+    for (Command* c : cmds_) {
+      (*c->fn)(now);
+      c->done = true;
+    }
+    cmds_.clear();
+    has_cmds_.store(false);
+    cmd_cv_.notify_all();
+    work = true;
+  }
+  // Submissions: first those kept from earlier iterations, then new ones.
+  {
+    std::lock_guard<std::mutex> l(sq_mu_);
+    sq_local_.swap(sq_);
+  }
+  if (!sq_local_.empty()) {
+    for (auto& s : sq_local_) pending_.push_back(s);
+    sq_local_.clear();
+  }
+  if (!pending_.empty()) {
+    blocked_.clear();
+    size_t taken = 0;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (std::find(blocked_.begin(), blocked_.end(), it->conn) !=
+          blocked_.end()) {
+        ++it;
+        continue;
+      }
+      absl::Status s = engine_->PostWrite(now, it->conn, it->req);
+      if (absl::IsResourceExhausted(s)) {
+        blocked_.push_back(it->conn);
+        writes_deferred_.store(
+            writes_deferred_.load(std::memory_order_relaxed) + 1,
+            std::memory_order_relaxed);
+        ++it;
+        continue;
+      }
+      if (!s.ok()) {
+        Completion c;
+        c.type = CompletionType::kWrite;
+        c.status = s.code();
+        c.conn = it->conn;
+        c.wr_id = it->req.wr_id;
+        c.byte_len = it->req.length;
+        std::lock_guard<std::mutex> l(cq_mu_);
+        cq_.push_back(c);
+        if (cq_waiters_) cq_cv_.notify_all();
+      }
+      it = pending_.erase(it);
+      ++taken;
+    }
+    if (taken) {
+      queued_.fetch_sub(taken, std::memory_order_relaxed);
+      work = true;
+    }
+  }
+  // 2. Receive.
+  for (int round = 0; round < 4; ++round) {
+    const size_t n = dp_->RxBurst(now, rx_, kBurst);
+    if (n == 0) break;
+    engine_->OnReceive(now, rx_, n);
+    work = true;
+    if (n < kBurst) break;
+  }
+  // 3. Transmit.
+  for (int round = 0; round < 8; ++round) {
+    size_t got = 0;
+    if (tx_pending_ < kBurst) {
+      got = engine_->PollTransmit(now, tx_ + tx_pending_, kBurst - tx_pending_);
+      tx_pending_ += got;
+    }
+    if (tx_pending_ == 0) break;
+    const size_t sent = dp_->TxBurst(now, tx_, tx_pending_);
+    if (sent > 0) work = true;
+    if (sent < tx_pending_) {
+      memmove(static_cast<void*>(tx_), tx_ + sent,
+              (tx_pending_ - sent) * sizeof(TxPacket));
+      tx_deferred_.store(
+          tx_deferred_.load(std::memory_order_relaxed) + (tx_pending_ - sent),
+          std::memory_order_relaxed);
+    }
+    tx_pending_ -= sent;
+    if (sent == 0 || got == 0) break;
+  }
+  // 4. Completions.
+  for (;;) {
+    const size_t k = engine_->PollCompletions(comp_, kBurst);
+    if (k == 0) break;
+    work = true;
+    std::lock_guard<std::mutex> l(cq_mu_);
+    for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
+    if (cq_waiters_) cq_cv_.notify_all();
+    if (k < kBurst) break;
+  }
+  return work;
+}
+
+}  // namespace prism::runtime
