@@ -1,0 +1,87 @@
+// Unit tests of the plugin's environment configuration (transport/nccl/
+// config.h), linked directly against the plugin's core library.
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "transport/nccl/config.h"
+
+namespace prism::nccl {
+namespace {
+
+EnvGetter Env(std::map<std::string, std::string>* m) {
+  return [m](const char* k) -> const char* {
+    auto it = m->find(k);
+    return it == m->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(NcclConfig, ExplicitAddresses) {
+  std::map<std::string, std::string> e = {
+      {"PRISM_ADDRS", "127.0.0.1, 127.0.0.2,::1"},
+      {"PRISM_PATHS", "64"},
+      {"PRISM_PLANES", "4"},
+      {"PRISM_SPEED_MBPS", "400000"},
+      {"PRISM_LATENCY_US", "3"},
+      {"PRISM_DATAPATH", "tcp"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 3u);
+  EXPECT_EQ(c->mode, DataMode::kTcpInterim);
+  EXPECT_EQ(c->paths, 64);
+  EXPECT_EQ(c->planes, 4);
+  EXPECT_EQ(c->devices[0].name, "prism0:127.0.0.1");
+  EXPECT_EQ(c->devices[2].addr.ss_family, AF_INET6);
+  EXPECT_EQ(AddrToString(c->devices[1].addr), "127.0.0.2");
+  for (const DeviceConfig& d : c->devices) {
+    EXPECT_EQ(d.speed_mbps, 400000);
+    EXPECT_FLOAT_EQ(d.latency_us, 3.0f);
+  }
+  EXPECT_NE(c->devices[0].guid, c->devices[1].guid);
+}
+
+TEST(NcclConfig, LoopbackInterfaceByName) {
+  std::map<std::string, std::string> e = {{"PRISM_IFNAME", "=lo"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->devices[0].name, "prism_lo");
+  EXPECT_EQ(c->devices[0].ifname, "lo");
+  EXPECT_GT(c->devices[0].speed_mbps, 0);
+}
+
+TEST(NcclConfig, BadValuesNameTheVariable) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"PRISM_PATHS", "0"},          {"PRISM_PATHS", "70000"},
+      {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
+      {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
+      {"PRISM_LATENCY_US", "1e3"}};
+  for (const auto& [k, v] : bad) {
+    std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"}};
+    e[k] = v;
+    auto c = LoadConfig(Env(&e));
+    ASSERT_FALSE(c.ok()) << k << "=" << v;
+    EXPECT_NE(c.status().message().find(k), std::string::npos) << c.status();
+  }
+}
+
+TEST(NcclConfig, NoMatchingInterfaceIsNotFound) {
+  std::map<std::string, std::string> e = {{"PRISM_IFNAME", "=nonexistent0"}};
+  auto c = LoadConfig(Env(&e));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound) << c.status();
+}
+
+TEST(NcclConfig, UdpNeedsTheEndpointDataPath) {
+  std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"},
+                                          {"PRISM_DATAPATH", "udp"}};
+  auto c = LoadConfig(Env(&e));
+  if (PrismDataPathAvailable()) {
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->mode, DataMode::kPrismUdp);
+  } else {
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  }
+}
+
+}  // namespace
+}  // namespace prism::nccl

@@ -1,0 +1,1007 @@
+// Mini-NCCL driver tests for libnccl-net-prism.so: loads the plugin as NCCL
+// 2.28.9 does and replays NCCL's call patterns (see mini_nccl.h), on
+// 127.0.0.1 only. The two-process test forks: each process has a service
+// thread (listen/connect/accept/regMr/close) and one progress thread per comm
+// (isend/irecv/test), as NCCL's proxy does.
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/nccl/mini_nccl.h"
+#include "transport/base/random.h"
+
+namespace prism::nccl_test {
+namespace {
+
+constexpr int kOk = kPrismNcclSuccess;
+
+Net g_net;
+void* g_ctx = nullptr;
+
+const PrismNcclNetV11* N() { return g_net.v11(); }
+
+std::string PluginEnvValue() {
+  // NCCL_NET_PLUGIN=prism resolves to libnccl-net-prism.so via the library
+  // path (ctest sets LD_LIBRARY_PATH); the absolute path is the fallback
+  // when the binary is run by hand.
+  return std::string("prism,") + PRISM_NCCL_PLUGIN;
+}
+
+void LoadOrDie() {
+  if (g_net.dl != nullptr) return;
+  std::string err;
+  ASSERT_TRUE(LoadNet(PluginEnvValue(), &g_net, &err)) << err;
+  ASSERT_EQ(g_net.version, 11);
+}
+
+void InitCtx() {
+  LoadOrDie();
+  if (g_ctx != nullptr) return;
+  ASSERT_EQ(N()->init(&g_ctx, 0x1234, nullptr, TestLogger, nullptr), kOk);
+  ASSERT_NE(g_ctx, nullptr);
+}
+
+using Clock = std::chrono::steady_clock;
+bool Expired(Clock::time_point start, int seconds) {
+  return Clock::now() - start > std::chrono::seconds(seconds);
+}
+
+struct Pair {
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+// listen + polled connect/accept on one thread, as NCCL may drive them.
+void ConnectOneThread(int dev, Pair* p, int* polls = nullptr) {
+  char handle[kPrismNcclHandleMaxSize];
+  memset(handle, 0xcc, sizeof(handle));
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, dev, handle, &lc), kOk);
+  ASSERT_NE(lc, nullptr);
+  PrismNcclDeviceHandle* dev_handle = nullptr;  // pointer to NULL
+  const auto start = Clock::now();
+  int n = 0;
+  while (p->send == nullptr || p->recv == nullptr) {
+    if (p->send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, dev, handle, &p->send, &dev_handle), kOk);
+    }
+    if (p->recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &p->recv, nullptr), kOk);  // plain NULL
+    }
+    ++n;
+    ASSERT_FALSE(Expired(start, 10)) << "connect/accept did not complete";
+  }
+  EXPECT_EQ(dev_handle, nullptr);
+  ASSERT_EQ(N()->close_listen(lc), kOk);  // right after accept, as NCCL does
+  if (polls != nullptr) *polls = n;
+}
+
+void ClosePair(Pair* p) {
+  if (p->send != nullptr) {
+    EXPECT_EQ(N()->close_send(p->send), kOk);
+  }
+  if (p->recv != nullptr) {
+    EXPECT_EQ(N()->close_recv(p->recv), kOk);
+  }
+  *p = Pair();
+}
+
+// Retries isend until it returns a request (NULL = try again).
+void* Isend(void* sc, void* data, size_t size, int tag, void* mh,
+            Pair* progress = nullptr) {
+  const auto start = Clock::now();
+  for (;;) {
+    void* req = nullptr;
+    const int r = N()->isend(sc, data, size, tag, mh, nullptr, &req);
+    EXPECT_EQ(r, kOk);
+    if (r != kOk || req != nullptr) return req;
+    (void)progress;
+    if (Expired(start, 10)) {
+      ADD_FAILURE() << "isend never found a clear-to-send";
+      return nullptr;
+    }
+  }
+}
+
+void* Irecv(void* rc, int n, void** data, size_t* sizes, int* tags,
+            void** mhs) {
+  void* req = reinterpret_cast<void*>(0x1);  // NCCL's preset
+  const int r = N()->irecv(rc, n, data, sizes, tags, mhs, nullptr, &req);
+  EXPECT_EQ(r, kOk);
+  EXPECT_NE(req, reinterpret_cast<void*>(0x1)) << "0x1 preset not overwritten";
+  return req;
+}
+
+// Tests both requests (either may be NULL = already done) until done; returns
+// the first non-success result.
+int WaitBoth(void* sreq, int* ssizes, int* sres, void* rreq, int* rsizes,
+             int* rres) {
+  const auto start = Clock::now();
+  bool sdone = sreq == nullptr, rdone = rreq == nullptr;
+  *sres = kOk;
+  *rres = kOk;
+  while (!sdone || !rdone) {
+    int done = 0;
+    if (!sdone) {
+      const int r = N()->test(sreq, &done, ssizes);
+      if (r != kOk) {
+        *sres = r;
+        done = 1;
+      }
+      sdone = done != 0;
+    }
+    done = 0;
+    if (!rdone) {
+      const int r = N()->test(rreq, &done, rsizes);
+      if (r != kOk) {
+        *rres = r;
+        done = 1;
+      }
+      rdone = done != 0;
+    }
+    if (Expired(start, 20)) {
+      ADD_FAILURE() << "requests did not complete";
+      return -1;
+    }
+  }
+  return *sres != kOk ? *sres : *rres;
+}
+
+// ---------------------------------------------------------------------------
+TEST(NcclAbi, LoadsLikeNccl) {
+  LoadOrDie();
+  const char* ld = getenv("LD_LIBRARY_PATH");
+  if (ld != nullptr && strstr(ld, PRISM_NCCL_PLUGIN_DIR) != nullptr) {
+    EXPECT_EQ(g_net.opened, "libnccl-net-prism.so");
+  }
+  const PrismNcclNetV11* n = N();
+  EXPECT_STREQ(n->name, "Prism");
+  const void* const* slots = reinterpret_cast<const void* const*>(n);
+  for (int i = 1; i < 22; ++i) {
+    if (i == 17 || i == 18) {
+      EXPECT_EQ(slots[i], nullptr) << "slot " << i;  // host plugin
+    } else {
+      EXPECT_NE(slots[i], nullptr) << "slot " << i;
+    }
+  }
+  for (int v : {10, 9, 8}) {
+    const auto* t = static_cast<const char* const*>(FindTable(g_net, v));
+    ASSERT_NE(t, nullptr) << "v" << v;
+    EXPECT_STREQ(t[0], "Prism");
+  }
+  EXPECT_EQ(FindTable(g_net, 7), nullptr);
+}
+
+TEST(NcclAbi, FailedInitThenFinalizeNullThenInitTwice) {
+  LoadOrDie();
+  // A bad configuration fails init cleanly; NCCL then calls finalize(NULL).
+  setenv("PRISM_DATAPATH", "bogus", 1);
+  void* ctx = reinterpret_cast<void*>(0x1);
+  SetLogEcho(false);
+  EXPECT_NE(N()->init(&ctx, 1, nullptr, TestLogger, nullptr), kOk);
+  SetLogEcho(true);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_EQ(N()->finalize(nullptr), kOk);
+  unsetenv("PRISM_DATAPATH");
+  bool saw_config_warning = false;
+  for (const LogLine& l : LogSnapshot()) {
+    saw_config_warning |= l.level == kPrismNcclLogWarn &&
+                          l.text.find("PRISM_DATAPATH") != std::string::npos;
+  }
+  EXPECT_TRUE(saw_config_warning);
+
+  // init twice (two communicators), devices, finalize both.
+  PrismNcclCommConfig cfg{-1};
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(N()->init(&a, 0xaaaa, &cfg, TestLogger, nullptr), kOk);
+  ASSERT_EQ(N()->init(&b, 0xbbbb, nullptr, TestLogger, nullptr), kOk);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  int ndev = 0;
+  ASSERT_EQ(N()->devices(&ndev), kOk);
+  EXPECT_EQ(ndev, 2);  // PRISM_ADDRS=127.0.0.1,127.0.0.2
+  PrismNcclNetAttr attr;
+  memset(&attr, 0xff, sizeof(attr));  // all -1 = undefined
+  EXPECT_EQ(N()->set_net_attr(a, &attr), kOk);
+  EXPECT_EQ(N()->finalize(a), kOk);
+  EXPECT_EQ(N()->finalize(b), kOk);
+  EXPECT_EQ(N()->finalize(nullptr), kOk);
+
+  // Every plugin message carries the NET subsystem flag.
+  int lines = 0;
+  for (const LogLine& l : LogSnapshot()) {
+    EXPECT_NE(l.flags & kPrismNcclFlagNet, 0u) << l.text;
+    EXPECT_NE(l.text.find("NET/Prism"), std::string::npos) << l.text;
+    ++lines;
+  }
+  EXPECT_GT(lines, 0);
+}
+
+TEST(NcclAbi, PropertiesFilledCompletely) {
+  InitCtx();
+  int ndev = 0;
+  ASSERT_EQ(N()->devices(&ndev), kOk);
+  ASSERT_GE(ndev, 1);
+  std::set<std::string> names;
+  std::set<uint64_t> guids;
+  for (int d = 0; d < ndev; ++d) {
+    PrismNcclPropertiesV11 p;
+    memset(&p, 0xab, sizeof(p));  // NCCL's struct is uninitialised stack
+    ASSERT_EQ(N()->get_properties(d, &p), kOk);
+    ASSERT_NE(p.name, nullptr);
+    names.insert(p.name);
+    guids.insert(p.guid);
+    EXPECT_NE(reinterpret_cast<uintptr_t>(p.pci_path), 0xababababababababull);
+    EXPECT_NE(p.ptr_support & kPrismNcclPtrHost, 0);
+    EXPECT_EQ(p.ptr_support & ~(kPrismNcclPtrHost | kPrismNcclPtrCuda |
+                                kPrismNcclPtrDmaBuf),
+              0);
+    EXPECT_EQ(p.reg_is_global, 0);
+    EXPECT_EQ(p.force_flush, 0);
+    EXPECT_GT(p.speed, 0);
+    EXPECT_EQ(p.port, 0);
+    EXPECT_GE(p.latency, 0.0f);
+    EXPECT_LT(p.latency, 1e6f);
+    EXPECT_GT(p.max_comms, 0);
+    EXPECT_EQ(p.max_recvs, 8);
+    EXPECT_EQ(p.net_device_type, kPrismNcclDeviceHost);
+    EXPECT_EQ(p.net_device_version, 0);
+    EXPECT_EQ(p.vprops.ndevs, 1);
+    EXPECT_EQ(p.vprops.devs[0], d);
+    EXPECT_GT(p.max_p2p_bytes, 0u);
+    EXPECT_LE(p.max_p2p_bytes, 1ull << 40);
+    EXPECT_GT(p.max_coll_bytes, 0u);
+    EXPECT_LE(p.max_coll_bytes, 1ull << 40);
+    EXPECT_EQ(p.max_multi_request_size, 1);
+    // makeVDevice of one device maps to itself; merging is refused cleanly.
+    PrismNcclVDeviceProps vp{1, {d, 0, 0, 0}};
+    int vd = -1;
+    EXPECT_EQ(N()->make_vdevice(&vd, &vp), kOk);
+    EXPECT_EQ(vd, d);
+  }
+  EXPECT_EQ(static_cast<int>(names.size()), ndev);
+  EXPECT_EQ(static_cast<int>(guids.size()), ndev);
+  PrismNcclPropertiesV11 p;
+  EXPECT_NE(N()->get_properties(ndev, &p), kOk);
+  EXPECT_NE(N()->get_properties(-1, &p), kOk);
+}
+
+TEST(NcclConn, OneThreadBasics) {
+  InitCtx();
+  Pair p;
+  int polls = 0;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p, &polls));
+  EXPECT_GE(polls, 1);
+
+  std::vector<uint8_t> sbuf(1 << 20), rbuf(1 << 20);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
+      kOk);
+  // No receive posted: isend says "try again" with a NULL request.
+  void* req = reinterpret_cast<void*>(0x1);
+  ASSERT_EQ(N()->isend(p.send, sbuf.data(), 100, 7, smh, nullptr, &req), kOk);
+  EXPECT_EQ(req, nullptr);
+
+  // Receive larger than send: the real size is reported; bytes after it are
+  // untouched. test() with sizes == NULL on the send side.
+  FillPattern(sbuf.data(), 1000, 1, 0, 0);
+  memset(rbuf.data(), 0x5a, 4096);
+  void* rdata = rbuf.data();
+  size_t rsize = 4096;
+  int tag = 7;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &tag, &rmh);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = Isend(p.send, sbuf.data(), 1000, 7, smh);
+  ASSERT_NE(sreq, nullptr);
+  int rsizes[8] = {-1};
+  int sres, rres;
+  ASSERT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, rsizes, &rres), kOk);
+  EXPECT_EQ(rsizes[0], 1000);
+  EXPECT_EQ(CheckPattern(rbuf.data(), 1000, 1, 0, 0), -1);
+  for (int i = 1000; i < 4096; ++i) ASSERT_EQ(rbuf[i], 0x5a) << i;
+
+  // Zero-byte message.
+  rreq = Irecv(p.recv, 1, &rdata, &rsize, &tag, &rmh);
+  sreq = Isend(p.send, sbuf.data(), 0, 7, smh);
+  int ssizes[1] = {-1};
+  ASSERT_EQ(WaitBoth(sreq, ssizes, &sres, rreq, rsizes, &rres), kOk);
+  EXPECT_EQ(ssizes[0], 0);
+  EXPECT_EQ(rsizes[0], 0);
+
+  // Grouped receive: 8 buffers, 8 tags, sends in reverse tag order.
+  {
+    void* data[8];
+    size_t sizes[8];
+    int tags[8];
+    void* mhs[8];
+    for (int i = 0; i < 8; ++i) {
+      data[i] = rbuf.data() + i * 65536;
+      sizes[i] = 65536;
+      tags[i] = 100 + i;
+      mhs[i] = rmh;
+    }
+    rreq = Irecv(p.recv, 8, data, sizes, tags, mhs);
+    ASSERT_NE(rreq, nullptr);
+    std::vector<void*> sreqs;
+    for (int i = 7; i >= 0; --i) {
+      uint8_t* src = sbuf.data() + i * 65536;
+      const size_t len = 1000 * (i + 1);
+      FillPattern(src, len, 2, 0, i);
+      sreqs.push_back(Isend(p.send, src, len, 100 + i, smh));
+      ASSERT_NE(sreqs.back(), nullptr);
+    }
+    for (void* s : sreqs) {
+      ASSERT_EQ(WaitBoth(s, nullptr, &sres, nullptr, nullptr, &rres), kOk);
+    }
+    int gsizes[8];
+    ASSERT_EQ(WaitBoth(nullptr, nullptr, &sres, rreq, gsizes, &rres), kOk);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(gsizes[i], 1000 * (i + 1));
+      EXPECT_EQ(
+          CheckPattern(static_cast<uint8_t*>(data[i]), 1000 * (i + 1), 2, 0, i),
+          -1);
+    }
+  }
+
+  // 32 outstanding receives and sends, completed in order.
+  {
+    std::vector<void*> rreqs, sreqs;
+    for (int i = 0; i < 32; ++i) {
+      void* d = rbuf.data() + i * 32768;
+      size_t s = 32768;
+      int t = i;
+      rreqs.push_back(Irecv(p.recv, 1, &d, &s, &t, &rmh));
+      ASSERT_NE(rreqs.back(), nullptr) << i;
+    }
+    for (int i = 0; i < 32; ++i) {
+      FillPattern(sbuf.data() + i * 32768, 20000 + i, 3, i, 0);
+      sreqs.push_back(
+          Isend(p.send, sbuf.data() + i * 32768, 20000 + i, i, smh));
+      ASSERT_NE(sreqs.back(), nullptr) << i;
+    }
+    for (int i = 0; i < 32; ++i) {
+      int sz[8];
+      ASSERT_EQ(WaitBoth(sreqs[i], nullptr, &sres, rreqs[i], sz, &rres), kOk);
+      EXPECT_EQ(sz[0], 20000 + i);
+      EXPECT_EQ(CheckPattern(rbuf.data() + i * 32768, 20000 + i, 3, i, 0), -1);
+    }
+  }
+
+  // Misuse is rejected, not crashed on: a buffer outside its registration,
+  // a foreign memory handle, n > maxRecvs, a bogus request.
+  {
+    void* d = rbuf.data() + rbuf.size() - 10;
+    size_t s = 100;
+    int t = 0;
+    void* r = reinterpret_cast<void*>(0x1);
+    SetLogEcho(false);
+    EXPECT_EQ(N()->irecv(p.recv, 1, &d, &s, &t, &rmh, nullptr, &r),
+              kPrismNcclInvalidArgument);
+    EXPECT_EQ(r, nullptr);
+    EXPECT_EQ(N()->irecv(p.recv, 1, &d, &s, &t, &smh, nullptr, &r),
+              kPrismNcclInvalidArgument);
+    void* dd[9];
+    size_t ss[9];
+    int tt[9];
+    void* mm[9];
+    EXPECT_EQ(N()->irecv(p.recv, 9, dd, ss, tt, mm, nullptr, &r),
+              kPrismNcclInvalidArgument);
+    uint64_t junk[32] = {0};
+    int done = 0;
+    EXPECT_EQ(N()->test(junk, &done, nullptr), kPrismNcclInvalidArgument);
+    EXPECT_EQ(N()->reg_mr(p.recv, rbuf.data(), 16, kPrismNcclPtrCuda, &r),
+              kPrismNcclInvalidArgument);
+    SetLogEcho(true);
+  }
+
+  // iflush on host memory completes immediately (NULL request).
+  void* freq = reinterpret_cast<void*>(0x1);
+  int fsize = 10;
+  EXPECT_EQ(N()->iflush(p.recv, 1, &rdata, &fsize, &rmh, &freq), kOk);
+  EXPECT_EQ(freq, nullptr);
+
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  ClosePair(&p);
+}
+
+TEST(NcclConn, OversizeSendFailsOnBothSides) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(1, &p));
+  std::vector<uint8_t> sbuf(4096), rbuf(4096, 0x77);
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
+      kOk);
+  void* d = rbuf.data();
+  size_t s = 100;
+  int t = 3;
+  void* rreq = Irecv(p.recv, 1, &d, &s, &t, &rmh);
+  SetLogEcho(false);
+  void* sreq = Isend(p.send, sbuf.data(), 200, 3, smh);
+  ASSERT_NE(sreq, nullptr);
+  int sres, rres;
+  EXPECT_NE(WaitBoth(sreq, nullptr, &sres, rreq, nullptr, &rres), kOk);
+  SetLogEcho(true);
+  EXPECT_NE(sres, kOk);
+  EXPECT_NE(rres, kOk);
+  for (uint8_t b : rbuf) ASSERT_EQ(b, 0x77);  // nothing written
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  ClosePair(&p);
+}
+
+TEST(NcclConn, CloseWithRequestsInFlight) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  std::vector<uint8_t> sbuf(8 << 20), rbuf(8 << 20);
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
+      kOk);
+  // Eight 1 MiB messages posted, none tested: more than the socket buffers.
+  for (int i = 0; i < 8; ++i) {
+    void* d = rbuf.data() + (i << 20);
+    size_t s = 1 << 20;
+    int t = 1;
+    ASSERT_NE(Irecv(p.recv, 1, &d, &s, &t, &rmh), nullptr);
+  }
+  void* last = nullptr;
+  for (int i = 0; i < 8; ++i) {
+    last = Isend(p.send, sbuf.data() + (i << 20), 1 << 20, 1, smh);
+    ASSERT_NE(last, nullptr);
+  }
+  // Receiver goes away first; the sender's outstanding request then fails.
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  EXPECT_EQ(N()->close_recv(p.recv), kOk);
+  p.recv = nullptr;
+  SetLogEcho(false);
+  int done = 0, r = kOk;
+  const auto start = Clock::now();
+  while (r == kOk && done == 0 && !Expired(start, 10)) {
+    r = N()->test(last, &done, nullptr);
+  }
+  SetLogEcho(true);
+  EXPECT_TRUE(r != kOk || done == 1);
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  ClosePair(&p);
+}
+
+// ---------------------------------------------------------------------------
+// Two processes, both directions, several comms, NCCL's thread split.
+struct Plan {
+  int n;
+  int tags[8];
+  size_t send[8];
+  size_t recv[8];
+  int order[8];  // send order (a permutation)
+};
+
+constexpr int kWindow = 32;
+constexpr size_t kRoundBytes = 512 << 10;  // buffer area per in-flight round
+
+Plan MakePlan(Rng* rng) {
+  Plan p{};
+  p.n = rng->Bernoulli(0.25) ? static_cast<int>(rng->Range(2, 8)) : 1;
+  const size_t per = kRoundBytes / p.n;
+  for (int i = 0; i < p.n; ++i) {
+    p.tags[i] = static_cast<int>(rng->Range(0, 1 << 20)) * 8 + i;
+    size_t s;
+    const double u = rng->NextDouble();
+    if (u < 0.05) {
+      s = 0;
+    } else if (u < 0.6) {
+      s = rng->Range(1, 4096);
+    } else if (u < 0.95) {
+      s = rng->Range(4097, 65536);
+    } else {
+      s = rng->Range(65537, per);
+    }
+    if (s > per) s = per;
+    p.send[i] = s;
+    p.recv[i] = rng->Bernoulli(0.5) ? s : rng->Range(s, per);
+    p.order[i] = i;
+  }
+  for (int i = p.n - 1; i > 0; --i) {
+    std::swap(p.order[i], p.order[rng->Range(0, i)]);
+  }
+  return p;
+}
+
+// Sender progress thread: up to 32 rounds in flight.
+bool RunSender(void* sc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
+               std::string* err) {
+  Rng rng(seed);
+  struct InFlight {
+    std::vector<void*> reqs;
+  };
+  std::vector<InFlight> win(kWindow);
+  std::vector<Plan> plans(rounds);
+  for (int r = 0; r < rounds; ++r) plans[r] = MakePlan(&rng);
+  int next = 0, oldest = 0, pos = 0;  // pos: next send within round `next`
+  const auto start = Clock::now();
+  while (oldest < rounds) {
+    if (next < rounds && next - oldest < kWindow) {
+      const Plan& p = plans[next];
+      uint8_t* area = buf + (next % kWindow) * kRoundBytes;
+      const int i = p.order[pos];
+      uint8_t* src = area + i * (kRoundBytes / p.n);
+      if (pos == 0) {
+        for (int k = 0; k < p.n; ++k) {
+          FillPattern(area + k * (kRoundBytes / p.n), p.send[k], seed, next, k);
+        }
+      }
+      void* req = nullptr;
+      if (N()->isend(sc, src, p.send[i], p.tags[i], mh, nullptr, &req) != kOk) {
+        *err = "isend failed at round " + std::to_string(next);
+        return false;
+      }
+      if (req != nullptr) {
+        win[next % kWindow].reqs.push_back(req);
+        if (++pos == p.n) {
+          pos = 0;
+          ++next;
+        }
+      }
+    }
+    InFlight& f = win[oldest % kWindow];
+    if (!f.reqs.empty()) {
+      int done = 0, size = -1;
+      const int r = N()->test(f.reqs.front(), &done, &size);
+      if (r != kOk) {
+        *err = "send test failed at round " + std::to_string(oldest);
+        return false;
+      }
+      if (done) {
+        f.reqs.erase(f.reqs.begin());
+        if (f.reqs.empty() && (oldest < next)) ++oldest;
+      }
+    }
+    if (Expired(start, 120)) {
+      *err = "sender timed out at round " + std::to_string(oldest);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Receiver progress thread: 32 outstanding receives, verified byte by byte,
+// with a canary after every received message.
+bool RunReceiver(void* rc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
+                 std::string* err, uint64_t* bytes) {
+  Rng rng(seed);
+  std::vector<Plan> plans(rounds);
+  for (int r = 0; r < rounds; ++r) plans[r] = MakePlan(&rng);
+  std::vector<void*> win(kWindow, nullptr);
+  int next = 0, oldest = 0;
+  const auto start = Clock::now();
+  while (oldest < rounds) {
+    if (next < rounds && next - oldest < kWindow) {
+      const Plan& p = plans[next];
+      uint8_t* area = buf + (next % kWindow) * kRoundBytes;
+      void* data[8];
+      void* mhs[8];
+      size_t sizes[8];
+      int tags[8];
+      for (int i = 0; i < p.n; ++i) {
+        data[i] = area + i * (kRoundBytes / p.n);
+        memset(data[i], 0xe5, p.recv[i]);
+        sizes[i] = p.recv[i];
+        tags[i] = p.tags[i];
+        mhs[i] = mh;
+      }
+      void* req = reinterpret_cast<void*>(0x1);
+      if (N()->irecv(rc, p.n, data, sizes, tags, mhs, nullptr, &req) != kOk ||
+          req == reinterpret_cast<void*>(0x1)) {
+        *err = "irecv failed at round " + std::to_string(next);
+        return false;
+      }
+      if (req != nullptr) win[next++ % kWindow] = req;
+    }
+    if (oldest < next) {
+      int done = 0;
+      int sizes[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+      const int r = N()->test(win[oldest % kWindow], &done, sizes);
+      if (r != kOk) {
+        *err = "recv test failed at round " + std::to_string(oldest);
+        return false;
+      }
+      if (done) {
+        const Plan& p = plans[oldest];
+        uint8_t* area = buf + (oldest % kWindow) * kRoundBytes;
+        for (int i = 0; i < p.n; ++i) {
+          const uint8_t* d = area + i * (kRoundBytes / p.n);
+          if (sizes[i] != static_cast<int>(p.send[i])) {
+            *err = "round " + std::to_string(oldest) + " slot " +
+                   std::to_string(i) + ": size " + std::to_string(sizes[i]) +
+                   " != " + std::to_string(p.send[i]);
+            return false;
+          }
+          if (int64_t bad = CheckPattern(d, p.send[i], seed, oldest, i);
+              bad >= 0) {
+            *err = "round " + std::to_string(oldest) + " slot " +
+                   std::to_string(i) + ": byte " + std::to_string(bad) +
+                   " wrong";
+            return false;
+          }
+          for (size_t k = p.send[i]; k < p.recv[i]; ++k) {
+            if (d[k] != 0xe5) {
+              *err = "stray write after a message at round " +
+                     std::to_string(oldest);
+              return false;
+            }
+          }
+          *bytes += p.send[i];
+        }
+        ++oldest;
+      }
+    }
+    if (Expired(start, 120)) {
+      *err = "receiver timed out at round " + std::to_string(oldest);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t w = write(fd, b, n);
+    if (w <= 0) return false;
+    b += w;
+    n -= w;
+  }
+  return true;
+}
+bool ReadAll(int fd, void* p, size_t n) {
+  auto* b = static_cast<uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t r = read(fd, b, n);
+    if (r <= 0) return false;
+    b += r;
+    n -= r;
+  }
+  return true;
+}
+
+int RoundsFromEnv() {
+  const char* v = getenv("PRISM_NCCL_TEST_ROUNDS");
+  return v != nullptr ? atoi(v) : 2000;
+}
+
+// One side of the two-process test. `me` is 0 (parent) or 1 (child). Each
+// side receives on kComms comms and sends on kComms comms.
+constexpr int kComms = 2;
+std::string RunSide(int me, int to_peer, int from_peer, int rounds,
+                    double* seconds, uint64_t* bytes_out) {
+  // Fresh init in this process, as every NCCL communicator does.
+  void* ctx = nullptr;
+  if (N()->init(&ctx, 0x77 + me, nullptr, TestLogger, nullptr) != kOk) {
+    return "init failed";
+  }
+  void* lcs[kComms];
+  void* recv[kComms] = {nullptr};
+  void* send[kComms] = {nullptr};
+  char mine[kComms][kPrismNcclHandleMaxSize];
+  char theirs[kComms][kPrismNcclHandleMaxSize];
+  std::string error;
+  // Service thread: listen, exchange handles out of band, connect/accept,
+  // regMr. Progress threads start once their comm exists.
+  std::vector<std::vector<uint8_t>> rbufs(kComms), sbufs(kComms);
+  void* rmh[kComms];
+  void* smh[kComms];
+  std::thread service([&] {
+    for (int c = 0; c < kComms; ++c) {
+      if (N()->listen(ctx, c % 2, mine[c], &lcs[c]) != kOk) {
+        error = "listen failed";
+        return;
+      }
+    }
+    if (!WriteAll(to_peer, mine, sizeof(mine)) ||
+        !ReadAll(from_peer, theirs, sizeof(theirs))) {
+      error = "handle exchange failed";
+      return;
+    }
+    const auto start = Clock::now();
+    int ready = 0;
+    while (ready < 2 * kComms) {
+      ready = 0;
+      for (int c = 0; c < kComms; ++c) {
+        if (send[c] == nullptr &&
+            N()->connect(ctx, c % 2, theirs[c], &send[c], nullptr) != kOk) {
+          error = "connect failed";
+          return;
+        }
+        if (recv[c] == nullptr &&
+            N()->accept(lcs[c], &recv[c], nullptr) != kOk) {
+          error = "accept failed";
+          return;
+        }
+        ready += (send[c] != nullptr) + (recv[c] != nullptr);
+      }
+      if (Expired(start, 20)) {
+        error = "connect/accept timed out";
+        return;
+      }
+    }
+    for (int c = 0; c < kComms; ++c) {
+      N()->close_listen(lcs[c]);
+      rbufs[c].resize(kWindow * kRoundBytes);
+      sbufs[c].resize(kWindow * kRoundBytes);
+      if (N()->reg_mr(recv[c], rbufs[c].data(), rbufs[c].size(),
+                      kPrismNcclPtrHost, &rmh[c]) != kOk ||
+          N()->reg_mr(send[c], sbufs[c].data(), sbufs[c].size(),
+                      kPrismNcclPtrHost, &smh[c]) != kOk) {
+        error = "regMr failed";
+        return;
+      }
+    }
+  });
+  service.join();
+  if (!error.empty()) return error;
+
+  const auto t0 = Clock::now();
+  std::vector<std::thread> progress;
+  std::vector<std::string> errs(2 * kComms);
+  std::vector<uint64_t> bytes(kComms, 0);
+  std::vector<char> ok(2 * kComms, 0);
+  for (int c = 0; c < kComms; ++c) {
+    // Direction me -> peer uses seed (me, c); peer -> me uses (1 - me, c).
+    const uint64_t sseed = 1000 + me * 10 + c;
+    const uint64_t rseed = 1000 + (1 - me) * 10 + c;
+    progress.emplace_back([&, c, sseed] {
+      ok[2 * c] = RunSender(send[c], sbufs[c].data(), smh[c], sseed, rounds,
+                            &errs[2 * c]);
+    });
+    progress.emplace_back([&, c, rseed] {
+      ok[2 * c + 1] = RunReceiver(recv[c], rbufs[c].data(), rmh[c], rseed,
+                                  rounds, &errs[2 * c + 1], &bytes[c]);
+    });
+  }
+  for (std::thread& t : progress) t.join();
+  *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  *bytes_out = 0;
+  for (uint64_t b : bytes) *bytes_out += b;
+  for (size_t i = 0; i < errs.size(); ++i) {
+    if (!ok[i]) return errs[i].empty() ? "progress thread failed" : errs[i];
+  }
+  // Both sides finished: synchronise, then tear down on the service thread.
+  char token = 'x';
+  if (!WriteAll(to_peer, &token, 1) || !ReadAll(from_peer, &token, 1)) {
+    return "final barrier failed";
+  }
+  std::thread teardown([&] {
+    for (int c = 0; c < kComms; ++c) {
+      N()->dereg_mr(recv[c], rmh[c]);
+      N()->dereg_mr(send[c], smh[c]);
+      N()->close_send(send[c]);
+      N()->close_recv(recv[c]);
+    }
+    N()->finalize(ctx);
+  });
+  teardown.join();
+  return "";
+}
+
+TEST(NcclConn, TwoProcessesRandomTraffic) {
+  LoadOrDie();
+  const int rounds = RoundsFromEnv();
+  int p2c[2], c2p[2], res[2];
+  ASSERT_EQ(pipe(p2c), 0);
+  ASSERT_EQ(pipe(c2p), 0);
+  ASSERT_EQ(pipe(res), 0);
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    double secs = 0;
+    uint64_t bytes = 0;
+    std::string e = RunSide(1, c2p[1], p2c[0], rounds, &secs, &bytes);
+    WriteAll(res[1], e.c_str(), e.size());
+    _exit(e.empty() ? 0 : 1);
+  }
+  close(res[1]);
+  double secs = 0;
+  uint64_t bytes = 0;
+  const std::string e = RunSide(0, p2c[1], c2p[0], rounds, &secs, &bytes);
+  EXPECT_EQ(e, "");
+  if (!e.empty()) kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  char child_err[512] = {0};
+  const ssize_t got = read(res[0], child_err, sizeof(child_err) - 1);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "child: " << (got > 0 ? child_err : "(killed)");
+  printf(
+      "two-process: %d rounds x %d comms per direction, %.1f MB received "
+      "by the parent in %.2f s (%.0f MB/s, both directions at once)\n",
+      rounds, kComms, bytes / 1e6, secs, bytes / 1e6 / secs);
+  for (int fd : {p2c[0], p2c[1], c2p[0], c2p[1], res[0]}) close(fd);
+}
+
+TEST(NcclAbi, OlderTableVersions) {
+  LoadOrDie();
+  InitCtx();
+  // v10, v9 and v8 run one connection and one message each.
+  for (int v : {10, 9, 8}) {
+    SCOPED_TRACE("v" + std::to_string(v));
+    const void* t = FindTable(g_net, v);
+    ASSERT_NE(t, nullptr);
+    char handle[kPrismNcclHandleMaxSize];
+    void* lc = nullptr;
+    void *sc = nullptr, *rc = nullptr;
+    int ndev = 0;
+    std::vector<uint8_t> sbuf(8192), rbuf(8192);
+    FillPattern(sbuf.data(), 5000, 9, v, 0);
+    void *smh = nullptr, *rmh = nullptr;
+    void *sreq = nullptr, *rreq = nullptr;
+    void* rdata = rbuf.data();
+    int tag = 5;
+    const auto start = Clock::now();
+    if (v == 8) {
+      const auto* n = static_cast<const PrismNcclNetV8*>(t);
+      ASSERT_EQ(n->init(TestLogger), kOk);
+      ASSERT_EQ(n->devices(&ndev), kOk);
+      PrismNcclPropertiesV8 p;
+      memset(&p, 0xab, sizeof(p));
+      ASSERT_EQ(n->get_properties(0, &p), kOk);
+      EXPECT_EQ(p.max_recvs, 8);
+      EXPECT_EQ(p.net_device_type, 0);
+      EXPECT_EQ(p.net_device_version, 0);
+      EXPECT_NE(p.ptr_support & kPrismNcclPtrHost, 0);
+      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
+      while (!sc || !rc) {
+        if (!sc) {
+          ASSERT_EQ(n->connect(0, handle, &sc, nullptr), kOk);
+        }
+        if (!rc) {
+          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
+        }
+        ASSERT_FALSE(Expired(start, 10));
+      }
+      ASSERT_EQ(n->close_listen(lc), kOk);
+      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
+      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
+      int rsize = 8192;
+      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, &rreq), kOk);
+      while (!sreq) {
+        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, &sreq), kOk);
+        ASSERT_FALSE(Expired(start, 10));
+      }
+    } else if (v == 9) {
+      const auto* n = static_cast<const PrismNcclNetV9*>(t);
+      ASSERT_EQ(n->init(TestLogger), kOk);
+      ASSERT_EQ(n->devices(&ndev), kOk);
+      PrismNcclPropertiesV10 p;
+      ASSERT_EQ(n->get_properties(0, &p), kOk);
+      EXPECT_EQ(p.max_recvs, 8);
+      EXPECT_EQ(p.vprops.ndevs, 1);
+      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
+      while (!sc || !rc) {
+        if (!sc) {
+          ASSERT_EQ(n->connect(0, handle, &sc, nullptr), kOk);
+        }
+        if (!rc) {
+          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
+        }
+        ASSERT_FALSE(Expired(start, 10));
+      }
+      ASSERT_EQ(n->close_listen(lc), kOk);
+      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
+      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
+      size_t rsize = 8192;
+      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, &rreq), kOk);
+      while (!sreq) {
+        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, &sreq), kOk);
+        ASSERT_FALSE(Expired(start, 10));
+      }
+    } else {
+      const auto* n = static_cast<const PrismNcclNetV10*>(t);
+      ASSERT_EQ(n->init(TestLogger, nullptr), kOk);
+      ASSERT_EQ(n->devices(&ndev), kOk);
+      PrismNcclPropertiesV10 p;
+      ASSERT_EQ(n->get_properties(0, &p), kOk);
+      EXPECT_EQ(p.max_recvs, 8);
+      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
+      PrismNcclCommConfig cfg{-1};
+      while (!sc || !rc) {
+        if (!sc) {
+          ASSERT_EQ(n->connect(0, &cfg, handle, &sc, nullptr), kOk);
+        }
+        if (!rc) {
+          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
+        }
+        ASSERT_FALSE(Expired(start, 10));
+      }
+      ASSERT_EQ(n->close_listen(lc), kOk);
+      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
+      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
+      size_t rsize = 8192;
+      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, nullptr, &rreq),
+                kOk);
+      while (!sreq) {
+        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, nullptr, &sreq),
+                  kOk);
+        ASSERT_FALSE(Expired(start, 10));
+      }
+    }
+    EXPECT_EQ(ndev, 2);
+    // The test/close slots share the v11 functions.
+    int sres, rres, sizes[8];
+    ASSERT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, sizes, &rres), kOk);
+    EXPECT_EQ(sizes[0], 5000);
+    EXPECT_EQ(CheckPattern(rbuf.data(), 5000, 9, v, 0), -1);
+    EXPECT_EQ(N()->dereg_mr(sc, smh), kOk);
+    EXPECT_EQ(N()->dereg_mr(rc, rmh), kOk);
+    EXPECT_EQ(N()->close_send(sc), kOk);
+    EXPECT_EQ(N()->close_recv(rc), kOk);
+  }
+}
+
+// Runs last (its suite comes last): dlclose and reload, as NCCL does after
+// its last communicator.
+TEST(NcclReload, DlcloseAndReload) {
+  InitCtx();
+  ASSERT_EQ(N()->finalize(g_ctx), kOk);
+  g_ctx = nullptr;
+  const void* before = g_net.table;
+  UnloadNet(&g_net);
+  for (int round = 0; round < 3; ++round) {
+    std::string err;
+    ASSERT_TRUE(LoadNet(PluginEnvValue(), &g_net, &err)) << err;
+    ASSERT_EQ(g_net.version, 11);
+    EXPECT_EQ(g_net.table, before);  // -z nodelete: the image stayed mapped
+    void* ctx = nullptr;
+    ASSERT_EQ(N()->init(&ctx, round, nullptr, TestLogger, nullptr), kOk);
+    int ndev = 0;
+    ASSERT_EQ(N()->devices(&ndev), kOk);
+    EXPECT_EQ(ndev, 2);
+    Pair p;
+    g_ctx = ctx;
+    ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+    ClosePair(&p);
+    g_ctx = nullptr;
+    ASSERT_EQ(N()->finalize(ctx), kOk);
+    ASSERT_EQ(N()->finalize(nullptr), kOk);
+    UnloadNet(&g_net);
+  }
+}
+
+}  // namespace
+}  // namespace prism::nccl_test
+
+int main(int argc, char** argv) {
+  // Two devices on the loopback: 127.0.0.1 and 127.0.0.2.
+  setenv("PRISM_ADDRS", "127.0.0.1,127.0.0.2", 0);
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
