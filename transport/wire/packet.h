@@ -24,7 +24,7 @@
 
 namespace prism::wire {
 
-inline constexpr uint16_t kMagic = 0x5052;  // "PR" as bytes 0x52 0x50
+inline constexpr uint16_t kMagic = 0x5052;  // on the wire (LE): bytes 0x52 0x50, "RP"
 inline constexpr uint8_t kVersion = 1;
 
 // UDP destination port Prism listens on by default (not IANA-assigned; the
