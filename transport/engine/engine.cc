@@ -1611,8 +1611,19 @@ class Engine::Impl {
           base = (it.psn64 & ~uint64_t{63}) - (wire::kSackBitmapBits - 64);
         }
         h.bitmap_base = static_cast<uint32_t>(base);
+        // Ring positions at or beyond rcv_nxt + kWindow alias live bits of
+        // PSNs one window lower: report them as zero (a SACK may be read
+        // long after it was sent, when those PSNs are in the sender's window).
+        const uint64_t limit = c->rcv_nxt + kWindow;
         for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
-          h.bitmap[w] = c->rx_bits[((base >> 6) + w) & (kWindow / 64 - 1)];
+          const uint64_t lo = base + 64 * w;
+          uint64_t bits = c->rx_bits[((base >> 6) + w) & (kWindow / 64 - 1)];
+          if (lo >= limit) {
+            bits = 0;
+          } else if (lo + 64 > limit) {
+            bits &= (uint64_t{1} << (limit - lo)) - 1;
+          }
+          h.bitmap[w] = bits;
         }
         h.trigger_psn = it.psn;
         h.echo_path = it.path;
