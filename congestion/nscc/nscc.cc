@@ -26,6 +26,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
   p.initial_window_bytes =
       std::max(p.min_window_bytes, std::min(p.bdp_bytes, p.max_window_bytes));
   p.fair_increase_bytes = c.mtu_bytes;
+  p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
   p.qa_delay_threshold = 2 * p.target_delay;
   return p;
 }
@@ -46,7 +47,7 @@ absl::Status NsccParams::Validate() const {
       initial_window_bytes > max_window_bytes) {
     return bad("initial_window_bytes must lie in [min, max]");
   }
-  if (!(prop_gain >= 0 && prop_gain <= 16)) return bad("prop_gain in [0,16]");
+  if (prop_increase_bytes == 0) return bad("prop_increase_bytes must be > 0");
   if (!(md_gain >= 0 && md_gain <= 16)) return bad("md_gain in [0,16]");
   if (!(max_md > 0 && max_md < 1)) return bad("max_md in (0,1)");
   if (!(loss_md >= 0 && loss_md <= max_md)) return bad("loss_md in [0,max_md]");
@@ -80,7 +81,7 @@ void NsccController::MaybeDecrease(Time now, Time rtt, bool loss) {
   double md = 0;
   if (rtt > p_.target_delay) {
     md = p_.md_gain * static_cast<double>(rtt - p_.target_delay) /
-         static_cast<double>(rtt);
+         static_cast<double>(rtt - p_.base_rtt);
   }
   if (loss) md = std::max(md, p_.loss_md);
   md = std::min(md, p_.max_md);
@@ -136,7 +137,7 @@ void NsccController::OnAck(const AckEvent& ev) {
       const double span = static_cast<double>(p_.target_delay - p_.base_rtt);
       const double f = std::clamp(
           static_cast<double>(p_.target_delay - rtt) / span, 0.0, 1.0);
-      cwnd_ += p_.prop_gain * f * clean;
+      cwnd_ += static_cast<double>(p_.prop_increase_bytes) * f * clean / cwnd_;
       ++counters_.proportional_increases;
     } else {
       cwnd_ += static_cast<double>(p_.fair_increase_bytes) * clean / cwnd_;

@@ -7,6 +7,8 @@
 //   ECN       no change (ECN with a short   multiplicative decrease
 //             RTT = imbalance; the path     (more the further above,
 //             selector reacts, not CC)       bounded by max_md, <= 1/RTT)
+// Both increases are per RTT (scaled by acked bytes / window), so flows of
+// different windows gain the same bytes per RTT and converge (AIMD).
 //
 // A batch with k of n packets ECN-marked applies the no-ECN rule to the
 // unmarked (n-k)/n of its bytes and the ECN rule once. Trims and losses are
@@ -39,13 +41,15 @@ struct NsccParams {
   uint64_t initial_window_bytes = 0;
   uint64_t min_window_bytes = 0;
   uint64_t max_window_bytes = 0;
-  // Proportional increase: window += prop_gain * f * unmarked bytes, where
-  // f = (target - rtt) / (target - base_rtt) clamped to [0, 1].
-  double prop_gain = 1.0;
+  // Proportional increase: up to this many bytes per RTT, scaled by
+  // f = (target - rtt) / (target - base_rtt) clamped to [0, 1]:
+  // window += prop_increase_bytes * f * unmarked bytes / window.
+  uint64_t prop_increase_bytes = 0;
   // Fair increase: this many bytes added per window's worth of clean ACKs.
   uint64_t fair_increase_bytes = 0;
-  // Multiplicative decrease: window *= 1 - min(max_md,
-  //   md_gain * (rtt - target) / rtt); at most once per RTT.
+  // Multiplicative decrease, relative to the queueing delay:
+  //   window *= 1 - min(max_md, md_gain * (rtt - target) / (rtt - base_rtt))
+  // at most once per RTT.
   double md_gain = 1.0;
   double max_md = 0.5;
   // Minimum decrease for a batch with trims or losses.

@@ -117,6 +117,7 @@ TEST(NsccDefaultsTest, DerivedFromRateAndRtt) {
   EXPECT_EQ(p.initial_window_bytes, 125000u);
   EXPECT_EQ(p.min_window_bytes, 4096u);
   EXPECT_EQ(p.fair_increase_bytes, 4096u);
+  EXPECT_EQ(p.prop_increase_bytes, 31250u);  // BDP / 4 per RTT
   EXPECT_EQ(p.qa_delay_threshold, 30 * kUs);
 
   ControllerConfig c = Cfg("nscc");
@@ -154,7 +155,7 @@ TEST(NsccDefaultsTest, ValidateRejectsNonsense) {
   p.md_gain = -1;
   EXPECT_FALSE(p.Validate().ok());
   p = good;
-  p.prop_gain = NAN;
+  p.md_gain = NAN;
   EXPECT_FALSE(p.Validate().ok());
   p = good;
   p.initial_window_bytes = good.max_window_bytes + 1;
@@ -167,18 +168,25 @@ TEST(NsccDefaultsTest, ValidateRejectsNonsense) {
 // ---- NSCC quadrants ---------------------------------------------------------
 
 TEST(NsccQuadrantTest, NoEcnBelowTargetIncreasesProportionally) {
+  // Per RTT: prop_increase_bytes (BDP / 4) x f; per batch scaled by
+  // acked / window. 16384 / 125000 of 31250 = 4096 at the base RTT.
   NsccController a = Nscc();
-  a.OnAck(Ack(0, 4, 10 * kUs));  // at base RTT: full gain
-  EXPECT_EQ(a.cwnd_bytes(), 125000u + 16384u);
+  a.OnAck(Ack(0, 4, 10 * kUs));  // at base RTT: f = 1
+  EXPECT_EQ(a.cwnd_bytes(), 125000u + 4096u);
   NsccController b = Nscc();
   b.OnAck(Ack(0, 4, 12'500 * kNanosecond));  // halfway to the target
-  EXPECT_EQ(b.cwnd_bytes(), 125000u + 8192u);
+  EXPECT_EQ(b.cwnd_bytes(), 125000u + 2048u);
   NsccController c = Nscc();
   c.OnAck(Ack(0, 4, 14 * kUs));  // close to the target: small step
-  EXPECT_NEAR(static_cast<double>(c.cwnd_bytes()), 125000 + 16384 * 0.2, 1);
+  EXPECT_NEAR(static_cast<double>(c.cwnd_bytes()), 125000 + 4096 * 0.2, 1);
   EXPECT_EQ(a.counters().proportional_increases, 1u);
+  // One window of clean ACKs at base RTT adds about BDP / 4.
+  NsccController d = Nscc();
+  for (int i = 0; i < 31; ++i) d.OnAck(Ack(i * kUs, 1, 10 * kUs));
+  EXPECT_GT(d.cwnd_bytes(), 125000u + 31250u * 85 / 100);
+  EXPECT_LE(d.cwnd_bytes(), 125000u + 31250u);
   // Bounded by the max window.
-  for (int i = 1; i < 20; ++i) a.OnAck(Ack(i * kUs, 4, 10 * kUs));
+  for (int i = 1; i < 80; ++i) a.OnAck(Ack(i * kUs, 4, 10 * kUs));
   EXPECT_EQ(a.window_bytes(), 187500u);
 }
 
@@ -194,20 +202,22 @@ TEST(NsccQuadrantTest, NoEcnAboveTargetIncreasesFairly) {
 }
 
 TEST(NsccQuadrantTest, EcnAboveTargetDecreasesMultiplicatively) {
+  // md = (rtt - target) / (rtt - base_rtt): the excess over the target
+  // queueing delay, relative to the queueing delay.
   NsccController a = Nscc();
-  a.OnAck(Ack(0, 4, 20 * kUs, /*ecn=*/4));  // 5us over: md = 5/20
-  EXPECT_EQ(a.cwnd_bytes(), 93750u);
-  a.OnAck(Ack(5 * kUs, 4, 20 * kUs, 4));  // same RTT: no second cut
-  EXPECT_EQ(a.cwnd_bytes(), 93750u);
-  a.OnAck(Ack(20 * kUs, 4, 20 * kUs, 4));  // next RTT
-  EXPECT_EQ(a.cwnd_bytes(), 70312u);
+  a.OnAck(Ack(0, 4, 16 * kUs, /*ecn=*/4));  // 1us over 6us queue: md = 1/6
+  EXPECT_EQ(a.cwnd_bytes(), 104166u);
+  a.OnAck(Ack(5 * kUs, 4, 16 * kUs, 4));  // same RTT: no second cut
+  EXPECT_EQ(a.cwnd_bytes(), 104166u);
+  a.OnAck(Ack(16 * kUs, 4, 16 * kUs, 4));  // next RTT
+  EXPECT_EQ(a.cwnd_bytes(), 86805u);
   EXPECT_EQ(a.counters().decreases, 2u);
   // Further above: larger cut, bounded by max_md.
   NsccController b = Nscc();
-  b.OnAck(Ack(0, 4, 30 * kUs, 4));  // md = 15/30
-  EXPECT_EQ(b.cwnd_bytes(), 62500u);
+  b.OnAck(Ack(0, 4, 17'500 * kNanosecond, 4));  // md = 2.5 / 7.5
+  EXPECT_EQ(b.cwnd_bytes(), 83333u);
   NsccController c = Nscc();
-  c.OnAck(Ack(0, 4, 500 * kUs, 4));  // md = 0.97 -> 0.5
+  c.OnAck(Ack(0, 4, 500 * kUs, 4));  // md = 0.99 -> 0.5
   EXPECT_EQ(c.cwnd_bytes(), 62500u);
   // Never below the min window.
   for (int i = 1; i < 40; ++i) c.OnAck(Ack(i * kMillisecond, 4, 500 * kUs, 4));
@@ -223,7 +233,8 @@ TEST(NsccQuadrantTest, EcnBelowTargetChangesNothing) {
   // A half-marked batch below target: only the clean half increases.
   NsccController b = Nscc();
   b.OnAck(Ack(0, 4, 12 * kUs, 2));  // f = 3/5 on 8192 clean bytes
-  EXPECT_NEAR(static_cast<double>(b.cwnd_bytes()), 125000 + 0.6 * 8192, 1);
+  EXPECT_NEAR(static_cast<double>(b.cwnd_bytes()),
+              125000 + 31250 * 0.6 * 8192 / 125000, 1);
 }
 
 TEST(NsccQuadrantTest, TrimsAndLossesAreCongestion) {
@@ -234,7 +245,7 @@ TEST(NsccQuadrantTest, TrimsAndLossesAreCongestion) {
   b.OnAck(Ack(0, 4, 12 * kUs, 0, 0, /*lost=*/2));
   EXPECT_EQ(b.cwnd_bytes(), 93750u);
   NsccController c = Nscc();
-  c.OnAck(Ack(0, 4, 40 * kUs, 4, 1));  // delay term dominates: 25/40
+  c.OnAck(Ack(0, 4, 40 * kUs, 4, 1));  // delay term dominates: 25/30
   EXPECT_EQ(c.cwnd_bytes(), 62500u);   // capped at max_md
 }
 
