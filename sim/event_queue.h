@@ -1,0 +1,107 @@
+// Discrete-event core of the simulator: a (time, sequence)-ordered event
+// queue and cancellable timers.
+//
+// Contract:
+// - Events pop in non-decreasing time; events with the same time pop in the
+//   order they were pushed (the sequence number breaks ties), so a run is a
+//   pure function of its inputs and seed.
+// - An event is plain data {time, seq, kind, arg, ptr}; the owner of the
+//   queue (the Simulator) dispatches on `kind`. Kind kTimerKind is reserved
+//   for Timer and is dispatched with Timer::Fire.
+// - Timers are cancelled lazily: re-arming or cancelling leaves the old heap
+//   entry in place and it is ignored when it pops (its seq no longer
+//   matches). Re-arming a timer later than its queued entry pushes nothing
+//   until that entry pops, so frequently re-armed timers do not grow the heap.
+// - No globals: any number of queues can live in one process.
+//
+// Thread safety: none; one queue per single-threaded simulation.
+#ifndef PRISM_SIM_EVENT_QUEUE_H_
+#define PRISM_SIM_EVENT_QUEUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "prism/types.h"
+
+namespace prism::sim {
+
+struct Event {
+  Time time = 0;
+  uint64_t seq = 0;
+  void* ptr = nullptr;
+  uint32_t arg = 0;
+  uint16_t kind = 0;
+};
+
+class EventQueue {
+ public:
+  static constexpr uint16_t kTimerKind = 0;
+
+  // Schedules an event; returns its sequence number. REQUIRES: time >= the
+  // time of the last popped event (no scheduling into the past).
+  uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr);
+  bool empty() const { return heap_.empty(); }
+  size_t size() const { return heap_.size(); }
+  // Time of the earliest event. REQUIRES: !empty().
+  Time next_time() const { return heap_[0].time; }
+  // Removes and returns the earliest event. REQUIRES: !empty().
+  Event Pop();
+  // Time of the last popped event (the simulation clock).
+  Time now() const { return now_; }
+  uint64_t pushed() const { return next_seq_; }
+  uint64_t popped() const { return popped_; }
+
+ private:
+  static bool Less(const Event& a, const Event& b) {
+    return a.time < b.time || (a.time == b.time && a.seq < b.seq);
+  }
+  void SiftUp(size_t i);
+  void SiftDown(size_t i);
+
+  std::vector<Event> heap_;  // 4-ary min-heap on (time, seq)
+  uint64_t next_seq_ = 0;
+  uint64_t popped_ = 0;
+  Time now_ = 0;
+};
+
+class TimerClient {
+ public:
+  virtual ~TimerClient() = default;
+  virtual void OnTimer(Time now, uint32_t tag) = 0;
+};
+
+// A re-armable, cancellable one-shot timer. Not copyable (the queue holds a
+// pointer to it); it must outlive the queue's dispatching.
+class Timer {
+ public:
+  Timer(TimerClient* client, uint32_t tag) : client_(client), tag_(tag) {}
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // Fires at `when` (replaces any earlier setting).
+  void Arm(EventQueue& q, Time when);
+  // Arms only if `when` is earlier than the current setting (or unarmed).
+  void ArmEarlier(EventQueue& q, Time when) {
+    if (when < when_) Arm(q, when);
+  }
+  void Cancel() { when_ = kTimeInfinite; }
+  bool armed() const { return when_ != kTimeInfinite; }
+  Time when() const { return when_; }
+
+  // Called by the dispatcher for an event of kind kTimerKind whose ptr is
+  // this timer.
+  void Fire(EventQueue& q, const Event& e);
+
+ private:
+  TimerClient* client_;
+  uint32_t tag_;
+  Time when_ = kTimeInfinite;     // desired fire time
+  Time queued_at_ = kTimeInfinite;
+  uint64_t queued_seq_ = 0;
+  bool queued_ = false;
+};
+
+}  // namespace prism::sim
+
+#endif  // PRISM_SIM_EVENT_QUEUE_H_

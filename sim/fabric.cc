@@ -1,0 +1,656 @@
+#include "sim/fabric.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/str_format.h"
+
+namespace prism::sim {
+
+using routing::NodeKind;
+
+const char* DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kBufferOverflow:
+      return "buffer_overflow";
+    case DropReason::kControlOverflow:
+      return "control_overflow";
+    case DropReason::kLinkDown:
+      return "link_down";
+    case DropReason::kLinkDownInFlight:
+      return "link_down_in_flight";
+    case DropReason::kRandomLoss:
+      return "random_loss";
+    case DropReason::kSwitchDown:
+      return "switch_down";
+    case DropReason::kNoRoute:
+      return "no_route";
+    case DropReason::kUsidMismatch:
+      return "usid_mismatch";
+    case DropReason::kHopLimit:
+      return "hop_limit";
+    case DropReason::kNicOverflow:
+      return "nic_overflow";
+    case DropReason::kNicPortDown:
+      return "nic_port_down";
+    case DropReason::kReceiverDiscard:
+      return "receiver_discard";
+    case DropReason::kCount:
+      break;
+  }
+  return "?";
+}
+
+Fabric::Fabric(const routing::Topology* topo, const FabricConfig& config,
+               EventQueue* queue, PacketPool* pool, uint64_t seed,
+               FabricClient* client)
+    : topo_(topo),
+      config_(config),
+      q_(queue),
+      pool_(pool),
+      rng_(seed),
+      client_(client) {}
+
+absl::Status Fabric::Init() {
+  const routing::Topology& t = *topo_;
+  planes_ = t.num_planes();
+  hosts_ = t.num_hosts();
+  if (planes_ == 0 || planes_ > 64) {
+    return absl::InvalidArgumentError("fabric: planes must be 1..64");
+  }
+  trim_threshold_ = config_.trim_threshold_bytes == 0
+                        ? config_.buffer_bytes
+                        : std::min(config_.trim_threshold_bytes,
+                                   config_.buffer_bytes);
+  const size_t n = t.num_nodes();
+  nodes_.assign(n, NodeInfo{});
+  uint64_t total_ports = 0;
+  for (size_t i = 0; i < n; ++i) {
+    nodes_[i].port_base = static_cast<uint32_t>(total_ports);
+    nodes_[i].num_ports = static_cast<uint32_t>(t.ports(i).size());
+    total_ports += t.ports(i).size();
+    const routing::Node& nd = t.node(i);
+    nodes_[i].kind = nd.kind;
+    nodes_[i].plane = nd.plane;
+    nodes_[i].usid = nd.usid;
+    nodes_[i].seed = rng_.Next();
+  }
+  if (total_ports >= 0xffffffffull) {
+    return absl::InvalidArgumentError("fabric: too many ports");
+  }
+  ports_.assign(total_ports, Port{});
+  link_port_.assign(2 * t.num_links(), kNone);
+  link_up_.assign(t.num_links(), 1);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& pl = t.ports(i);
+    for (size_t k = 0; k < pl.size(); ++k) {
+      const uint32_t l = pl[k];
+      const routing::Link& lk = t.link(l);
+      const uint32_t id = nodes_[i].port_base + static_cast<uint32_t>(k);
+      Port& p = ports_[id];
+      const bool from_a = lk.a == i;
+      p.from = static_cast<uint32_t>(i);
+      p.to = from_a ? lk.b : lk.a;
+      p.link = l;
+      p.rate_bps = p.nominal_bps = lk.rate_bps;
+      p.delay = lk.delay;
+      p.host_port = nodes_[i].kind == NodeKind::kHost;
+      p.last_hop = !p.host_port && p.to < hosts_;
+      link_port_[2 * l + (from_a ? 0 : 1)] = id;
+    }
+  }
+  for (size_t l = 0; l < t.num_links(); ++l) {
+    if (link_port_[2 * l] == kNone || link_port_[2 * l + 1] == kNone) {
+      return absl::InternalError(
+          absl::StrFormat("fabric: link %d not attached at both ends", l));
+    }
+  }
+  // Host ports and T0 -> host ports.
+  host_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
+  host_down_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
+  host_t0_index_.assign(hosts_, 0);
+  for (uint32_t h = 0; h < hosts_; ++h) {
+    host_t0_index_[h] = t.host_t0_index(h);
+    for (uint32_t p = 0; p < planes_; ++p) {
+      const uint32_t l = t.host_link(h, static_cast<uint16_t>(p));
+      const routing::Link& lk = t.link(l);
+      const int dir_from_host = lk.a == h ? 0 : 1;
+      host_port_[h * planes_ + p] = link_port_[2 * l + dir_from_host];
+      host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
+    }
+  }
+  // Neighbour tables and uSID maps.
+  nbr_.resize(total_ports);
+  for (size_t i = 0; i < n; ++i) {
+    NodeInfo& ni = nodes_[i];
+    ni.nbr_base = ni.port_base;
+    for (uint32_t k = 0; k < ni.num_ports; ++k) {
+      nbr_[ni.port_base + k] = {ports_[ni.port_base + k].to, ni.port_base + k};
+    }
+    std::sort(nbr_.begin() + ni.port_base,
+              nbr_.begin() + ni.port_base + ni.num_ports);
+  }
+  usid_to_node_.assign(planes_, std::vector<uint32_t>());
+  t0_nodes_.assign(planes_, std::vector<uint32_t>());
+  plane_switches_.assign(planes_, std::vector<uint32_t>());
+  for (uint32_t p = 0; p < planes_; ++p) usid_to_node_[p].assign(65536, kNone);
+  for (size_t i = hosts_; i < n; ++i) {
+    NodeInfo& ni = nodes_[i];
+    if (ni.kind == NodeKind::kHost) continue;
+    if (ni.plane >= planes_) {
+      return absl::InternalError("fabric: switch plane out of range");
+    }
+    if (usid_to_node_[ni.plane][ni.usid] != kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("fabric: duplicate uSID %d in plane %d", ni.usid,
+                          ni.plane));
+    }
+    usid_to_node_[ni.plane][ni.usid] = static_cast<uint32_t>(i);
+    plane_switches_[ni.plane].push_back(static_cast<uint32_t>(i));
+    if (ni.kind == NodeKind::kT0) {
+      const uint32_t idx = t.node(i).index;
+      auto& v = t0_nodes_[ni.plane];
+      if (v.size() <= idx) v.resize(idx + 1, kNone);
+      v[idx] = static_cast<uint32_t>(i);
+      ni.t0_index = idx;
+    }
+  }
+  // Tables: plane 0, shared with identical planes; others computed.
+  routes_.assign(n, nullptr);
+  ComputeRoutes(0);
+  for (uint32_t p = 1; p < planes_; ++p) {
+    bool same = plane_switches_[p].size() == plane_switches_[0].size();
+    for (size_t i = 0; same && i < plane_switches_[p].size(); ++i) {
+      const uint32_t a = plane_switches_[0][i], b = plane_switches_[p][i];
+      same = nodes_[a].kind == nodes_[b].kind &&
+             t.node(a).index == t.node(b).index &&
+             nodes_[a].num_ports == nodes_[b].num_ports;
+    }
+    if (!same) {
+      ComputeRoutes(static_cast<uint16_t>(p));
+      continue;
+    }
+    for (size_t i = 0; i < plane_switches_[p].size(); ++i) {
+      routes_[plane_switches_[p][i]] = routes_[plane_switches_[0][i]];
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Fabric::ComputeRoutes(uint16_t plane) {
+  const std::vector<uint32_t>& sw = plane_switches_[plane];
+  const std::vector<uint32_t>& t0s = t0_nodes_[plane];
+  std::vector<std::unique_ptr<Routes>> built(sw.size());
+  // Local index of each switch node within the plane.
+  std::vector<int32_t> dist(nodes_.size(), -1);
+  for (size_t i = 0; i < sw.size(); ++i) {
+    built[i] = std::make_unique<Routes>();
+    built[i]->dst_group.assign(t0s.size(), kNone);
+    built[i]->group_begin.push_back(0);
+  }
+  std::vector<uint32_t> local(nodes_.size(), kNone);
+  for (size_t i = 0; i < sw.size(); ++i) local[sw[i]] = static_cast<uint32_t>(i);
+  auto usable = [&](const Port& p) {
+    return p.up && p.to >= hosts_ && nodes_[p.to].up && nodes_[p.from].up;
+  };
+  std::vector<uint32_t> frontier;
+  std::vector<uint16_t> group;
+  for (size_t d = 0; d < t0s.size(); ++d) {
+    const uint32_t dn = t0s[d];
+    if (dn == kNone || !nodes_[dn].up) continue;
+    for (uint32_t s : sw) dist[s] = -1;
+    frontier.clear();
+    frontier.push_back(dn);
+    dist[dn] = 0;
+    for (size_t head = 0; head < frontier.size(); ++head) {
+      const uint32_t u = frontier[head];
+      const NodeInfo& ni = nodes_[u];
+      for (uint32_t k = 0; k < ni.num_ports; ++k) {
+        const Port& p = ports_[ni.port_base + k];
+        if (!usable(p) || dist[p.to] >= 0) continue;
+        dist[p.to] = dist[u] + 1;
+        frontier.push_back(p.to);
+      }
+    }
+    for (size_t i = 0; i < sw.size(); ++i) {
+      const uint32_t s = sw[i];
+      if (s == dn || dist[s] <= 0) continue;
+      const NodeInfo& ni = nodes_[s];
+      group.clear();
+      for (uint32_t k = 0; k < ni.num_ports; ++k) {
+        const Port& p = ports_[ni.port_base + k];
+        if (usable(p) && dist[p.to] == dist[s] - 1) {
+          group.push_back(static_cast<uint16_t>(k));
+        }
+      }
+      if (group.empty()) continue;
+      Routes& r = *built[i];
+      // Reuse one of the last few groups when identical (common case).
+      uint32_t found = kNone;
+      const uint32_t ng = static_cast<uint32_t>(r.group_begin.size() - 1);
+      for (uint32_t g = ng; g > 0 && ng - g < 4; --g) {
+        const uint32_t b = r.group_begin[g - 1], e = r.group_begin[g];
+        if (e - b == group.size() &&
+            std::equal(group.begin(), group.end(), r.group_ports.begin() + b)) {
+          found = g - 1;
+          break;
+        }
+      }
+      if (found == kNone) {
+        found = ng;
+        r.group_ports.insert(r.group_ports.end(), group.begin(), group.end());
+        r.group_begin.push_back(static_cast<uint32_t>(r.group_ports.size()));
+      }
+      r.dst_group[d] = found;
+    }
+  }
+  for (size_t i = 0; i < sw.size(); ++i) routes_[sw[i]] = std::move(built[i]);
+}
+
+void Fabric::RecomputeRoutes(uint16_t plane) {
+  if (plane < planes_) ComputeRoutes(plane);
+}
+
+void Fabric::ScheduleConvergence(Time now, uint16_t plane) {
+  q_->Push(now + config_.routing_convergence, kConvergeKind, plane, this);
+}
+
+void Fabric::HandleEvent(const Event& e) {
+  switch (e.kind) {
+    case kArriveKind:
+      Arrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr));
+      break;
+    case kPortDoneKind:
+      PortDone(e.time, e.arg);
+      break;
+    case kConvergeKind:
+      RecomputeRoutes(static_cast<uint16_t>(e.arg));
+      break;
+    default:
+      break;
+  }
+}
+
+void Fabric::Drop(SimPacket* p, DropReason r) {
+  ++drops_[static_cast<size_t>(r)];
+  pool_->Free(p);
+}
+
+uint64_t Fabric::total_drops() const {
+  uint64_t s = 0;
+  for (uint64_t d : drops_) s += d;
+  return s;
+}
+
+void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
+  const uint32_t id = host_port_[host * planes_ + plane];
+  Port& pt = ports_[id];
+  if (!pt.up) {
+    Drop(p, DropReason::kNicPortDown);
+    return;
+  }
+  p->plane = static_cast<uint8_t>(plane);
+  p->hops = 0;
+  const uint32_t size = WireSize(p);
+  if (pt.dq_bytes + pt.cq_bytes + size > config_.nic_buffer_bytes) {
+    ++pt.c.drops;
+    Drop(p, DropReason::kNicOverflow);
+    return;
+  }
+  p->next = nullptr;
+  if (p->tclass == TrafficClass::kControl) {
+    if (pt.cq_tail) pt.cq_tail->next = p; else pt.cq_head = p;
+    pt.cq_tail = p;
+    pt.cq_bytes += size;
+    pt.max_cq_bytes = std::max(pt.max_cq_bytes, pt.cq_bytes);
+  } else {
+    if (pt.dq_tail) pt.dq_tail->next = p; else pt.dq_head = p;
+    pt.dq_tail = p;
+    pt.dq_bytes += size;
+    pt.max_dq_bytes = std::max(pt.max_dq_bytes, pt.dq_bytes);
+  }
+  ++pt.q_packets;
+  ++queued_packets_;
+  if (!pt.done_pending && now >= pt.busy_until) StartTx(now, id);
+}
+
+uint32_t Fabric::NeighborPort(uint32_t node, uint32_t nbr,
+                              uint64_t hash) const {
+  const NodeInfo& ni = nodes_[node];
+  auto b = nbr_.begin() + ni.nbr_base;
+  auto e = b + ni.num_ports;
+  auto lo = std::lower_bound(b, e, std::make_pair(nbr, 0u));
+  if (lo == e || lo->first != nbr) return kNone;
+  auto hi = lo + 1;
+  while (hi != e && hi->first == nbr) ++hi;
+  const size_t cnt = static_cast<size_t>(hi - lo);
+  return cnt == 1 ? lo->second : (lo + static_cast<size_t>(hash % cnt))->second;
+}
+
+void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
+                          uint32_t choice, SimPacket* p) const {
+  p->srv6 = true;
+  p->usid_len = 0;
+  p->usid_pos = 0;
+  const std::vector<uint32_t>& t0s = t0_nodes_[plane];
+  uint32_t cur = t0s[host_t0_index_[src]];
+  const uint32_t dst_t0 = host_t0_index_[dst];
+  const uint32_t target = t0s[dst_t0];
+  p->usids[p->usid_len++] = nodes_[cur].usid;
+  while (cur != target && p->usid_len < kMaxUsids) {
+    const Routes* r = routes_[cur].get();
+    // Static carriers come from the tables as built at start (or after the
+    // last convergence); they do not follow later failures by themselves.
+    const uint32_t g = r ? r->dst_group[dst_t0] : kNone;
+    if (g == kNone) break;
+    const uint32_t b = r->group_begin[g];
+    const uint32_t cnt = r->group_begin[g + 1] - b;
+    const uint32_t pick = choice % cnt;
+    choice /= cnt;
+    const uint32_t port =
+        nodes_[cur].port_base + r->group_ports[b + pick];
+    cur = ports_[port].to;
+    p->usids[p->usid_len++] = nodes_[cur].usid;
+  }
+}
+
+void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
+  --on_wire_;
+  if (ports_[p->last_port].epoch != p->epoch) {
+    Drop(p, DropReason::kLinkDownInFlight);
+    return;
+  }
+  if (node < hosts_) {
+    client_->DeliverToHost(now, node, p);
+    return;
+  }
+  const NodeInfo& ni = nodes_[node];
+  if (!ni.up) {
+    Drop(p, DropReason::kSwitchDown);
+    return;
+  }
+  if (++p->hops > config_.max_hops) {
+    Drop(p, DropReason::kHopLimit);
+    return;
+  }
+  const uint32_t plane = p->plane;
+  uint32_t out = kNone;
+  const uint64_t h =
+      Mix(ni.seed ^ (static_cast<uint64_t>(p->entropy) << 32 ^
+                     (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^
+                     p->dst));
+  if (p->srv6) {
+    if (p->usid_pos < p->usid_len) {
+      if (p->usids[p->usid_pos] != ni.usid) {
+        Drop(p, DropReason::kUsidMismatch);
+        return;
+      }
+      ++p->usid_pos;
+    }
+    if (p->usid_pos < p->usid_len) {
+      const uint32_t next = usid_to_node_[plane][p->usids[p->usid_pos]];
+      if (next != kNone) out = NeighborPort(node, next, h);
+    } else {
+      const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
+      if (ports_[hp].from == node) out = hp;
+    }
+  } else {
+    const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
+    if (ports_[hp].from == node) {
+      out = hp;
+    } else {
+      const Routes* r = routes_[node].get();
+      const uint32_t g = r ? r->dst_group[host_t0_index_[p->dst]] : kNone;
+      if (g != kNone) {
+        const uint32_t b = r->group_begin[g];
+        const uint32_t cnt = r->group_begin[g + 1] - b;
+        out = ni.port_base + r->group_ports[b + (cnt == 1 ? 0 : h % cnt)];
+      }
+    }
+  }
+  if (out == kNone) {
+    Drop(p, DropReason::kNoRoute);
+    return;
+  }
+  Enqueue(now, out, p);
+}
+
+void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
+  Port& pt = ports_[id];
+  if (!pt.up) {
+    ++pt.c.drops;
+    Drop(p, DropReason::kLinkDown);
+    return;
+  }
+  uint32_t size = WireSize(p);
+  bool control = p->tclass == TrafficClass::kControl || p->trimmed;
+  if (!control) {
+    if (pt.dq_bytes + size > trim_threshold_ ||
+        pt.dq_bytes + size > config_.buffer_bytes) {
+      const bool trim =
+          config_.trimming && (!pt.last_hop || config_.trim_last_hop);
+      if (!trim) {
+        ++pt.c.drops;
+        Drop(p, DropReason::kBufferOverflow);
+        return;
+      }
+      p->trimmed = true;
+      p->payload = nullptr;
+      p->payload_len = 0;
+      size = WireSize(p);
+      control = true;
+      ++pt.c.trims;
+      ++trims_;
+    } else if (config_.ecn && (!pt.last_hop || config_.ecn_last_hop) &&
+               pt.dq_bytes > config_.ecn_kmin_bytes) {
+      bool mark = pt.dq_bytes >= config_.ecn_kmax_bytes;
+      if (!mark) {
+        const double frac =
+            static_cast<double>(pt.dq_bytes - config_.ecn_kmin_bytes) /
+            static_cast<double>(config_.ecn_kmax_bytes -
+                                config_.ecn_kmin_bytes);
+        mark = rng_.Bernoulli(frac * config_.ecn_pmax);
+      }
+      if (mark && !p->ecn_ce) {
+        p->ecn_ce = true;
+        ++pt.c.ecn_marked;
+        ++ecn_marks_;
+      }
+    }
+  }
+  p->next = nullptr;
+  if (control) {
+    if (pt.cq_bytes + size > config_.control_buffer_bytes) {
+      ++pt.c.drops;
+      Drop(p, DropReason::kControlOverflow);
+      return;
+    }
+    if (pt.cq_tail) pt.cq_tail->next = p; else pt.cq_head = p;
+    pt.cq_tail = p;
+    pt.cq_bytes += size;
+    if (pt.cq_bytes > pt.max_cq_bytes) pt.max_cq_bytes = pt.cq_bytes;
+  } else {
+    if (pt.dq_tail) pt.dq_tail->next = p; else pt.dq_head = p;
+    pt.dq_tail = p;
+    pt.dq_bytes += size;
+    if (pt.dq_bytes > pt.max_dq_bytes) pt.max_dq_bytes = pt.dq_bytes;
+  }
+  ++pt.q_packets;
+  ++queued_packets_;
+  if (pt.done_pending) return;
+  if (now >= pt.busy_until) {
+    StartTx(now, id);
+  } else {
+    pt.done_pending = true;
+    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+  }
+}
+
+void Fabric::StartTx(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  SimPacket* p;
+  if (pt.cq_head) {
+    p = pt.cq_head;
+    pt.cq_head = p->next;
+    if (!pt.cq_head) pt.cq_tail = nullptr;
+    pt.cq_bytes -= WireSize(p);
+  } else if (pt.dq_head) {
+    p = pt.dq_head;
+    pt.dq_head = p->next;
+    if (!pt.dq_head) pt.dq_tail = nullptr;
+    pt.dq_bytes -= WireSize(p);
+  } else {
+    return;
+  }
+  --pt.q_packets;
+  --queued_packets_;
+  p->next = nullptr;
+  const uint32_t size = WireSize(p);
+  const Time ser = SerializationTime(size, pt.rate_bps);
+  pt.busy_until = now + ser;
+  ++pt.c.tx_packets;
+  pt.c.tx_bytes += size;
+  ++packet_hops_;
+  if (pt.loss > 0 && rng_.NextDouble() < pt.loss) {
+    ++pt.c.drops;
+    Drop(p, DropReason::kRandomLoss);
+  } else {
+    p->last_port = id;
+    p->epoch = pt.epoch;
+    ++on_wire_;
+    q_->Push(pt.busy_until + pt.delay, kArriveKind, pt.to, p);
+  }
+  // A NIC port needs to know when it is free (to pull more); a switch port
+  // only when something waits.
+  if (pt.q_packets > 0 || pt.host_port) {
+    pt.done_pending = true;
+    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+  }
+}
+
+void Fabric::PortDone(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  pt.done_pending = false;
+  if (now < pt.busy_until) {  // rate changed / stale: wait until free
+    pt.done_pending = true;
+    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    return;
+  }
+  if (pt.up && pt.q_packets > 0) StartTx(now, id);
+  if (pt.host_port && pt.up && pt.q_packets < config_.nic_queue_packets) {
+    client_->HostPortIdle(now, pt.from,
+                          static_cast<uint16_t>(nodes_[pt.to].plane));
+  }
+}
+
+void Fabric::Flush(uint32_t id) {
+  Port& pt = ports_[id];
+  for (SimPacket** head : {&pt.cq_head, &pt.dq_head}) {
+    SimPacket* p = *head;
+    while (p) {
+      SimPacket* nx = p->next;
+      ++pt.c.drops;
+      Drop(p, DropReason::kLinkDown);
+      --queued_packets_;
+      p = nx;
+    }
+    *head = nullptr;
+  }
+  pt.cq_tail = pt.dq_tail = nullptr;
+  pt.cq_bytes = pt.dq_bytes = 0;
+  pt.q_packets = 0;
+}
+
+void Fabric::UpdateLink(Time now, uint32_t link) {
+  for (int dir = 0; dir < 2; ++dir) {
+    const uint32_t id = link_port_[2 * link + dir];
+    Port& pt = ports_[id];
+    const bool up =
+        link_up_[link] && nodes_[pt.from].up && nodes_[pt.to].up;
+    if (up == pt.up) continue;
+    pt.up = up;
+    if (!up) {
+      ++pt.epoch;
+      Flush(id);
+    } else if (pt.host_port) {
+      if (!pt.done_pending) {
+        pt.done_pending = true;
+        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, this);
+      }
+    }
+  }
+  const routing::Link& lk = topo_->link(link);
+  if (lk.a < hosts_ || lk.b < hosts_) {
+    const uint32_t host = lk.a < hosts_ ? lk.a : lk.b;
+    const uint32_t id = host_port_[host * planes_ + lk.plane];
+    client_->HostPortStatus(now, host, lk.plane, ports_[id].up);
+  }
+}
+
+void Fabric::SetLinkUp(Time now, uint32_t link, bool up) {
+  if (link >= link_up_.size()) return;
+  link_up_[link] = up ? 1 : 0;
+  UpdateLink(now, link);
+  ScheduleConvergence(now, topo_->link(link).plane);
+}
+
+void Fabric::SetSwitchUp(Time now, uint32_t node, bool up) {
+  if (node < hosts_ || node >= nodes_.size()) return;
+  nodes_[node].up = up;
+  const NodeInfo& ni = nodes_[node];
+  for (uint32_t k = 0; k < ni.num_ports; ++k) {
+    UpdateLink(now, ports_[ni.port_base + k].link);
+  }
+  ScheduleConvergence(now, ni.plane);
+}
+
+void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
+  if (link >= link_up_.size()) return;
+  fraction = std::clamp(fraction, 1e-6, 1.0);
+  for (int dir = 0; dir < 2; ++dir) {
+    Port& pt = ports_[link_port_[2 * link + dir]];
+    pt.rate_bps = std::max<uint64_t>(
+        1, static_cast<uint64_t>(static_cast<double>(pt.nominal_bps) *
+                                 fraction));
+  }
+}
+
+void Fabric::SetLinkLoss(uint32_t link, double rate) {
+  if (link >= link_up_.size()) return;
+  for (int dir = 0; dir < 2; ++dir) {
+    ports_[link_port_[2 * link + dir]].loss =
+        static_cast<float>(std::clamp(rate, 0.0, 1.0));
+  }
+}
+
+absl::Status Fabric::CheckInvariants() const {
+  uint64_t queued = 0;
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    const Port& p = ports_[i];
+    queued += p.q_packets;
+    const uint32_t dlim =
+        p.host_port ? config_.nic_buffer_bytes : config_.buffer_bytes;
+    const uint32_t clim =
+        p.host_port ? config_.nic_buffer_bytes : config_.control_buffer_bytes;
+    if (p.max_dq_bytes > dlim || p.max_cq_bytes > clim) {
+      return absl::InternalError(absl::StrFormat(
+          "port %d: queue peaked at %d/%d bytes, limit %d/%d", i,
+          p.max_dq_bytes, p.max_cq_bytes, dlim, clim));
+    }
+  }
+  if (queued != queued_packets_) {
+    return absl::InternalError(absl::StrFormat(
+        "queued packet count %d != sum over ports %d", queued_packets_,
+        queued));
+  }
+  return absl::OkStatus();
+}
+
+size_t Fabric::memory_bytes() const {
+  return ports_.capacity() * sizeof(Port) + nodes_.capacity() * sizeof(NodeInfo) +
+         nbr_.capacity() * sizeof(nbr_[0]) +
+         link_port_.capacity() * sizeof(uint32_t) +
+         host_port_.capacity() * sizeof(uint32_t) * 2;
+}
+
+}  // namespace prism::sim

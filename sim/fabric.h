@@ -1,0 +1,287 @@
+// The simulated network: links, output-queued switch ports with finite
+// buffers, ECN marking, trimming or drop-tail, SRv6 uSID and ECMP
+// forwarding, NIC ports, and the fault primitives (link/switch down and up,
+// degraded rate, random loss).
+//
+// Model (see docs/simulator.md):
+// - Every full-duplex topology link is two Ports (one per direction). A port
+//   has a strict-priority control queue (SACK/NACK/probes/trimmed headers)
+//   and a data queue, each with a byte limit. Serialization time is
+//   wire_size * 8 / rate; the packet arrives at the far node after the
+//   propagation delay. A packet's wire size is its header + payload +
+//   FabricConfig::wire_overhead_bytes (Ethernet + IPv6 + UDP + FCS).
+// - ECN: on enqueue to a data queue holding q bytes, mark CE with probability
+//   0 below ecn_kmin, pmax*(q-kmin)/(kmax-kmin) between, 1 at/above kmax.
+// - Trimming: a data packet that does not fit (q + size > trim threshold) is
+//   cut to its header and queued in the control queue (never trimmed);
+//   otherwise (drop-tail) it is dropped. Last-hop ports (T0 -> host) can be
+//   exempt from ECN and/or trimming.
+// - SRv6 forwarding: a packet carries up to six 16-bit uSIDs; a switch
+//   matches its own uSID (mismatch: drop), shifts, and forwards to the
+//   neighbour named by the next uSID (static table, never changes); when the
+//   carrier is used up the switch delivers to the destination host's port.
+// - ECMP forwarding: per destination T0, a group of shortest-path ports;
+//   the port is chosen by a hash of (entropy, src, dst) with a per-switch
+//   seed. Groups are recomputed from the live topology `routing_convergence`
+//   after a link or switch changes state (a model of BGP convergence).
+// - Faults: a link that goes down flushes its queues and loses what is on
+//   the wire; a switch that goes down takes all its links down.
+//
+// Invariants: every packet handed to the fabric is delivered to a host,
+// dropped with a DropReason counted, or still queued / on a wire; a queue
+// never holds more bytes than its limit (checked by CheckInvariants).
+//
+// Thread safety: none.
+#ifndef PRISM_SIM_FABRIC_H_
+#define PRISM_SIM_FABRIC_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "routing/topology.h"
+#include "sim/event_queue.h"
+#include "sim/sim_packet.h"
+#include "transport/base/random.h"
+
+namespace prism::sim {
+
+enum class DropReason : uint8_t {
+  kBufferOverflow = 0,  // drop-tail data queue full
+  kControlOverflow,     // control (priority) queue full
+  kLinkDown,            // sent into / queued at a port whose link is down
+  kLinkDownInFlight,    // on the wire when the link went down
+  kRandomLoss,          // per-link random loss
+  kSwitchDown,          // arrived at a rebooting switch
+  kNoRoute,             // no table entry / next hop not adjacent
+  kUsidMismatch,        // SRv6 carrier did not name this switch
+  kHopLimit,            // forwarding loop guard
+  kNicOverflow,         // NIC transmit queue full
+  kNicPortDown,         // host sent on a NIC port that is down
+  kReceiverDiscard,     // a transport discarded it on arrival (baselines)
+  kCount
+};
+const char* DropReasonName(DropReason r);
+
+struct FabricConfig {
+  bool ecn = true;
+  uint32_t ecn_kmin_bytes = 32 * 1024;
+  uint32_t ecn_kmax_bytes = 128 * 1024;
+  double ecn_pmax = 0.2;
+  bool ecn_last_hop = true;  // mark on T0 -> host ports too
+  bool trimming = true;      // trim instead of drop-tail
+  bool trim_last_hop = true;
+  uint32_t buffer_bytes = 512 * 1024;         // switch data queue per port
+  uint32_t trim_threshold_bytes = 0;          // 0 = buffer_bytes
+  uint32_t control_buffer_bytes = 256 * 1024;  // switch control queue
+  uint32_t nic_buffer_bytes = 4 * 1024 * 1024;
+  uint32_t nic_queue_packets = 4;  // a NIC port pulls while below this
+  uint32_t wire_overhead_bytes = 66;
+  Time routing_convergence = 1 * kSecond;
+  uint8_t max_hops = 12;
+};
+
+struct PortCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;  // wire bytes
+  uint64_t ecn_marked = 0;
+  uint64_t trims = 0;
+  uint64_t drops = 0;
+};
+
+struct Port {
+  SimPacket* dq_head = nullptr;
+  SimPacket* dq_tail = nullptr;
+  SimPacket* cq_head = nullptr;
+  SimPacket* cq_tail = nullptr;
+  uint32_t dq_bytes = 0;
+  uint32_t cq_bytes = 0;
+  uint32_t q_packets = 0;
+  uint32_t max_dq_bytes = 0;
+  uint32_t max_cq_bytes = 0;
+  uint32_t from = 0;
+  uint32_t to = 0;
+  uint32_t link = 0;
+  uint32_t epoch = 0;  // incremented when the link goes down
+  uint64_t rate_bps = 0;
+  uint64_t nominal_bps = 0;
+  Time delay = 0;
+  Time busy_until = 0;
+  float loss = 0;
+  bool up = true;
+  bool done_pending = false;
+  bool host_port = false;  // from a host (NIC port)
+  bool last_hop = false;   // T0 -> host
+  PortCounters c;
+};
+
+class FabricClient {
+ public:
+  virtual ~FabricClient() = default;
+  // A packet reached host `host` (ownership passes to the client).
+  virtual void DeliverToHost(Time now, uint32_t host, SimPacket* p) = 0;
+  // A NIC port has room (queue below nic_queue_packets) after a transmit.
+  virtual void HostPortIdle(Time now, uint32_t host, uint16_t plane) = 0;
+  // A NIC port (host link) went down or came back.
+  virtual void HostPortStatus(Time now, uint32_t host, uint16_t plane,
+                              bool up) = 0;
+};
+
+class Fabric {
+ public:
+  static constexpr uint16_t kArriveKind = 1;
+  static constexpr uint16_t kPortDoneKind = 2;
+  static constexpr uint16_t kConvergeKind = 3;
+
+  Fabric(const routing::Topology* topo, const FabricConfig& config,
+         EventQueue* queue, PacketPool* pool, uint64_t seed,
+         FabricClient* client);
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  // Builds ports and forwarding tables. Must succeed before use.
+  absl::Status Init();
+
+  // Handles kArriveKind / kPortDoneKind / kConvergeKind events.
+  void HandleEvent(const Event& e);
+
+  // --- hosts --------------------------------------------------------------
+  // Queues a packet on host's NIC port for `plane` (drops are counted).
+  void HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p);
+  bool HostPortUp(uint32_t host, uint16_t plane) const {
+    return ports_[host_port_[host * planes_ + plane]].up;
+  }
+  bool HostPortHasRoom(uint32_t host, uint16_t plane) const {
+    const Port& pt = ports_[host_port_[host * planes_ + plane]];
+    return pt.up && pt.q_packets < config_.nic_queue_packets;
+  }
+  uint64_t HostPortRate(uint32_t host, uint16_t plane) const {
+    return ports_[host_port_[host * planes_ + plane]].rate_bps;
+  }
+  // Fills p's SRv6 carrier for host src -> dst on `plane`, taking uplink
+  // choices from the digits of `choice` (mixed radix over group sizes).
+  void BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
+                    uint32_t choice, SimPacket* p) const;
+  uint32_t WireSize(const SimPacket* p) const {
+    return p->header_len + p->payload_len + config_.wire_overhead_bytes;
+  }
+  // Drops a packet the fabric or a host discards, counting why.
+  void Drop(SimPacket* p, DropReason r);
+
+  // --- faults -------------------------------------------------------------
+  void SetLinkUp(Time now, uint32_t link, bool up);
+  void SetSwitchUp(Time now, uint32_t node, bool up);
+  // Rate = nominal * fraction (fraction in (0, 1]).
+  void SetLinkRateFraction(uint32_t link, double fraction);
+  void SetLinkLoss(uint32_t link, double rate);
+  // Recomputes ECMP groups of `plane` from the live topology now.
+  void RecomputeRoutes(uint16_t plane);
+
+  // --- stats and checks ---------------------------------------------------
+  const std::array<uint64_t, static_cast<size_t>(DropReason::kCount)>& drops()
+      const {
+    return drops_;
+  }
+  uint64_t total_drops() const;
+  uint64_t trims() const { return trims_; }
+  uint64_t ecn_marks() const { return ecn_marks_; }
+  uint64_t packet_hops() const { return packet_hops_; }
+  uint64_t queued_packets() const { return queued_packets_; }
+  uint64_t on_wire() const { return on_wire_; }
+  // OK when every queue stayed within its limit and counts add up.
+  absl::Status CheckInvariants() const;
+  const std::vector<Port>& ports() const { return ports_; }
+  const routing::Topology& topology() const { return *topo_; }
+  const FabricConfig& config() const { return config_; }
+  uint32_t planes() const { return planes_; }
+  // Port from T0 to host on `plane` and host's NIC port on `plane`.
+  uint32_t host_down_port(uint32_t host, uint16_t plane) const {
+    return host_down_port_[host * planes_ + plane];
+  }
+  uint32_t host_port(uint32_t host, uint16_t plane) const {
+    return host_port_[host * planes_ + plane];
+  }
+  // Ports of a link: [0] a->b, [1] b->a.
+  uint32_t link_port(uint32_t link, int dir) const {
+    return link_port_[2 * link + dir];
+  }
+  size_t memory_bytes() const;
+
+ private:
+  struct NodeInfo {
+    uint32_t port_base = 0;
+    uint32_t num_ports = 0;
+    uint32_t nbr_base = 0;  // into nbr_
+    uint32_t t0_index = 0;  // kT0: index within plane
+    uint64_t seed = 0;
+    uint16_t usid = 0;
+    uint16_t plane = 0;
+    routing::NodeKind kind = routing::NodeKind::kHost;
+    bool up = true;
+  };
+  struct Routes {
+    std::vector<uint32_t> dst_group;    // per dst T0 index; kNone if none
+    std::vector<uint32_t> group_begin;  // group g: [begin[g], begin[g+1])
+    std::vector<uint16_t> group_ports;  // local port positions
+  };
+  static constexpr uint32_t kNone = 0xffffffffu;
+
+  void Arrive(Time now, uint32_t node, SimPacket* p);
+  void Enqueue(Time now, uint32_t port, SimPacket* p);
+  void StartTx(Time now, uint32_t port);
+  void PortDone(Time now, uint32_t port);
+  void Flush(uint32_t port);
+  void UpdateLink(Time now, uint32_t link);
+  void ScheduleConvergence(Time now, uint16_t plane);
+  uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
+  // Fills routes_ for every switch of `plane` from the live topology.
+  void ComputeRoutes(uint16_t plane);
+  static uint64_t Mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+  }
+
+  const routing::Topology* topo_;
+  FabricConfig config_;
+  EventQueue* q_;
+  PacketPool* pool_;
+  Rng rng_;
+  FabricClient* client_;
+  uint32_t planes_ = 1;
+  uint32_t hosts_ = 0;
+  uint32_t trim_threshold_ = 0;
+
+  std::vector<NodeInfo> nodes_;
+  std::vector<Port> ports_;
+  std::vector<uint32_t> link_port_;       // 2 per link
+  std::vector<uint8_t> link_up_;          // administrative link state
+  std::vector<uint32_t> host_port_;       // host*planes + plane
+  std::vector<uint32_t> host_down_port_;  // host*planes + plane
+  std::vector<uint32_t> host_t0_index_;   // per host
+  // Sorted (neighbour node, port id) per node, for uSID next hops.
+  std::vector<std::pair<uint32_t, uint32_t>> nbr_;
+  std::vector<std::vector<uint32_t>> usid_to_node_;  // per plane, 65536
+  std::vector<std::vector<uint32_t>> t0_nodes_;      // per plane, by index
+  std::vector<std::vector<uint32_t>> plane_switches_;  // per plane
+  // Routes per switch node (shared between identical planes).
+  std::vector<std::shared_ptr<const Routes>> routes_;
+
+  std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops_{};
+  uint64_t trims_ = 0;
+  uint64_t ecn_marks_ = 0;
+  uint64_t packet_hops_ = 0;
+  uint64_t queued_packets_ = 0;
+  uint64_t on_wire_ = 0;
+  uint64_t overflow_violations_ = 0;
+};
+
+}  // namespace prism::sim
+
+#endif  // PRISM_SIM_FABRIC_H_

@@ -1,0 +1,384 @@
+#include "sim/prism_host.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "prism/engine.h"
+#include "sim/baseline.h"
+
+namespace prism::sim {
+namespace {
+
+constexpr size_t kTxBurst = 16;
+constexpr size_t kRxBurst = 32;
+constexpr Time kRxBatch = 250 * kNanosecond;
+constexpr uint32_t kWakeTag = 1;
+constexpr uint32_t kRxTag = 2;
+
+class PrismDriver;
+
+struct FlowState {
+  uint32_t conn = 0;  // local ConnId at the source
+  uint32_t rkey = 0;  // region at the destination
+  uint32_t msgs_left = 0;
+};
+
+class PrismHost : public HostAgent, public TimerClient {
+ public:
+  PrismHost(PrismDriver* d, uint32_t host, Placer* placer, uint64_t seed,
+            uint32_t mtu, uint32_t max_conns)
+      : d_(d),
+        host_(host),
+        engine_(MakeOptions(placer, seed, mtu, max_conns)),
+        wake_(this, kWakeTag),
+        rx_timer_(this, kRxTag) {}
+
+  static EngineOptions MakeOptions(Placer* placer, uint64_t seed, uint32_t mtu,
+                                   uint32_t max_conns) {
+    EngineOptions o;
+    o.seed = seed;
+    o.mtu_payload = mtu;
+    o.max_connections = max_conns;
+    o.placer = placer;
+    return o;
+  }
+
+  Engine& engine() { return engine_; }
+  uint32_t lkey = 0;
+  std::vector<ConnId> conns;                       // in creation order
+  absl::flat_hash_map<uint32_t, ConnId> by_peer;   // lookup only
+
+  void OnReceive(Time now, SimPacket* p) override {
+    rx_.push_back(p);
+    if (rx_.size() >= kRxBurst) {
+      FlushRx(now);
+    } else {
+      rx_timer_.ArmEarlier(queue(), now + kRxBatch);
+    }
+  }
+  void OnPortIdle(Time now, uint16_t /*plane*/) override { Pull(now); }
+  void OnPortStatus(Time now, uint16_t plane, bool up) override {
+    for (ConnId c : conns) {
+      absl::Status st = engine_.SetPlaneUp(c, plane, up, now);
+      if (!st.ok()) ++plane_errors_;
+    }
+    Pull(now);
+  }
+  void StartFlow(Time now, uint32_t flow) override;
+  void AddTotals(TransportTotals* t) const override;
+  uint64_t held_packets() const override { return rx_.size(); }
+  void OnTimer(Time now, uint32_t tag) override {
+    if (tag == kRxTag) {
+      FlushRx(now);
+    } else {
+      Pull(now);
+    }
+  }
+  void PostPending(Time now);
+  void Pull(Time now);
+
+ private:
+  EventQueue& queue();
+  void FlushRx(Time now);
+  void Drain(Time now);
+
+  PrismDriver* d_;
+  uint32_t host_;
+  Engine engine_;
+  Timer wake_;
+  Timer rx_timer_;
+  std::vector<SimPacket*> rx_;
+  RxPacket rxv_[kRxBurst];
+  TxPacket txv_[kTxBurst];
+  Completion cq_[64];
+  // Messages waiting for PostWrite room: (flow, next message index).
+  std::vector<std::pair<uint32_t, uint32_t>> pending_;
+  uint64_t plane_errors_ = 0;
+  uint64_t post_errors_ = 0;
+  uint64_t conn_errors_ = 0;
+  uint64_t spurious_ = 0;
+};
+
+class PrismDriver : public TransportDriver {
+ public:
+  explicit PrismDriver(const TransportConfig& tc) : tc_(tc) {}
+
+  absl::Status Init(Simulator* sim) override {
+    sim_ = sim;
+    placer_ = std::make_unique<VerifyingPlacer>(&sim->verifier());
+    const uint32_t hosts = sim->topology().num_hosts();
+    const std::vector<Flow>& flows = sim->flows();
+    // Pairs (unordered) that need a connection, in flow order.
+    absl::flat_hash_map<uint64_t, uint32_t> pair_index;
+    std::vector<std::pair<uint32_t, uint32_t>> pairs;
+    std::vector<uint32_t> conns_per_host(hosts, 0);
+    flow_pair_.resize(flows.size());
+    for (const Flow& f : flows) {
+      const uint32_t a = std::min(f.src, f.dst), b = std::max(f.src, f.dst);
+      const uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
+      auto it = pair_index.find(key);
+      if (it == pair_index.end()) {
+        it = pair_index.emplace(key, static_cast<uint32_t>(pairs.size())).first;
+        pairs.emplace_back(a, b);
+        ++conns_per_host[a];
+        ++conns_per_host[b];
+      }
+      flow_pair_[f.id] = it->second;
+    }
+    hosts_.reserve(hosts);
+    for (uint32_t h = 0; h < hosts; ++h) {
+      hosts_.push_back(std::make_unique<PrismHost>(
+          this, h, placer_.get(), sim->SeedFor(10, h), tc_.mtu,
+          conns_per_host[h] + 1));
+      Verifier& v = sim->verifier();
+      absl::StatusOr<MemoryRegion> mr = hosts_[h]->engine().RegisterMemory(
+          const_cast<uint8_t*>(v.pattern()), v.pattern_size(), kAccessLocal);
+      if (!mr.ok()) return mr.status();
+      hosts_[h]->lkey = mr->lkey;
+    }
+    ConnectionOptions co;
+    co.num_paths = tc_.num_paths;
+    co.num_planes = static_cast<uint16_t>(sim->planes());
+    co.path_policy = tc_.path_policy;
+    co.congestion = tc_.congestion;
+    co.link_rate_bps = sim->host_rate_bps();
+    co.base_rtt = sim->base_rtt();
+    co.rto_min = tc_.rto_min;
+    co.probe_interval = tc_.probe_interval;
+    co.payload_checksum = tc_.payload_checksum;
+    for (const auto& [a, b] : pairs) {
+      co.peer = b;
+      absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
+      if (!ca.ok()) return ca.status();
+      co.peer = a;
+      absl::StatusOr<ConnId> cb = hosts_[b]->engine().CreateConnection(co);
+      if (!cb.ok()) return cb.status();
+      const ConnectionInfo ia = hosts_[a]->engine().LocalInfo(*ca);
+      const ConnectionInfo ib = hosts_[b]->engine().LocalInfo(*cb);
+      absl::Status st = hosts_[a]->engine().Connect(*ca, ib);
+      if (!st.ok()) return st;
+      st = hosts_[b]->engine().Connect(*cb, ia);
+      if (!st.ok()) return st;
+      hosts_[a]->conns.push_back(*ca);
+      hosts_[b]->conns.push_back(*cb);
+      hosts_[a]->by_peer[b] = *ca;
+      hosts_[b]->by_peer[a] = *cb;
+    }
+    flow_.resize(flows.size());
+    for (const Flow& f : flows) {
+      PrismHost& dst = *hosts_[f.dst];
+      absl::StatusOr<MemoryRegion> mr = dst.engine().RegisterMemory(
+          reinterpret_cast<void*>(sim->verifier().DestAddr(f.id)), f.bytes,
+          kAccessRemoteWrite);
+      if (!mr.ok()) return mr.status();
+      flow_[f.id].rkey = mr->rkey;
+      flow_[f.id].conn = hosts_[f.src]->by_peer[f.dst];
+      flow_[f.id].msgs_left = static_cast<uint32_t>(
+          (f.bytes + f.message_bytes - 1) / f.message_bytes);
+    }
+    return absl::OkStatus();
+  }
+  HostAgent* agent(uint32_t host) override { return hosts_[host].get(); }
+  uint32_t data_header_bytes() const override {
+    return 64;  // measured DATA header of the engine's wire format (approx.)
+  }
+
+  Simulator* sim_ = nullptr;
+  TransportConfig tc_;
+  std::unique_ptr<VerifyingPlacer> placer_;
+  std::vector<std::unique_ptr<PrismHost>> hosts_;
+  std::vector<uint32_t> flow_pair_;
+  std::vector<FlowState> flow_;
+};
+
+EventQueue& PrismHost::queue() { return d_->sim_->queue(); }
+
+void PrismHost::StartFlow(Time now, uint32_t flow) {
+  pending_.emplace_back(flow, 0);
+  PostPending(now);
+  Pull(now);
+}
+
+void PrismHost::PostPending(Time now) {
+  Simulator& sim = *d_->sim_;
+  size_t w = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    auto [flow, m] = pending_[i];
+    const Flow& f = sim.flows()[flow];
+    const FlowState& fs = d_->flow_[flow];
+    const uint32_t nmsg =
+        static_cast<uint32_t>((f.bytes + f.message_bytes - 1) / f.message_bytes);
+    bool blocked = false;
+    for (; m < nmsg; ++m) {
+      const uint64_t off = static_cast<uint64_t>(m) * f.message_bytes;
+      WriteRequest wr;
+      wr.wr_id = (static_cast<uint64_t>(flow) << 32) | m;
+      wr.local_addr = sim.verifier().Source(flow);
+      wr.length = std::min<uint64_t>(f.message_bytes, f.bytes - off);
+      wr.lkey = lkey;
+      wr.remote_addr = sim.verifier().DestAddr(flow) + off;
+      wr.rkey = fs.rkey;
+      absl::Status st = engine_.PostWrite(now, fs.conn, wr);
+      if (absl::IsResourceExhausted(st)) {
+        blocked = true;
+        break;
+      }
+      if (!st.ok()) {
+        ++post_errors_;
+        m = nmsg;
+        break;
+      }
+    }
+    if (blocked) pending_[w++] = {flow, m};
+  }
+  pending_.resize(w);
+}
+
+void PrismHost::FlushRx(Time now) {
+  rx_timer_.Cancel();
+  if (rx_.empty()) return;
+  const size_t n = rx_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const SimPacket* p = rx_[i];
+    RxPacket& r = rxv_[i];
+    r.data = p->header;
+    r.len = p->header_len;
+    r.payload = p->payload_len > 0 ? p->payload : nullptr;
+    r.payload_len = p->payload_len;
+    r.peer = p->src;
+    r.ecn_ce = p->ecn_ce;
+    r.trimmed = p->trimmed;
+  }
+  engine_.OnReceive(now, rxv_, n);
+  PacketPool& pool = d_->sim_->pool();
+  for (size_t i = 0; i < n; ++i) pool.Free(rx_[i]);
+  rx_.clear();
+  Drain(now);
+  Pull(now);
+}
+
+void PrismHost::Drain(Time now) {
+  Simulator& sim = *d_->sim_;
+  bool freed = false;
+  while (true) {
+    const size_t k = engine_.PollCompletions(cq_, 64);
+    for (size_t i = 0; i < k; ++i) {
+      const Completion& c = cq_[i];
+      if (c.type == CompletionType::kConnectionError) {
+        ++conn_errors_;
+        continue;
+      }
+      if (c.type != CompletionType::kWrite) continue;
+      freed = true;
+      if (c.status != absl::StatusCode::kOk) {
+        ++conn_errors_;
+        continue;
+      }
+      const uint32_t flow = static_cast<uint32_t>(c.wr_id >> 32);
+      if (flow >= d_->flow_.size()) continue;
+      if (--d_->flow_[flow].msgs_left == 0) sim.FlowCompleted(now, flow);
+    }
+    if (k < 64) break;
+  }
+  if (freed && !pending_.empty()) PostPending(now);
+}
+
+void PrismHost::Pull(Time now) {
+  Simulator& sim = *d_->sim_;
+  Fabric& fab = sim.fabric();
+  const uint32_t planes = sim.planes();
+  const uint32_t cap = fab.config().nic_queue_packets;
+  const bool srv6 = sim.scenario().srv6;
+  while (true) {
+    size_t room = 0;
+    for (uint32_t p = 0; p < planes; ++p) {
+      if (fab.HostPortUp(host_, static_cast<uint16_t>(p))) {
+        const Port& pt = fab.ports()[fab.host_port(host_, static_cast<uint16_t>(p))];
+        if (pt.q_packets < cap) room += cap - pt.q_packets;
+      }
+    }
+    if (room == 0) break;
+    const size_t want = std::min(room, kTxBurst);
+    const size_t n = engine_.PollTransmit(now, txv_, want);
+    for (size_t i = 0; i < n; ++i) {
+      const TxPacket& t = txv_[i];
+      SimPacket* p = sim.pool().Alloc();
+      ResetPacket(p);
+      std::memcpy(p->header, t.header, t.header_len);
+      p->header_len = t.header_len;
+      p->payload = t.payload;
+      p->payload_len = t.payload_len;
+      p->src = host_;
+      p->dst = t.peer;
+      p->path = t.path;
+      p->tclass = t.tclass;
+      const uint16_t plane = static_cast<uint16_t>(t.path % planes);
+      p->plane = static_cast<uint8_t>(plane);
+      const uint32_t a = std::min(host_, t.peer), b = std::max(host_, t.peer);
+      uint64_t x = (static_cast<uint64_t>(a) << 40) ^
+                   (static_cast<uint64_t>(b) << 16) ^ t.path;
+      x *= 0x9e3779b97f4a7c15ull;
+      p->entropy = static_cast<uint32_t>(x >> 32);
+      if (t.peer >= sim.topology().num_hosts()) {
+        fab.Drop(p, DropReason::kNoRoute);
+        continue;
+      }
+      if (srv6) fab.BuildCarrier(host_, t.peer, plane, t.path / planes, p);
+      sim.Send(now, host_, p);
+    }
+    if (n < want) break;
+  }
+  Drain(now);
+  const Time next = engine_.NextEventTime();
+  if (next == kTimeInfinite) {
+    wake_.Cancel();
+  } else if (next > now) {
+    wake_.Arm(queue(), next);
+  } else {
+    ++spurious_;
+    wake_.Arm(queue(), now + 100 * kNanosecond);
+  }
+}
+
+void PrismHost::AddTotals(TransportTotals* t) const {
+  for (ConnId c : conns) {
+    absl::StatusOr<ConnectionStats> s = engine_.connection_stats(c);
+    if (!s.ok()) continue;
+    t->data_packets += s->tx_data_packets;
+    t->retransmissions += s->retransmitted_packets;
+    t->retransmitted_bytes += s->retransmitted_bytes;
+    t->timeouts += s->rto_events;
+    t->path_retirements += s->paths_retired;
+    t->paths_restored += s->paths_restored;
+    t->probes += s->probes_sent;
+    t->trims_seen += s->rx_trimmed;
+    t->ecn_echoes += s->ecn_echoes;
+  }
+  const EngineStats e = engine_.stats();
+  t->engine_rx_drops += e.rx_drop_malformed + e.rx_drop_bad_magic +
+                        e.rx_drop_bad_version + e.rx_drop_bad_checksum +
+                        e.rx_drop_payload_corrupt + e.rx_drop_unknown_conn +
+                        e.rx_drop_bad_key + e.rx_drop_bad_range +
+                        e.rx_drop_out_of_window + e.rx_drop_placement;
+  t->connection_errors += conn_errors_ + post_errors_;
+}
+
+}  // namespace
+
+std::unique_ptr<TransportDriver> MakePrismDriver(const TransportConfig& tc) {
+  return std::make_unique<PrismDriver>(tc);
+}
+
+absl::StatusOr<std::unique_ptr<TransportDriver>> MakeTransportDriver(
+    const TransportConfig& tc) {
+  if (tc.type == "prism") return MakePrismDriver(tc);
+  if (tc.type == "roce" || tc.type == "multiqp") {
+    return MakeBaselineDriver(tc);
+  }
+  return absl::InvalidArgumentError("unknown transport type '" + tc.type + "'");
+}
+
+}  // namespace prism::sim

@@ -1,0 +1,273 @@
+// prism_sim: runs a simulator scenario (docs/simulator.md).
+//
+//   prism_sim --scenario FILE.json --out DIR [--seed N] [--quiet]
+//             [--transport NAME] [--no-plot]
+//   prism_sim --bench [--hosts N] [--planes P] [--duration_us T] [--out DIR]
+//   prism_sim --bench-scale [--out DIR]
+//
+// Prints the resolved configuration, a progress bar when stderr is a
+// terminal, a result table, and writes DIR/summary.json, CSV time series
+// and (when python3-matplotlib is installed) plots made by sim/plot.py.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "sim/scenario.h"
+
+#ifndef PRISM_SIM_PLOT_SCRIPT
+#define PRISM_SIM_PLOT_SCRIPT "sim/plot.py"
+#endif
+
+namespace {
+
+using prism::sim::RunResult;
+using prism::sim::ScenarioConfig;
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
+               "[--quiet] [--transport NAME] [--no-plot]\n"
+               "       prism_sim --bench [--hosts N] [--planes P] "
+               "[--duration_us T] [--transport NAME] [--out DIR]\n"
+               "       prism_sim --bench-scale [--transport NAME] [--out DIR]\n");
+  return 2;
+}
+
+double PeakRssMiB() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+void PrintTable(const std::vector<RunResult>& rs) {
+  std::printf("\n%-18s %9s %9s %6s %9s %9s %9s %9s %10s %10s  %s\n", "transport",
+              "goodput", "gbps", "done", "drops", "trims", "retx", "retired",
+              "fct_p50us", "fct_p99us", "invariants");
+  for (const RunResult& r : rs) {
+    std::vector<double> fct;
+    for (const auto& f : r.flows) {
+      if (f.finish >= 0) fct.push_back(double(f.finish - f.start) / 1e6);
+    }
+    std::sort(fct.begin(), fct.end());
+    auto pct = [&](double p) {
+      return fct.empty() ? 0.0 : fct[static_cast<size_t>(p * (fct.size() - 1))];
+    };
+    const double secs =
+        double(std::max<prism::Time>(1, r.end_time - r.first_start)) / 1e12;
+    std::printf("%-18s %8.1f%% %9.1f %6s %9llu %9llu %9llu %9llu %10.1f %10.1f  %s\n",
+                r.transport.c_str(), 100 * r.goodput_fraction,
+                double(r.delivered_bytes) * 8 / secs / 1e9,
+                r.completed ? "yes" : "no",
+                static_cast<unsigned long long>(r.drops_total),
+                static_cast<unsigned long long>(r.trims),
+                static_cast<unsigned long long>(r.totals.retransmissions),
+                static_cast<unsigned long long>(r.totals.path_retirements),
+                pct(0.5), pct(0.99),
+                r.invariant_error.empty() ? "ok" : r.invariant_error.c_str());
+  }
+}
+
+std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
+                          const std::string& transport, uint32_t group,
+                          bool scale) {
+  if (scale) {
+    // The full MRC fabric: 8 planes of 512-port switches, two tiers:
+    // 512 T0 (256 hosts down, 256 up) and 256 T1 per plane, 131,072 hosts.
+    return absl::StrFormat(R"({
+  "name": "bench-scale-131072",
+  "seed": 1,
+  "topology": {"kind": "clos2", "planes": 8, "t0_per_plane": 512,
+               "t1_per_plane": 256, "hosts_per_t0": 256,
+               "host_link_gbps": 100, "fabric_link_gbps": 100},
+  "fabric": {"forwarding": "srv6"},
+  "duration_us": %g,
+  "timeseries": false,
+  "transport_defaults": {"num_paths": 64, "mtu": 4096},
+  "transports": ["%s"],
+  "workload": {"type": "ring_allreduce", "bytes": %d, "steps": 1,
+               "message_bytes": 65536}
+})",
+                           dur_us, transport, 131072ll * 65536);
+  }
+  const uint32_t per_t0 = 16;
+  const uint32_t t0 = std::max<uint32_t>(1, hosts / per_t0);
+  return absl::StrFormat(R"({
+  "name": "bench-all-to-all",
+  "seed": 1,
+  "topology": {"kind": "clos2", "planes": %d, "t0_per_plane": %d,
+               "t1_per_plane": %d, "hosts_per_t0": %d,
+               "host_link_gbps": 100, "fabric_link_gbps": 100},
+  "fabric": {"forwarding": "srv6"},
+  "duration_us": %g,
+  "timeseries": false,
+  "transport_defaults": {"num_paths": 128},
+  "transports": ["%s"],
+  "workload": {"type": "all_to_all", "bytes": 1048576, "group_size": %d}
+})",
+                         planes, t0, per_t0, per_t0, dur_us, transport, group);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string scenario_path, out_dir, only;
+  bool quiet = false, plot = true, bench = false, bench_scale = false;
+  bool have_seed = false;
+  uint64_t seed = 0;
+  uint32_t hosts = 1024, planes = 8, group = 8;
+  double dur_us = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (a == "--scenario") {
+      const char* v = next();
+      if (!v) return Usage();
+      scenario_path = v;
+    } else if (a == "--out") {
+      const char* v = next();
+      if (!v) return Usage();
+      out_dir = v;
+    } else if (a == "--seed") {
+      const char* v = next();
+      if (!v || !absl::SimpleAtoi(v, &seed)) return Usage();
+      have_seed = true;
+    } else if (a == "--transport") {
+      const char* v = next();
+      if (!v) return Usage();
+      only = v;
+    } else if (a == "--hosts" || a == "--planes" || a == "--group") {
+      const char* v = next();
+      uint32_t x;
+      if (!v || !absl::SimpleAtoi(v, &x) || x == 0) return Usage();
+      (a == "--hosts" ? hosts : a == "--planes" ? planes : group) = x;
+    } else if (a == "--duration_us") {
+      const char* v = next();
+      if (!v || !absl::SimpleAtod(v, &dur_us) || dur_us <= 0) return Usage();
+    } else if (a == "--quiet") {
+      quiet = true;
+    } else if (a == "--no-plot") {
+      plot = false;
+    } else if (a == "--bench") {
+      bench = true;
+    } else if (a == "--bench-scale") {
+      bench_scale = true;
+    } else if (a == "--help" || a == "-h") {
+      Usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return Usage();
+    }
+  }
+  absl::StatusOr<ScenarioConfig> sc;
+  if (bench || bench_scale) {
+    const std::string text =
+        BenchScenario(hosts, planes, dur_us > 0 ? dur_us : (bench_scale ? 50 : 200),
+                      only.empty() ? "prism" : only, group, bench_scale);
+    absl::StatusOr<prism::json::Value> v = prism::json::Parse(text);
+    if (!v.ok()) {
+      std::fprintf(stderr, "bench scenario: %s\n", v.status().ToString().c_str());
+      return 1;
+    }
+    sc = prism::sim::ParseScenario(*v, "");
+    plot = false;
+  } else {
+    if (scenario_path.empty() || out_dir.empty()) return Usage();
+    sc = prism::sim::LoadScenarioFile(scenario_path);
+  }
+  if (!sc.ok()) {
+    std::fprintf(stderr, "prism_sim: %s\n", sc.status().ToString().c_str());
+    return 1;
+  }
+  if (have_seed) sc->seed = seed;
+  if (dur_us > 0 && !bench && !bench_scale) {
+    sc->duration = static_cast<prism::Time>(dur_us * prism::kMicrosecond);
+  }
+  if (!only.empty() && !bench && !bench_scale) {
+    std::vector<prism::sim::TransportConfig> keep;
+    for (const auto& t : sc->transports) {
+      if (t.name == only) keep.push_back(t);
+    }
+    if (keep.empty()) {
+      std::fprintf(stderr, "prism_sim: scenario has no transport '%s'\n", only.c_str());
+      return 1;
+    }
+    sc->transports = keep;
+  }
+  if (!quiet) {
+    std::printf("prism_sim: resolved configuration\n%s\n",
+                prism::json::Serialize(prism::sim::DescribeScenario(*sc), 2).c_str());
+  }
+  const bool tty = !quiet && isatty(STDERR_FILENO);
+  prism::sim::ProgressFn progress;
+  if (tty) {
+    progress = [](const std::string& t, double f) {
+      const int w = 40;
+      const int n = static_cast<int>(f * w);
+      std::fprintf(stderr, "\r%-16s [%.*s%*s] %5.1f%%", t.c_str(), n,
+                   "########################################", w - n, "", 100 * f);
+      if (f >= 1.0) std::fprintf(stderr, "\n");
+      std::fflush(stderr);
+    };
+  }
+  const auto w0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<RunResult>> rs = prism::sim::RunScenario(*sc, progress);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  if (!rs.ok()) {
+    std::fprintf(stderr, "prism_sim: %s\n", rs.status().ToString().c_str());
+    return 1;
+  }
+  if (!quiet) PrintTable(*rs);
+  if (bench || bench_scale) {
+    for (const RunResult& r : *rs) {
+      std::printf(
+          "bench %s: %s hosts=%u flows=%zu simulated=%.1fus wall=%.2fs (incl. "
+          "setup %.2fs) packets=%llu packet_hops=%llu events=%llu "
+          "packets/s=%.0f hops/s=%.0f events/s=%.0f peak_rss=%.0fMiB\n",
+          sc->name.c_str(), r.transport.c_str(),
+          sc->topology.planes ? sc->topology.t0_per_plane * sc->topology.hosts_per_t0 : 0,
+          r.flows.size(), double(r.end_time) / 1e6, r.wall_seconds, wall - r.wall_seconds,
+          static_cast<unsigned long long>(r.packets_created),
+          static_cast<unsigned long long>(r.packet_hops),
+          static_cast<unsigned long long>(r.events),
+          r.wall_seconds > 0 ? double(r.packets_created) / r.wall_seconds : 0,
+          r.wall_seconds > 0 ? double(r.packet_hops) / r.wall_seconds : 0,
+          r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0, PeakRssMiB());
+    }
+  }
+  int rc = 0;
+  for (const RunResult& r : *rs) {
+    if (!r.invariant_error.empty()) {
+      std::fprintf(stderr, "prism_sim: %s: invariant violated: %s\n",
+                   r.transport.c_str(), r.invariant_error.c_str());
+      rc = 3;
+    }
+  }
+  if (!out_dir.empty()) {
+    absl::Status st = prism::sim::WriteOutputs(out_dir, *sc, *rs);
+    if (!st.ok()) {
+      std::fprintf(stderr, "prism_sim: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    if (!quiet) std::printf("\nwrote %s/summary.json and CSV time series\n", out_dir.c_str());
+    if (plot) {
+      if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+        std::printf("plots skipped: python3-matplotlib is not installed\n");
+      } else {
+        const std::string cmd = absl::StrFormat("python3 '%s' '%s'%s", PRISM_SIM_PLOT_SCRIPT,
+                                                out_dir, quiet ? " >/dev/null" : "");
+        if (std::system(cmd.c_str()) != 0) std::printf("plotting failed (%s)\n", cmd.c_str());
+      }
+    }
+  }
+  return rc;
+}

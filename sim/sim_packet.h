@@ -1,0 +1,120 @@
+// Packets inside the simulated fabric and the pool they live in.
+//
+// A SimPacket carries the transport's header bytes (a copy of the engine's
+// TxPacket header, at most 128 bytes) and a pointer/length to the payload in
+// the sender's memory: the fabric never copies payload. Routing metadata
+// (plane, entropy value, SRv6 uSID carrier) and ECN/trim marks travel beside
+// the bytes. Baseline transports (roce, multiqp) use the `bl` fields instead
+// of header bytes.
+//
+// Invariants: every packet comes from a PacketPool; the pool counts
+// allocations and frees so that the simulator can check that every packet
+// created is delivered, dropped with a reason, or still in the fabric.
+// Steady state allocates nothing: freed packets are reused (LIFO free list).
+//
+// Thread safety: none.
+#ifndef PRISM_SIM_SIM_PACKET_H_
+#define PRISM_SIM_SIM_PACKET_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "prism/packet.h"
+#include "prism/types.h"
+
+namespace prism::sim {
+
+inline constexpr int kMaxUsids = 6;
+
+// Baseline (roce/multiqp) packet types.
+enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
+
+struct SimPacket {
+  SimPacket* next = nullptr;  // intrusive queue link
+  const uint8_t* payload = nullptr;
+  uint32_t payload_len = 0;
+  uint32_t src = 0;  // source host
+  uint32_t dst = 0;  // destination host
+  uint32_t entropy = 0;
+  uint32_t last_port = 0;  // port it was last transmitted on
+  uint32_t epoch = 0;      // that port's link epoch at transmission
+  uint16_t header_len = 0;
+  uint16_t path = 0;
+  uint8_t plane = 0;
+  TrafficClass tclass = TrafficClass::kData;
+  bool ecn_ce = false;
+  bool trimmed = false;
+  bool srv6 = false;      // forward by uSID carrier, else ECMP on entropy
+  uint8_t usid_len = 0;   // carrier length
+  uint8_t usid_pos = 0;   // next uSID to match
+  uint8_t hops = 0;
+  uint16_t usids[kMaxUsids] = {};
+  // Baseline transports.
+  BlType bl_type = BlType::kNone;
+  uint16_t bl_qp = 0;
+  uint32_t bl_flow = 0;
+  uint32_t bl_psn = 0;
+  Time sent_at = 0;
+  uint8_t header[TxPacket::kMaxHeaderBytes];
+};
+
+class PacketPool {
+ public:
+  PacketPool() = default;
+  PacketPool(const PacketPool&) = delete;
+  PacketPool& operator=(const PacketPool&) = delete;
+
+  SimPacket* Alloc() {
+    if (free_ == nullptr) Grow();
+    SimPacket* p = free_;
+    free_ = p->next;
+    p->next = nullptr;
+    ++allocated_;
+    return p;
+  }
+  void Free(SimPacket* p) {
+    p->next = free_;
+    free_ = p;
+    ++freed_;
+  }
+  uint64_t allocated() const { return allocated_; }
+  uint64_t freed() const { return freed_; }
+  uint64_t live() const { return allocated_ - freed_; }
+  size_t capacity() const { return chunks_.size() * kChunk; }
+
+ private:
+  static constexpr size_t kChunk = 4096;
+  void Grow() {
+    chunks_.emplace_back(new SimPacket[kChunk]);
+    SimPacket* c = chunks_.back().get();
+    for (size_t i = 0; i < kChunk; ++i) {
+      c[i].next = free_;
+      free_ = &c[i];
+    }
+  }
+  std::vector<std::unique_ptr<SimPacket[]>> chunks_;
+  SimPacket* free_ = nullptr;
+  uint64_t allocated_ = 0;
+  uint64_t freed_ = 0;
+};
+
+// Resets the per-packet fields a fresh packet must not inherit.
+inline void ResetPacket(SimPacket* p) {
+  p->payload = nullptr;
+  p->payload_len = 0;
+  p->header_len = 0;
+  p->ecn_ce = false;
+  p->trimmed = false;
+  p->srv6 = false;
+  p->usid_len = 0;
+  p->usid_pos = 0;
+  p->hops = 0;
+  p->bl_type = BlType::kNone;
+  p->tclass = TrafficClass::kData;
+}
+
+}  // namespace prism::sim
+
+#endif  // PRISM_SIM_SIM_PACKET_H_

@@ -1,0 +1,563 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+
+namespace prism::sim {
+namespace {
+
+absl::Status FaultError(const std::string& m) {
+  return absl::InvalidArgumentError("faults: " + m);
+}
+
+Time Us(double us) { return static_cast<Time>(us * kMicrosecond); }
+
+}  // namespace
+
+Simulator::Simulator(const ScenarioConfig& sc, const TransportConfig& tc)
+    : sc_(sc), tc_(tc), rng_(sc.seed) {}
+
+Simulator::~Simulator() {
+  // Agents may own packets; the pool outlives them (declared earlier).
+  driver_.reset();
+}
+
+uint64_t Simulator::SeedFor(uint64_t tag, uint64_t index) const {
+  uint64_t x = sc_.seed * 0x9e3779b97f4a7c15ull ^ (tag << 48) ^ index;
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 29;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 32);
+}
+
+uint64_t Simulator::host_rate_bps() const {
+  return static_cast<uint64_t>(topo_->num_planes()) *
+         topo_->spec().host_link_bps;
+}
+
+Time Simulator::base_rtt() const {
+  const routing::TopologySpec& s = topo_->spec();
+  const int fabric_hops = s.kind == "fattree3" ? 4 : 2;
+  const Time one_way = 2 * s.host_link_delay + fabric_hops * s.fabric_link_delay;
+  const Time ser =
+      SerializationTime(tc_.mtu + 200, s.host_link_bps) * (fabric_hops + 2);
+  return 2 * one_way + ser;
+}
+
+absl::Status Simulator::Init() {
+  absl::StatusOr<routing::Topology> t = routing::Topology::Build(sc_.topology);
+  if (!t.ok()) return t.status();
+  topo_ = std::make_unique<routing::Topology>(std::move(*t));
+  fabric_ = std::make_unique<Fabric>(topo_.get(), sc_.fabric, &queue_, &pool_,
+                                     SeedFor(1, 0), this);
+  absl::Status st = fabric_->Init();
+  if (!st.ok()) return st;
+  Rng wrng(SeedFor(2, 0));
+  absl::StatusOr<std::vector<Flow>> flows = BuildWorkload(
+      sc_.workload, topo_->num_hosts(), tc_.mtu, wrng, sc_.base_dir);
+  if (!flows.ok()) return flows.status();
+  flows_ = std::move(*flows);
+  verifier_ = std::make_unique<Verifier>(&flows_, tc_.mtu, sc_.check_bytes);
+  st = BuildFaults();
+  if (!st.ok()) return st;
+  absl::StatusOr<std::unique_ptr<TransportDriver>> d =
+      MakeTransportDriver(tc_);
+  if (!d.ok()) return d.status();
+  driver_ = std::move(*d);
+  st = driver_->Init(this);
+  if (!st.ok()) return st;
+  agents_.resize(topo_->num_hosts());
+  for (uint32_t h = 0; h < topo_->num_hosts(); ++h) agents_[h] = driver_->agent(h);
+
+  // Flow starts and dependencies.
+  pending_deps_.assign(flows_.size(), 0);
+  dependents_.assign(flows_.size(), {});
+  result_.flows.resize(flows_.size());
+  Time first = kTimeInfinite;
+  for (const Flow& f : flows_) {
+    FlowResult& r = result_.flows[f.id];
+    r.id = f.id;
+    r.src = f.src;
+    r.dst = f.dst;
+    r.bytes = f.bytes;
+    r.group = f.group;
+    r.step = f.step;
+    result_.total_bytes += f.bytes;
+    for (uint32_t a : f.after) {
+      if (a >= flows_.size() || a == f.id) {
+        return absl::InvalidArgumentError("workload: bad dependency");
+      }
+      dependents_[a].push_back(f.id);
+      ++pending_deps_[f.id];
+    }
+    if (f.after.empty()) {
+      queue_.Push(f.start, kFlowStartKind, f.id, this);
+      first = std::min(first, f.start);
+    }
+  }
+  result_.first_start = first == kTimeInfinite ? 0 : first;
+  for (uint32_t i = 0; i < faults_.size(); ++i) {
+    queue_.Push(faults_[i].at, kFaultKind, i, this);
+  }
+  if (sc_.sample_interval <= 0) {
+    sc_.sample_interval = std::max<Time>(kMicrosecond, sc_.duration / 200);
+  }
+  if (sc_.timeseries) queue_.Push(0, kSampleKind, 0, this);
+
+  // Ideal aggregate goodput: max-min fair rates of the flows that start
+  // together (no dependencies) under host NIC limits, at the wire
+  // efficiency of a full packet.
+  const uint32_t hosts = topo_->num_hosts();
+  std::vector<double> cap(2 * hosts, static_cast<double>(host_rate_bps()));
+  std::vector<uint32_t> users(2 * hosts, 0);
+  std::vector<uint32_t> active;
+  for (const Flow& f : flows_) {
+    if (!f.after.empty()) continue;
+    active.push_back(f.id);
+    ++users[f.src];
+    ++users[hosts + f.dst];
+  }
+  std::vector<double> rate(flows_.size(), -1);
+  std::vector<uint8_t> frozen_res(2 * hosts, 0);
+  size_t left = active.size();
+  for (int iter = 0; left > 0 && iter < 4096; ++iter) {
+    double best = 1e300;
+    for (uint32_t r = 0; r < 2 * hosts; ++r) {
+      if (!frozen_res[r] && users[r] > 0) best = std::min(best, cap[r] / users[r]);
+    }
+    if (best == 1e300) break;
+    for (uint32_t r = 0; r < 2 * hosts; ++r) {
+      if (!frozen_res[r] && users[r] > 0 && cap[r] / users[r] <= best * 1.000001) {
+        frozen_res[r] = 1;
+      }
+    }
+    for (uint32_t id : active) {
+      if (rate[id] >= 0) continue;
+      const Flow& f = flows_[id];
+      if (frozen_res[f.src] || frozen_res[hosts + f.dst]) {
+        rate[id] = best;
+        --left;
+        cap[f.src] -= best;
+        cap[hosts + f.dst] -= best;
+        --users[f.src];
+        --users[hosts + f.dst];
+      }
+    }
+  }
+  double ideal = 0;
+  for (uint32_t id : active) ideal += std::max(0.0, rate[id]);
+  const double mtu = tc_.mtu;
+  const double eff =
+      mtu / (mtu + driver_->data_header_bytes() + sc_.fabric.wire_overhead_bytes);
+  result_.ideal_bps = ideal * eff;
+  result_.transport = tc_.name;
+  return absl::OkStatus();
+}
+
+absl::Status Simulator::BuildFaults() {
+  faults_.clear();
+  if (sc_.faults.is_null()) return absl::OkStatus();
+  if (!sc_.faults.is_array()) return FaultError("must be an array");
+  Rng frng(SeedFor(3, 0));
+  const routing::Topology& t = *topo_;
+  const Time end = sc_.duration;
+  auto link_sel = [&](const json::Value* v, uint32_t* out) -> absl::Status {
+    if (v == nullptr) return FaultError("missing link");
+    if (v->is_string() && v->as_string() == "random_fabric") {
+      // Any T0-T1 (or deeper) link.
+      std::vector<uint32_t> cand;
+      for (uint32_t l = 0; l < t.num_links(); ++l) {
+        if (t.link(l).a >= t.num_hosts() && t.link(l).b >= t.num_hosts()) {
+          cand.push_back(l);
+        }
+      }
+      if (cand.empty()) return FaultError("no fabric links");
+      *out = cand[frng.Uniform(cand.size())];
+      return absl::OkStatus();
+    }
+    if (!v->is_object()) return FaultError("link must be an object");
+    if (const json::Value* id = v->Find("id")) {
+      if (id->as_int() < 0 || static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
+        return FaultError("link id out of range");
+      }
+      *out = static_cast<uint32_t>(id->as_int());
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> plane = v->GetInt("plane", 0);
+    if (!plane.ok()) return plane.status();
+    if (*plane < 0 || *plane >= t.num_planes()) return FaultError("plane out of range");
+    if (v->Find("host")) {
+      absl::StatusOr<int64_t> h = v->GetInt("host", 0);
+      if (!h.ok()) return h.status();
+      if (*h < 0 || *h >= t.num_hosts()) return FaultError("host out of range");
+      *out = t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*plane));
+      return absl::OkStatus();
+    }
+    absl::StatusOr<int64_t> a = v->GetInt("t0", 0), b = v->GetInt("t1", 0),
+                            k = v->GetInt("k", 0);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (!k.ok()) return k.status();
+    const routing::TopologySpec& s = t.spec();
+    if (s.kind != "clos2" || *a < 0 || *a >= s.t0_per_plane || *b < 0 ||
+        *b >= s.t1_per_plane || *k < 0 || *k >= s.parallel_links) {
+      return FaultError("t0/t1/k link selector out of range (clos2 only)");
+    }
+    *out = t.fabric_link(static_cast<uint16_t>(*plane), static_cast<uint32_t>(*a),
+                         static_cast<uint32_t>(*b), static_cast<uint32_t>(*k));
+    return absl::OkStatus();
+  };
+  auto switch_sel = [&](const json::Value* v, uint32_t* out) -> absl::Status {
+    if (v == nullptr || !v->is_object()) return FaultError("switch must be an object");
+    absl::StatusOr<std::string> tier = v->GetString("tier", "t1");
+    absl::StatusOr<int64_t> plane = v->GetInt("plane", 0), idx = v->GetInt("index", 0);
+    if (!tier.ok()) return tier.status();
+    if (!plane.ok()) return plane.status();
+    if (!idx.ok()) return idx.status();
+    routing::NodeKind kind = *tier == "t0"   ? routing::NodeKind::kT0
+                             : *tier == "t1" ? routing::NodeKind::kT1
+                             : *tier == "t2" ? routing::NodeKind::kT2
+                                             : routing::NodeKind::kHost;
+    if (kind == routing::NodeKind::kHost) return FaultError("tier must be t0, t1 or t2");
+    for (uint32_t n = t.num_hosts(); n < t.num_nodes(); ++n) {
+      const routing::Node& nd = t.node(n);
+      if (nd.kind == kind && nd.plane == *plane && nd.index == *idx) {
+        *out = n;
+        return absl::OkStatus();
+      }
+    }
+    return FaultError("no such switch");
+  };
+  auto add = [&](Time at, FaultType ty, uint32_t target, double value) {
+    if (at <= end) faults_.push_back({at, ty, target, value});
+  };
+  for (const json::Value& f : sc_.faults.items()) {
+    if (!f.is_object()) return FaultError("entries must be objects");
+    absl::StatusOr<std::string> type = f.GetString("type", "");
+    absl::StatusOr<double> at = f.GetDouble("at_us", 0),
+                           dur = f.GetDouble("duration_us", -1);
+    if (!type.ok()) return type.status();
+    if (!at.ok()) return at.status();
+    if (!dur.ok()) return dur.status();
+    if (*at < 0) return FaultError("at_us must be >= 0");
+    uint32_t target = 0;
+    if (*type == "link_down") {
+      absl::Status st = link_sel(f.Find("link"), &target);
+      if (!st.ok()) return st;
+      add(Us(*at), FaultType::kLinkDown, target, 0);
+      if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkUp, target, 0);
+    } else if (*type == "nic_port_down") {
+      absl::StatusOr<int64_t> h = f.GetInt("host", 0), p = f.GetInt("plane", 0);
+      if (!h.ok()) return h.status();
+      if (!p.ok()) return p.status();
+      if (*h < 0 || *h >= t.num_hosts() || *p < 0 || *p >= t.num_planes()) {
+        return FaultError("nic_port_down host/plane out of range");
+      }
+      target = t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*p));
+      add(Us(*at), FaultType::kLinkDown, target, 0);
+      if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkUp, target, 0);
+    } else if (*type == "link_flap") {
+      absl::Status st = link_sel(f.Find("link"), &target);
+      if (!st.ok()) return st;
+      absl::StatusOr<double> start = f.GetDouble("start_us", *at),
+                             stop = f.GetDouble("end_us", end / 1e6),
+                             period = f.GetDouble("period_us", 100),
+                             down = f.GetDouble("down_us", 10);
+      if (!start.ok() || !stop.ok() || !period.ok() || !down.ok()) {
+        return FaultError("link_flap: bad numbers");
+      }
+      if (*period <= 0 || *down <= 0 || *down >= *period) {
+        return FaultError("link_flap needs 0 < down_us < period_us");
+      }
+      for (double x = *start; x < *stop && faults_.size() < 1000000; x += *period) {
+        add(Us(x), FaultType::kLinkDown, target, 0);
+        add(Us(x + *down), FaultType::kLinkUp, target, 0);
+      }
+    } else if (*type == "random_flaps") {
+      absl::StatusOr<int64_t> count = f.GetInt("count", 10);
+      absl::StatusOr<double> start = f.GetDouble("start_us", *at),
+                             stop = f.GetDouble("end_us", end / 1e6),
+                             down = f.GetDouble("down_us", 10);
+      if (!count.ok() || !start.ok() || !stop.ok() || !down.ok()) {
+        return FaultError("random_flaps: bad numbers");
+      }
+      if (*count < 0 || *count > 100000 || *stop <= *start || *down <= 0) {
+        return FaultError("random_flaps: need 0 <= count <= 1e5, start < end");
+      }
+      json::Value rf = json::Value::String("random_fabric");
+      for (int64_t i = 0; i < *count; ++i) {
+        absl::Status st = link_sel(&rf, &target);
+        if (!st.ok()) return st;
+        const double x = *start + frng.NextDouble() * (*stop - *start);
+        add(Us(x), FaultType::kLinkDown, target, 0);
+        add(Us(x + *down), FaultType::kLinkUp, target, 0);
+      }
+    } else if (*type == "switch_reboot") {
+      absl::Status st = switch_sel(f.Find("switch"), &target);
+      if (!st.ok()) return st;
+      add(Us(*at), FaultType::kSwitchDown, target, 0);
+      add(Us(*at + (*dur >= 0 ? *dur : 100)), FaultType::kSwitchUp, target, 0);
+    } else if (*type == "random_reboots") {
+      absl::StatusOr<int64_t> count = f.GetInt("count", 1);
+      absl::StatusOr<std::string> tier = f.GetString("tier", "t1");
+      if (!count.ok() || !tier.ok()) return FaultError("random_reboots: bad fields");
+      std::vector<uint32_t> cand;
+      for (uint32_t n = t.num_hosts(); n < t.num_nodes(); ++n) {
+        const routing::NodeKind k = t.node(n).kind;
+        if ((*tier == "t0" && k == routing::NodeKind::kT0) ||
+            (*tier == "t1" && k == routing::NodeKind::kT1) ||
+            (*tier == "t2" && k == routing::NodeKind::kT2)) {
+          cand.push_back(n);
+        }
+      }
+      if (*count < 0 || static_cast<size_t>(*count) > cand.size()) {
+        return FaultError("random_reboots: count out of range");
+      }
+      for (int64_t i = 0; i < *count; ++i) {  // partial Fisher-Yates
+        const size_t j = i + frng.Uniform(cand.size() - i);
+        std::swap(cand[i], cand[j]);
+        add(Us(*at), FaultType::kSwitchDown, cand[i], 0);
+        add(Us(*at + (*dur >= 0 ? *dur : 100)), FaultType::kSwitchUp, cand[i], 0);
+      }
+    } else if (*type == "link_loss") {
+      absl::StatusOr<double> rate = f.GetDouble("rate", 0);
+      if (!rate.ok()) return rate.status();
+      if (*rate < 0 || *rate > 1) return FaultError("link_loss rate must be in [0,1]");
+      const json::Value* links = f.Find("links");
+      std::string which = links && links->is_string() ? links->as_string() : "";
+      if (links == nullptr || which == "all" || which == "fabric" || which == "host") {
+        if (which.empty()) which = "all";
+        for (uint32_t l = 0; l < t.num_links(); ++l) {
+          const bool host = t.link(l).a < t.num_hosts() || t.link(l).b < t.num_hosts();
+          if (which == "all" || (which == "host") == host) {
+            add(Us(*at), FaultType::kLinkLoss, l, *rate);
+          }
+        }
+      } else {
+        absl::Status st = link_sel(links, &target);
+        if (!st.ok()) return st;
+        add(Us(*at), FaultType::kLinkLoss, target, *rate);
+      }
+    } else if (*type == "degrade") {
+      absl::Status st = link_sel(f.Find("link"), &target);
+      if (!st.ok()) return st;
+      absl::StatusOr<double> frac = f.GetDouble("fraction", 0.1);
+      if (!frac.ok()) return frac.status();
+      if (*frac <= 0 || *frac > 1) return FaultError("degrade fraction must be in (0,1]");
+      add(Us(*at), FaultType::kLinkRate, target, *frac);
+      if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkRate, target, 1.0);
+    } else {
+      return FaultError("unknown fault type '" + *type + "'");
+    }
+  }
+  std::stable_sort(faults_.begin(), faults_.end(),
+                   [](const FaultAction& a, const FaultAction& b) { return a.at < b.at; });
+  return absl::OkStatus();
+}
+
+void Simulator::ApplyFault(Time now, const FaultAction& a) {
+  const char* what = "";
+  switch (a.type) {
+    case FaultType::kLinkDown:
+      fabric_->SetLinkUp(now, a.target, false);
+      what = "link_down";
+      break;
+    case FaultType::kLinkUp:
+      fabric_->SetLinkUp(now, a.target, true);
+      what = "link_up";
+      break;
+    case FaultType::kSwitchDown:
+      fabric_->SetSwitchUp(now, a.target, false);
+      what = "switch_down";
+      break;
+    case FaultType::kSwitchUp:
+      fabric_->SetSwitchUp(now, a.target, true);
+      what = "switch_up";
+      break;
+    case FaultType::kLinkRate:
+      fabric_->SetLinkRateFraction(a.target, a.value);
+      what = "link_rate";
+      break;
+    case FaultType::kLinkLoss:
+      fabric_->SetLinkLoss(a.target, a.value);
+      what = "link_loss";
+      break;
+  }
+  if (result_.fault_log.size() < 10000 && a.type != FaultType::kLinkLoss) {
+    result_.fault_log.emplace_back(
+        now, absl::StrFormat("%s %d %g", what, a.target, a.value));
+  }
+}
+
+void Simulator::DeliverToHost(Time now, uint32_t host, SimPacket* p) {
+  ++delivered_packets_;
+  agents_[host]->OnReceive(now, p);
+}
+
+void Simulator::HostPortIdle(Time now, uint32_t host, uint16_t plane) {
+  agents_[host]->OnPortIdle(now, plane);
+}
+
+void Simulator::HostPortStatus(Time now, uint32_t host, uint16_t plane,
+                               bool up) {
+  agents_[host]->OnPortStatus(now, plane, up);
+}
+
+void Simulator::FlowCompleted(Time now, uint32_t flow) {
+  FlowResult& r = result_.flows[flow];
+  if (r.finish >= 0) return;
+  r.finish = now;
+  ++flows_done_;
+  for (uint32_t d : dependents_[flow]) {
+    if (--pending_deps_[d] == 0) {
+      queue_.Push(std::max(now, flows_[d].start), kFlowStartKind, d, this);
+    }
+  }
+}
+
+void Simulator::TakeSample(Time now) {
+  Sample s;
+  s.t = now;
+  const uint32_t hosts = topo_->num_hosts();
+  if (flows_.size() <= 2048) s.flow_bytes.resize(flows_.size());
+  if (hosts <= 2048) s.host_bytes.assign(hosts, 0);
+  for (const Flow& f : flows_) {
+    const uint64_t d = verifier_->delivered(f.id);
+    if (!s.flow_bytes.empty()) s.flow_bytes[f.id] = d;
+    if (!s.host_bytes.empty()) s.host_bytes[f.dst] += d;
+    s.total_bytes += d;
+  }
+  for (const Port& p : fabric_->ports()) {
+    if (p.host_port) continue;
+    s.max_queue = std::max(s.max_queue, p.dq_bytes);
+    s.sum_queue += p.dq_bytes;
+  }
+  result_.samples.push_back(std::move(s));
+}
+
+absl::Status Simulator::Run(const std::function<void(double)>& progress) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  const Time end = sc_.duration;
+  uint64_t n = 0;
+  Time now = 0;
+  while (!queue_.empty() && flows_done_ < flows_.size()) {
+    if (queue_.next_time() > end) break;
+    const Event e = queue_.Pop();
+    now = e.time;
+    switch (e.kind) {
+      case EventQueue::kTimerKind:
+        static_cast<Timer*>(e.ptr)->Fire(queue_, e);
+        break;
+      case Fabric::kArriveKind:
+      case Fabric::kPortDoneKind:
+      case Fabric::kConvergeKind:
+        fabric_->HandleEvent(e);
+        break;
+      case kFlowStartKind: {
+        FlowResult& r = result_.flows[e.arg];
+        r.start = e.time;
+        agents_[flows_[e.arg].src]->StartFlow(e.time, e.arg);
+        break;
+      }
+      case kFaultKind:
+        ApplyFault(e.time, faults_[e.arg]);
+        break;
+      case kSampleKind:
+        TakeSample(e.time);
+        queue_.Push(e.time + sc_.sample_interval, kSampleKind, 0, this);
+        break;
+      default:
+        break;
+    }
+    if (progress && (++n & 0xfffff) == 0) {
+      const double a = static_cast<double>(now) / static_cast<double>(end);
+      const double b = flows_.empty() ? 0 : double(flows_done_) / flows_.size();
+      progress(std::min(1.0, std::max(a, b)));
+    }
+  }
+  if (flows_done_ < flows_.size()) now = std::max(now, end);
+  Finish(now);
+  result_.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0)
+          .count();
+  if (progress) progress(1.0);
+  return absl::OkStatus();
+}
+
+void Simulator::Finish(Time now) {
+  if (sc_.timeseries) TakeSample(now);
+  RunResult& r = result_;
+  r.completed = flows_done_ == flows_.size();
+  r.end_time = now;
+  r.delivered_bytes = verifier_->total_delivered();
+  for (FlowResult& f : r.flows) f.delivered = verifier_->delivered(f.id);
+  const double secs =
+      static_cast<double>(std::max<Time>(1, now - r.first_start)) / kSecond;
+  const double got = static_cast<double>(r.delivered_bytes) * 8 / secs;
+  r.goodput_fraction = r.ideal_bps > 0 ? got / r.ideal_bps : 0;
+  const double mtu = tc_.mtu;
+  const double eff = mtu / (mtu + driver_->data_header_bytes() +
+                            sc_.fabric.wire_overhead_bytes);
+  r.raw_goodput_fraction = r.goodput_fraction * eff;
+  r.drops = fabric_->drops();
+  r.drops_total = fabric_->total_drops();
+  r.trims = fabric_->trims();
+  r.ecn_marks = fabric_->ecn_marks();
+  for (HostAgent* a : agents_) a->AddTotals(&r.totals);
+  r.packets_created = pool_.allocated();
+  r.packet_hops = fabric_->packet_hops();
+  r.events = queue_.popped();
+  r.duplicates = verifier_->duplicates();
+  r.mismatches = verifier_->mismatches();
+  // Invariants.
+  std::string err;
+  absl::Status st = fabric_->CheckInvariants();
+  if (!st.ok()) err = std::string(st.message());
+  // Every packet created is freed (delivered or dropped with a counted
+  // reason) or still inside the fabric (queued or on a wire) or held by a
+  // transport (none are: agents free on receipt).
+  uint64_t held = 0;
+  for (HostAgent* a : agents_) held += a->held_packets();
+  const uint64_t in_net = fabric_->queued_packets() + fabric_->on_wire();
+  if (err.empty() && pool_.live() != in_net + held) {
+    err = absl::StrFormat(
+        "packet accounting: %d live != %d in fabric + %d held by hosts",
+        pool_.live(), in_net, held);
+  }
+  // Receiver discards happen after delivery; every other drop before.
+  const uint64_t net_drops =
+      r.drops_total - r.drops[static_cast<size_t>(DropReason::kReceiverDiscard)];
+  if (err.empty() &&
+      pool_.allocated() != delivered_packets_ + net_drops + in_net) {
+    err = absl::StrFormat(
+        "packet accounting: %d created != %d delivered + %d dropped + %d in "
+        "fabric",
+        pool_.allocated(), delivered_packets_, net_drops, in_net);
+  }
+  if (err.empty() && r.mismatches > 0) {
+    err = absl::StrFormat("%d payload placements did not match", r.mismatches);
+  }
+  if (err.empty() && r.duplicates > 0) {
+    err = absl::StrFormat("%d payload bytes ranges placed twice", r.duplicates);
+  }
+  if (err.empty()) {
+    for (const FlowResult& f : r.flows) {
+      if (f.finish >= 0 && f.delivered != f.bytes) {
+        err = absl::StrFormat("flow %d completed with %d of %d bytes placed",
+                              f.id, f.delivered, f.bytes);
+        break;
+      }
+      if (f.delivered > f.bytes) {
+        err = absl::StrFormat("flow %d placed %d > %d bytes", f.id,
+                              f.delivered, f.bytes);
+        break;
+      }
+    }
+  }
+  r.invariant_error = err;
+}
+
+}  // namespace prism::sim

@@ -1,0 +1,257 @@
+// Simulator: one run of one transport over one fabric, workload and fault
+// schedule. A scenario with several transports makes one Simulator per
+// transport, each from the same seed (sim/scenario.h).
+//
+// The run: build the topology and the fabric, create one HostAgent per host
+// for the transport (Prism engine adapter or a baseline), schedule flow
+// starts, faults and samples, then pop events until every flow completed or
+// `duration` passed. Results: per-flow completion times, goodput against the
+// ideal, counters, time series, and the invariant check.
+//
+// Determinism: all randomness derives from ScenarioConfig::seed through
+// forked Rng streams (fabric, workload, faults, each host); no globals, so
+// several Simulators can run in one process (tests do).
+//
+// Thread safety: none; one thread per Simulator.
+#ifndef PRISM_SIM_SIMULATOR_H_
+#define PRISM_SIM_SIMULATOR_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "routing/topology.h"
+#include "sim/event_queue.h"
+#include "sim/fabric.h"
+#include "sim/sim_packet.h"
+#include "sim/verifier.h"
+#include "sim/workload.h"
+#include "transport/base/json.h"
+#include "transport/base/random.h"
+
+namespace prism::sim {
+
+struct TransportConfig {
+  std::string name = "prism";  // key in summary.json
+  std::string type = "prism";  // "prism" | "roce" | "multiqp"
+  uint32_t mtu = 4096;         // payload bytes per packet
+  // prism
+  std::string path_policy = "rotation";
+  std::string congestion = "nscc";
+  uint16_t num_paths = 256;
+  Time rto_min = 50 * kMicrosecond;
+  Time probe_interval = 50 * kMicrosecond;
+  bool payload_checksum = false;
+  // baselines (roce, multiqp)
+  uint32_t qps = 0;           // QPs per connection; 0 = planes (roce), 4*planes (multiqp)
+  Time rto = 0;               // 0: 500 us
+  uint64_t window_bytes = 0;  // per QP in-flight cap; 0: 4 x BDP of a port
+  bool dcqcn = true;
+  uint32_t ack_every = 4;
+  Time cnp_interval = 50 * kMicrosecond;
+};
+
+enum class FaultType : uint8_t {
+  kLinkDown,
+  kLinkUp,
+  kSwitchDown,
+  kSwitchUp,
+  kLinkRate,  // value = fraction of nominal
+  kLinkLoss,  // value = loss probability
+};
+
+struct FaultAction {
+  Time at = 0;
+  FaultType type = FaultType::kLinkDown;
+  uint32_t target = 0;  // link id or node id
+  double value = 0;
+};
+
+struct ScenarioConfig {
+  std::string name = "scenario";
+  uint64_t seed = 1;
+  routing::TopologySpec topology;
+  FabricConfig fabric;
+  bool srv6 = true;  // Prism packets: SRv6 carriers (else ECMP on entropy)
+  Time duration = 10 * kMillisecond;  // simulated time limit
+  Time sample_interval = 0;           // 0: duration / 200
+  bool timeseries = true;
+  bool check_bytes = true;
+  json::Value workload;   // the "workload" value
+  json::Value faults;     // the "faults" value (array or null)
+  std::string base_dir;   // for relative trace paths
+  std::vector<TransportConfig> transports;
+};
+
+struct FlowResult {
+  uint32_t id = 0;
+  uint32_t src = 0, dst = 0;
+  uint64_t bytes = 0;
+  uint64_t delivered = 0;
+  Time start = -1;   // when it started (after its dependencies)
+  Time finish = -1;  // sender completion; -1 if not completed
+  std::string group;
+  int32_t step = -1;
+};
+
+struct Sample {
+  Time t = 0;
+  std::vector<uint64_t> flow_bytes;  // delivered so far, per flow (<= 2048 flows)
+  std::vector<uint64_t> host_bytes;  // received so far, per host (<= 2048 hosts)
+  uint64_t total_bytes = 0;
+  uint32_t max_queue = 0;            // deepest data queue in the fabric
+  uint64_t sum_queue = 0;            // bytes queued in switch data queues
+};
+
+struct TransportTotals {
+  uint64_t data_packets = 0;
+  uint64_t retransmissions = 0;  // packets
+  uint64_t retransmitted_bytes = 0;
+  uint64_t timeouts = 0;
+  uint64_t path_retirements = 0;
+  uint64_t paths_restored = 0;
+  uint64_t probes = 0;
+  uint64_t trims_seen = 0;  // trimmed headers seen by receivers
+  uint64_t ecn_echoes = 0;
+  uint64_t receiver_discards = 0;
+  uint64_t engine_rx_drops = 0;  // engine's rx_drop_* sum (Prism)
+  uint64_t connection_errors = 0;
+};
+
+struct RunResult {
+  std::string transport;
+  bool completed = false;
+  Time end_time = 0;          // last completion, or duration
+  Time first_start = 0;
+  double goodput_fraction = 0;  // aggregate goodput / ideal
+  double raw_goodput_fraction = 0;  // same, ideal without header overhead
+  double ideal_bps = 0;
+  uint64_t delivered_bytes = 0;
+  uint64_t total_bytes = 0;
+  std::vector<FlowResult> flows;
+  std::vector<Sample> samples;
+  std::vector<std::pair<Time, std::string>> fault_log;
+  std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
+  uint64_t drops_total = 0;
+  uint64_t trims = 0;
+  uint64_t ecn_marks = 0;
+  TransportTotals totals;
+  uint64_t packets_created = 0;
+  uint64_t packet_hops = 0;
+  uint64_t events = 0;
+  uint64_t duplicates = 0;
+  uint64_t mismatches = 0;
+  std::string invariant_error;  // empty: all invariants held
+  double wall_seconds = 0;
+};
+
+class Simulator;
+
+// One host's transport endpoint in the simulation.
+class HostAgent {
+ public:
+  virtual ~HostAgent() = default;
+  // A packet arrived for this host (the agent owns it: free or reuse).
+  virtual void OnReceive(Time now, SimPacket* p) = 0;
+  // NIC port `plane` has room.
+  virtual void OnPortIdle(Time now, uint16_t plane) = 0;
+  virtual void OnPortStatus(Time now, uint16_t plane, bool up) = 0;
+  // Flow `flow` (whose src is this host) starts now.
+  virtual void StartFlow(Time now, uint32_t flow) = 0;
+  // Adds this host's counters.
+  virtual void AddTotals(TransportTotals* t) const = 0;
+  // Packets received but not yet processed (an rx batch).
+  virtual uint64_t held_packets() const { return 0; }
+};
+
+// Creates the per-host agents of one transport.
+class TransportDriver {
+ public:
+  virtual ~TransportDriver() = default;
+  virtual absl::Status Init(Simulator* sim) = 0;
+  virtual HostAgent* agent(uint32_t host) = 0;
+  // Wire bytes per data packet beyond the payload (transport header), used
+  // for the ideal goodput.
+  virtual uint32_t data_header_bytes() const = 0;
+};
+
+absl::StatusOr<std::unique_ptr<TransportDriver>> MakeTransportDriver(
+    const TransportConfig& tc);
+
+class Simulator : public FabricClient {
+ public:
+  static constexpr uint16_t kFlowStartKind = 10;
+  static constexpr uint16_t kFaultKind = 11;
+  static constexpr uint16_t kSampleKind = 12;
+
+  Simulator(const ScenarioConfig& sc, const TransportConfig& tc);
+  ~Simulator() override;
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  absl::Status Init();
+  // Runs to completion or the time limit. `progress` (may be empty) is
+  // called now and then with the fraction of simulated time or flows done.
+  absl::Status Run(const std::function<void(double)>& progress = {});
+  const RunResult& result() const { return result_; }
+
+  // --- for agents ---------------------------------------------------------
+  EventQueue& queue() { return queue_; }
+  Fabric& fabric() { return *fabric_; }
+  PacketPool& pool() { return pool_; }
+  Verifier& verifier() { return *verifier_; }
+  const std::vector<Flow>& flows() const { return flows_; }
+  const routing::Topology& topology() const { return *topo_; }
+  const ScenarioConfig& scenario() const { return sc_; }
+  const TransportConfig& transport() const { return tc_; }
+  uint32_t planes() const { return topo_->num_planes(); }
+  uint64_t host_rate_bps() const;  // all NIC ports of a host together
+  Time base_rtt() const;           // unloaded cross-T1 RTT estimate
+  // Derives a seed for a component (stable per (tag, index)).
+  uint64_t SeedFor(uint64_t tag, uint64_t index) const;
+  // Called by the source agent when a flow's last byte is acknowledged.
+  void FlowCompleted(Time now, uint32_t flow);
+  // Routes a prism/baseline packet onto the NIC port of its plane.
+  void Send(Time now, uint32_t host, SimPacket* p) {
+    fabric_->HostSend(now, host, p->plane, p);
+  }
+
+  // FabricClient.
+  void DeliverToHost(Time now, uint32_t host, SimPacket* p) override;
+  void HostPortIdle(Time now, uint32_t host, uint16_t plane) override;
+  void HostPortStatus(Time now, uint32_t host, uint16_t plane,
+                      bool up) override;
+
+ private:
+  absl::Status BuildFaults();
+  void ApplyFault(Time now, const FaultAction& a);
+  void TakeSample(Time now);
+  void Finish(Time now);
+
+  ScenarioConfig sc_;
+  TransportConfig tc_;
+  EventQueue queue_;
+  PacketPool pool_;
+  Rng rng_;
+  std::unique_ptr<routing::Topology> topo_;
+  std::unique_ptr<Fabric> fabric_;
+  std::vector<Flow> flows_;
+  std::unique_ptr<Verifier> verifier_;
+  std::unique_ptr<TransportDriver> driver_;
+  std::vector<HostAgent*> agents_;
+  std::vector<FaultAction> faults_;
+  std::vector<uint32_t> pending_deps_;
+  std::vector<std::vector<uint32_t>> dependents_;
+  uint32_t flows_done_ = 0;
+  uint64_t delivered_packets_ = 0;
+  bool finished_ = false;
+  RunResult result_;
+};
+
+}  // namespace prism::sim
+
+#endif  // PRISM_SIM_SIMULATOR_H_
