@@ -27,7 +27,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
       std::max(p.min_window_bytes, std::min(p.bdp_bytes, p.max_window_bytes));
   p.fair_increase_bytes = c.mtu_bytes;
   p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
-  p.qa_delay_threshold = 2 * p.target_delay;
+  p.qa_delay_threshold = 4 * p.target_delay;
   return p;
 }
 
@@ -95,11 +95,12 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
   if (!qa_started_) {
     qa_started_ = true;
     qa_start_ = ev.now;
-    qa_period_ = std::max(p_.target_delay, rtt);
   }
   qa_delivered_ += ev.acked_bytes;
   if (loss || rtt > p_.qa_delay_threshold) qa_congested_ = true;
-  if (ev.now - qa_start_ < qa_period_) return;
+  // Delivered per target_delay: what the network drains for this flow in
+  // the RTT the window aims for (the RTT itself may be inflated by queues).
+  if (ev.now - qa_start_ < p_.target_delay) return;
   if (qa_congested_ &&
       static_cast<double>(qa_delivered_) < p_.qa_fraction * cwnd_) {
     cwnd_ = static_cast<double>(qa_delivered_);
@@ -109,7 +110,6 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
     ++counters_.quick_adapts;
   }
   qa_start_ = ev.now;
-  qa_period_ = std::max(p_.target_delay, rtt);
   qa_delivered_ = 0;
   qa_congested_ = false;
 }

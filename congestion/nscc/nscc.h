@@ -14,9 +14,10 @@
 // unmarked (n-k)/n of its bytes and the ECN rule once. Trims and losses are
 // congestion signals: they trigger a decrease of at least loss_md (same
 // once-per-RTT limit) whatever the RTT. Quick adapt: over each observation
-// period (one RTT: max(target_delay, latest RTT)), if trims/losses were seen
-// or the RTT exceeded qa_delay_threshold, and fewer than qa_fraction x window
-// bytes were delivered, the window is set to the delivered bytes. The
+// period of target_delay, if trims/losses were seen or the RTT exceeded
+// qa_delay_threshold, and fewer than qa_fraction x window bytes were
+// delivered, the window is set to the delivered bytes (what the network
+// drains for this flow per target RTT, e.g. the fair share in an incast). The
 // receiver's rx_window_penalty (in MTU packets, latest value wins, 0 clears)
 // is subtracted from the window reported. A timeout halves the window.
 // window_bytes() is always within [min_window, max_window]; pacing rate 0.
@@ -61,7 +62,7 @@ struct NsccParams {
   // Defaults from link rate, base RTT and MTU (see docs/congestion.md):
   // target = max(1.5 x base_rtt, base_rtt + 2 MTU serialisations),
   // BDP from rate x base_rtt, initial = BDP, max = 1.5 x BDP, min = 1 MTU,
-  // fair increase = 1 MTU per RTT, qa threshold = 2 x target. ControllerConfig
+  // fair increase = 1 MTU per RTT, qa threshold = 4 x target. ControllerConfig
   // target_delay / max_window_bytes override when non-zero.
   static NsccParams Defaults(const ControllerConfig& config);
   absl::Status Validate() const;
@@ -106,7 +107,6 @@ class NsccController final : public Controller {
   // Quick adapt observation period.
   bool qa_started_ = false;
   Time qa_start_ = 0;
-  Time qa_period_ = 0;
   uint64_t qa_delivered_ = 0;
   bool qa_congested_ = false;
   NsccCounters counters_;

@@ -118,7 +118,7 @@ TEST(NsccDefaultsTest, DerivedFromRateAndRtt) {
   EXPECT_EQ(p.min_window_bytes, 4096u);
   EXPECT_EQ(p.fair_increase_bytes, 4096u);
   EXPECT_EQ(p.prop_increase_bytes, 31250u);  // BDP / 4 per RTT
-  EXPECT_EQ(p.qa_delay_threshold, 30 * kUs);
+  EXPECT_EQ(p.qa_delay_threshold, 60 * kUs);
 
   ControllerConfig c = Cfg("nscc");
   c.link_rate_bps = 400'000'000'000ull;
@@ -262,10 +262,29 @@ TEST(NsccTest, QuickAdaptSetsWindowToDelivered) {
   EXPECT_EQ(a.cwnd_bytes(), 8192u);
 }
 
+TEST(NsccTest, QuickAdaptInIncastFindsTheFairShare) {
+  // 7 senders share a 100 Gb/s last hop: each gets 1/7 of it, ACKs come
+  // back with a 70 us RTT and some trims. Over one 15 us target period a
+  // sender sees 12.5 B/ns x 15 us / 7 = 26.8 KB delivered.
+  NsccController a = Nscc();
+  const uint64_t per_us = 12500 / 7;  // bytes per microsecond
+  for (int t = 0; t <= 15; ++t) {
+    AckEvent e;
+    e.now = t * kUs;
+    e.acked_bytes = per_us;
+    e.acked_packets = 1;
+    e.rtt = 70 * kUs;
+    e.trimmed = t % 5 == 0 ? 1 : 0;
+    a.OnAck(e);
+  }
+  EXPECT_EQ(a.counters().quick_adapts, 1u);
+  EXPECT_EQ(a.cwnd_bytes(), 16 * per_us);  // delivered in the period
+}
+
 TEST(NsccTest, QuickAdaptOnHighRttWithoutLosses) {
   NsccController a = Nscc();
-  a.OnAck(Ack(0, 1, 40 * kUs));  // above the 30us qa threshold
-  a.OnAck(Ack(40 * kUs, 1, 40 * kUs));
+  a.OnAck(Ack(0, 1, 80 * kUs));  // above the 60us qa threshold
+  a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
   EXPECT_EQ(a.counters().quick_adapts, 1u);
   EXPECT_EQ(a.cwnd_bytes(), 8192u);
 }
