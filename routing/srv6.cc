@@ -169,7 +169,10 @@ UsidStatus DecodeUsidCarrier(const Ipv6Address& a, UsidCarrier* out,
 
 UsidAction UsidShift(Ipv6Address* dst, uint16_t local_usid, uint32_t block) {
   if (BlockOf(*dst) != block) return UsidAction::kNotCarrier;
-  if (dst->word(2) != local_usid) return UsidAction::kNotLocal;
+  // uSID 0 is reserved (end of carrier): never a switch's own.
+  if (local_usid == 0 || dst->word(2) != local_usid) {
+    return UsidAction::kNotLocal;
+  }
   bool rest = false;
   for (int i = 6; i < 16; ++i) rest = rest || dst->bytes[i] != 0;
   if (!rest) return UsidAction::kEndOfCarrier;
