@@ -32,7 +32,7 @@ uint64_t g_seed_end = 20;
 bool g_verbose = false;
 
 constexpr size_t kPatternBytes = (16u << 20) + 4096;
-constexpr uint64_t kMaxBytesPerSeed = 24u << 20;
+constexpr uint64_t kMaxBytesPerSeed = 40u << 20;
 constexpr Time kVirtualBudget = 20 * kSecond;
 
 const std::vector<uint8_t>& Pattern() {
@@ -165,7 +165,7 @@ std::string RunSeed(uint64_t seed) {
 
   // Messages.
   std::vector<Msg> msgs;
-  const int count = static_cast<int>(r.Range(4, 40));
+  const int count = static_cast<int>(r.Range(8, 64));
   uint64_t total[2] = {0, 0};
   uint64_t all = 0;
   for (int i = 0; i < count; ++i) {
@@ -179,7 +179,7 @@ std::string RunSeed(uint64_t seed) {
       m.len = LogUniform(r, 1, 4096);
     } else if (u < 0.85) {
       m.len = LogUniform(r, 4096, 256 << 10);
-    } else if (u < 0.98) {
+    } else if (u < 0.95) {
       m.len = LogUniform(r, 256 << 10, 2 << 20);
     } else {
       m.len = LogUniform(r, 2 << 20, 16 << 20);

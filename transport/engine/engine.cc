@@ -1160,8 +1160,9 @@ class Engine::Impl {
   }
 
   // --------------------------------------------------------- sender: acks
-  void AckSlot(Conn* c, uint64_t psn, uint64_t trig, bool ecn, Time rtt,
-               Time now, congestion::AckEvent& ev) {
+  void AckSlot(Conn* c, uint64_t psn, uint64_t trig, uint16_t echo_path,
+               uint64_t echo_ts, bool ecn, Time rtt, Time now,
+               congestion::AckEvent& ev) {
     const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
     TxSlot& s = c->slots[idx];
     if (s.state != kInFlight && s.state != kLost) return;
@@ -1170,6 +1171,16 @@ class Engine::Impl {
     if (s.state == kInFlight) {
       UnlinkSlot(c, idx);
       c->inflight_bytes -= s.len;
+    }
+    // Per-path order evidence only from an ack known to be for the current
+    // transmission: a packet sent once, or the echoed (path, timestamp) of
+    // the trigger. An ack of an earlier copy says nothing about this path.
+    const bool this_copy =
+        s.state == kInFlight &&
+        (s.tx_count == 1 ||
+         (is_trig && echo_path == s.path &&
+          echo_ts == static_cast<uint64_t>(s.sent_time)));
+    if (this_copy) {
       if (!p.any_acked ||
           static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
         p.acked_seq_hi = s.path_seq;
@@ -1213,7 +1224,7 @@ class Engine::Impl {
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
     for (uint64_t q = c->snd_una; q < cum; ++q) {
-      AckSlot(c, q, trig, h.ecn_seen != 0, rtt, now, ev);
+      AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now, ev);
     }
     // Bitmap part.
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
@@ -1224,7 +1235,7 @@ class Engine::Impl {
         bits &= bits - 1;
         const uint64_t q = base + 64 * w + b;
         if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, h.ecn_seen != 0, rtt, now, ev);
+          AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now, ev);
         }
       }
     }
