@@ -62,6 +62,7 @@ struct Args {
   std::string cc = "nscc";
   uint64_t rate_gbps = 100;
   double rto_min_us = 0;
+  double base_rtt_us = 100;
   bool path_stats = false;
   bool json = false;
   bool busy_poll = false;
@@ -89,6 +90,7 @@ void Usage() {
       "  -m, --mtu=BYTES         link MTU (default 9000)\n"
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US\n"
+      "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
@@ -104,6 +106,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kCc,
     kRate,
     kRto,
+    kBaseRtt,
     kImm,
     kBusy,
     kZero,
@@ -129,6 +132,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"cc", required_argument, nullptr, kCc},
       {"rate", required_argument, nullptr, kRate},
       {"rto-min", required_argument, nullptr, kRto},
+      {"base-rtt", required_argument, nullptr, kBaseRtt},
       {"immediate", no_argument, nullptr, kImm},
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
@@ -210,6 +214,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kRto:
         if (!absl::SimpleAtod(optarg, &a->rto_min_us)) return false;
         break;
+      case kBaseRtt:
+        if (!absl::SimpleAtod(optarg, &a->base_rtt_us) || a->base_rtt_us <= 0)
+          return false;
+        break;
       case kImm:
         a->immediate = true;
         break;
@@ -262,7 +270,8 @@ EndpointOptions MakeOptions(const Args& a) {
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;
   o.connection.link_rate_bps = a.rate_gbps * 1'000'000'000ull;
-  o.connection.base_rtt = 20 * prism::kMicrosecond;
+  o.connection.base_rtt =
+      static_cast<Time>(a.base_rtt_us * prism::kMicrosecond);
   if (a.rto_min_us > 0)
     o.connection.rto_min =
         static_cast<Time>(a.rto_min_us * prism::kMicrosecond);
