@@ -246,6 +246,15 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
   Path& x = paths_[path];
   if (x.state == PathState::kDenied) return;
   if (rtt > 0) x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
+  if (policy_ == Policy::kReps && fb != PathFeedback::kProbeOk) {
+    // A clean ACK on a GOOD path puts its EV back in circulation; any other
+    // data outcome takes it out, and its plane is owed a replacement.
+    if (x.state == PathState::kGood && fb == PathFeedback::kGood) {
+      RepsPush(path);
+    } else {
+      RepsOwe(path);
+    }
+  }
   switch (x.state) {
     case PathState::kGood:
       if (fb == PathFeedback::kEcn || fb == PathFeedback::kTrimmed) {
@@ -257,8 +266,6 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
         ++counters_.skips;
       } else if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
         Retire(path, now);
-      } else if (fb == PathFeedback::kGood && policy_ == Policy::kReps) {
-        RepsPush(path);
       }
       return;
     case PathState::kSkip:
@@ -294,6 +301,10 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
     }
   }
   pl.up = up;
+  if (!up) {
+    reps_owed_total_ -= pl.owed;
+    pl.owed = 0;
+  }
   if (up) {
     usable_ += pl.good;
     for (uint16_t k = 0; k < pl.count; ++k) {
@@ -343,6 +354,22 @@ bool MultipathSelector::TakeIfGood(uint16_t p) {
 }
 
 int MultipathSelector::NextPlane() {
+  // reps: planes whose EVs left circulation get the explorations first.
+  while (reps_owed_total_ > 0) {
+    for (uint16_t i = 0; i < num_planes_; ++i) {
+      const uint16_t c =
+          static_cast<uint16_t>((plane_cursor_ + i) % num_planes_);
+      Plane& pl = planes_[c];
+      if (pl.owed == 0) continue;
+      if (pl.up && pl.good + pl.skip > 0) {
+        --pl.owed;
+        --reps_owed_total_;
+        return c;
+      }
+      reps_owed_total_ -= pl.owed;  // nothing to send there
+      pl.owed = 0;
+    }
+  }
   for (uint16_t i = 0; i < num_planes_; ++i) {
     const uint16_t c = plane_cursor_;
     plane_cursor_ = static_cast<uint16_t>(c + 1 == num_planes_ ? 0 : c + 1);
@@ -381,8 +408,17 @@ uint16_t MultipathSelector::RandomInPlane(uint16_t plane) {
   return PathAt(plane, k);  // unreachable given the REQUIRES
 }
 
+void MultipathSelector::RepsOwe(uint16_t p) {
+  Plane& pl = planes_[PlaneOf(p)];
+  if (pl.owed < pl.count) {
+    ++pl.owed;
+    ++reps_owed_total_;
+  }
+}
+
 void MultipathSelector::RepsPush(uint16_t p) {
   if (reps_count_ == kRepsCacheSize) {  // full: overwrite the oldest
+    RepsOwe(reps_ring_[reps_head_]);
     reps_ring_[reps_head_] = p;
     reps_head_ = static_cast<uint8_t>((reps_head_ + 1) % kRepsCacheSize);
     return;
@@ -402,6 +438,7 @@ int MultipathSelector::NextPath(Time /*now*/) {
         ++counters_.recycled;
         return p;
       }
+      RepsOwe(p);  // excluded since it was cached
     }
   }
   const int plane = NextPlane();

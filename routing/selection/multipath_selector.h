@@ -53,10 +53,10 @@ class MultipathSelector final : public PathSelector {
   static constexpr int kRepsCacheSize = 8;
   // "p2c": one pick in this many skips the comparison (exploration).
   static constexpr uint32_t kP2cExploreEvery = 16;
-  // Bytes of per-connection policy state beyond the per-path array: the reps
-  // ring (8 x uint16), its head and count (2 x uint8), the plane cursor
-  // (uint16) and the seeded generator (4 x uint64).
-  static constexpr int kPolicyStateBytes = kRepsCacheSize * 2 + 2 + 2 + 32;
+  // Bytes of reps per-connection state beyond the per-path and per-plane
+  // arrays: the ring (8 x uint16), its head and count (2 x uint8), the owed
+  // total (uint32), the plane cursor (uint16) and the generator (4 x uint64).
+  static constexpr int kPolicyStateBytes = kRepsCacheSize * 2 + 2 + 4 + 2 + 32;
 
   static absl::StatusOr<std::unique_ptr<MultipathSelector>> Create(
       const PathSelectorConfig& config);
@@ -110,6 +110,7 @@ class MultipathSelector final : public PathSelector {
     uint16_t cursor = 0;  // rotation index within the plane
     uint16_t good = 0;    // GOOD paths
     uint16_t skip = 0;    // SKIP paths
+    uint16_t owed = 0;    // reps: EVs that left circulation, to replace
     bool up = true;
   };
 
@@ -140,6 +141,7 @@ class MultipathSelector final : public PathSelector {
   bool TakeIfGood(uint16_t p);
 
   void RepsPush(uint16_t p);
+  void RepsOwe(uint16_t p);
 
   const uint16_t num_paths_;
   const uint16_t num_planes_;
@@ -157,6 +159,7 @@ class MultipathSelector final : public PathSelector {
   std::array<uint16_t, kRepsCacheSize> reps_ring_{};
   uint8_t reps_head_ = 0;  // oldest entry
   uint8_t reps_count_ = 0;
+  uint32_t reps_owed_total_ = 0;  // sum of planes_[].owed
   uint32_t p2c_picks_ = 0;
   PathSelectorCounters counters_;
 };

@@ -459,6 +459,39 @@ TEST(RepsTest, ClosedLoopConcentratesOnCleanPaths) {
   EXPECT_LT(MultipathSelector::kPolicyStateBytes, 64);
 }
 
+// Closed loop with `inflight` packets in flight: each pick first delivers
+// the feedback of the oldest packet. Returns picks per plane after warm-up.
+template <typename Feedback>
+std::array<int, 4> RepsLoop(PathSelector& s, int inflight, Feedback fb_of) {
+  std::array<int, 4> plane{};
+  std::vector<int> ring(inflight, -1);
+  for (int i = 0; i < 40000; ++i) {
+    int& slot = ring[i % inflight];
+    if (slot >= 0) s.OnFeedback(static_cast<PathId>(slot), fb_of(slot), i, 0);
+    slot = s.NextPath(i);
+    EXPECT_GE(slot, 0);
+    if (i >= 20000) ++plane[slot % 4];
+  }
+  return plane;
+}
+
+TEST(RepsTest, ReplacementsComeFromTheLosingPlane) {
+  // 4 planes, 64 packets in flight. Paths 1, 5, 9 (plane 1) keep coming back
+  // ECN-marked and 3 (plane 3) is lost: their EVs leave circulation and the
+  // exploration that replaces them must stay on the same planes, so every
+  // plane keeps a quarter of the traffic.
+  auto s = Make(Cfg(32, 4, "reps", 4));
+  const auto plane = RepsLoop(*s, 64, [](int p) {
+    if (p == 1 || p == 5 || p == 9) return PathFeedback::kEcn;
+    if (p == 3) return PathFeedback::kLost;
+    return PathFeedback::kGood;
+  });
+  for (int c : plane) {
+    EXPECT_GT(c, 4500);
+    EXPECT_LT(c, 5500);
+  }
+}
+
 TEST(RepsTest, ExploresWhenNothingComesBack) {
   auto s = Make(Cfg(16, 2, "reps"));
   auto h = Histogram(*s, 3200);
