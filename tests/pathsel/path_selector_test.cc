@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <vector>
@@ -524,6 +525,76 @@ TEST(P2cTest, UnknownRttIsTriedAndSrttIsSmoothed) {
   std::vector<int> h(4, 0);
   for (int i = 0; i < 4000; ++i) ++h[s.NextPath(0)];
   EXPECT_LT(h[0], h[1]);  // paths with no sample yet win ties with it
+}
+
+// A tiny packet model: 8 paths, each a FIFO serving one packet per tick
+// except path 0, degraded to one per 10 ticks (10% capacity). The sender
+// keeps 64 packets in flight; a packet's feedback (ECN when the queue it
+// left was longer than 4, RTT = 20 ticks + its queueing) returns 20 ticks
+// after service. Returns path 0's share of the packets sent in the second
+// half of the run.
+double DegradedShare(const char* policy) {
+  constexpr int kPaths = 8, kWindow = 64, kDelay = 20, kTicks = 40000;
+  auto s = Make(Cfg(kPaths, 1, policy, 2));
+  struct Pkt {
+    int path;
+    int sent;
+  };
+  std::vector<std::vector<Pkt>> queue(kPaths);
+  struct Fb {
+    int due, path;
+    bool ecn;
+    Time rtt;
+  };
+  std::vector<Fb> pending;  // small: at most kWindow entries
+  int inflight = 0, sent_late = 0, on_degraded = 0;
+  for (int t = 0; t < kTicks; ++t) {
+    for (size_t i = 0; i < pending.size();) {  // deliver due feedback
+      if (pending[i].due <= t) {
+        s->OnFeedback(static_cast<PathId>(pending[i].path),
+                      pending[i].ecn ? PathFeedback::kEcn : PathFeedback::kGood,
+                      t, pending[i].rtt);
+        --inflight;
+        pending[i] = pending.back();
+        pending.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    while (inflight < kWindow) {  // refill the window
+      const int p = s->NextPath(t);
+      EXPECT_GE(p, 0);
+      queue[p].push_back({p, t});
+      ++inflight;
+      if (t >= kTicks / 2) {
+        ++sent_late;
+        on_degraded += p == 0;
+      }
+    }
+    for (int p = 0; p < kPaths; ++p) {  // serve
+      if (queue[p].empty() || (p == 0 && t % 10 != 0)) continue;
+      const Pkt k = queue[p].front();
+      const bool ecn = queue[p].size() > 4;
+      queue[p].erase(queue[p].begin());
+      pending.push_back({t + kDelay, p, ecn, (t - k.sent + kDelay) * kUs});
+    }
+  }
+  return static_cast<double>(on_degraded) / sent_late;
+}
+
+TEST(PolicyModelTest, DegradedPathIsUsedLessByAdaptivePolicies) {
+  const double capacity_share = 0.1 / 7.1;  // 1.4%
+  const double reps = DegradedShare("reps");
+  const double p2c = DegradedShare("p2c");
+  const double rotation = DegradedShare("rotation");
+  std::printf(
+      "degraded path share: reps %.4f p2c %.4f rotation %.4f "
+      "(capacity share %.4f)\n",
+      reps, p2c, rotation, capacity_share);
+  EXPECT_LT(reps, 2 * capacity_share);
+  EXPECT_LT(p2c, 2 * capacity_share);
+  // Oblivious rotation only skips the ECN-marked path every other rotation.
+  EXPECT_GT(rotation, 4 * capacity_share);
 }
 
 TEST(DeterminismTest, SameSeedSameDecisionsUnderFeedback) {
