@@ -6,7 +6,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config
   clang llvm libclang-rt-dev          # libFuzzer targets
   libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libibverbs-dev rdma-core ibverbs-utils perftest  # verbs datapath (optional)
+  libibverbs-dev rdma-core ibverbs-utils perftest ibverbs-providers rdmacm-utils qemu-system-x86 busybox-static kmod cpio  # verbs datapath + soft-RoCE VM rig (tests/rxe)
   libdpdk-dev                         # DPDK datapath (optional)
   iproute2 ethtool tshark iperf3      # kernel SRv6 fabric tests
   python3 python3-matplotlib          # plots

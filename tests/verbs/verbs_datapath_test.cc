@@ -137,8 +137,10 @@ void Fill(std::vector<uint8_t>& v, uint32_t seed) {
 // Mixed-size WRITE-with-immediate transfers in both directions over 8 data
 // QPs; after a quarter of a->b's writes completed, a's QP 3 is forced into
 // error. Everything still completes, byte-exact, on the other QPs.
-void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp) {
+void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
+                 uint32_t defer = 0) {
   VerbsOptions va, vb;
+  va.debug_defer_descriptors = vb.debug_defer_descriptors = defer;
   va.mode = vb.mode = mode;
   va.num_qps = vb.num_qps = 8;
   if (two_devices) {
@@ -252,6 +254,10 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp) {
   EXPECT_GT(sb.rx_data, 0u);
   EXPECT_GT(sa.tx_descriptors, 0u);
   EXPECT_EQ(sb.rx_drop_bad_imm, 0u);
+  EXPECT_EQ(sb.rx_drop_no_descriptor, 0u);
+  if (defer > 0) {
+    EXPECT_GT(sb.rx_pending, 0u) << "no WRITE overtook its descriptor";
+  }
   if (break_qp) {
     EXPECT_FALSE(A.dp->qp_alive(A.peer, 3));
     EXPECT_EQ(sa.qp_errors, 1u);
@@ -281,6 +287,14 @@ TEST(VerbsTransferTest, TwoDevicesOverVeth) {
 TEST(VerbsTransferTest, RcFallbackMode) {
   REQUIRE_RDMA();
   RunTransfer(DataQpMode::kRc, /*two_devices=*/false, /*break_qp=*/false);
+}
+
+// Descriptors handled late: WRITEs arrive before the message they belong to
+// is known, wait in the pending ring, and are resolved when it is.
+TEST(VerbsTransferTest, WritesOvertakingTheirDescriptors) {
+  REQUIRE_RDMA();
+  RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/false,
+              /*defer=*/4);
 }
 
 // A WRITE to a key the peer never registered: the sender datapath has no

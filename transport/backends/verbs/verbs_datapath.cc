@@ -530,6 +530,7 @@ class VerbsDatapath::Impl {
     repost_data_.reserve(o_.data_rq_depth);
     repost_ctrl_.reserve(o_.ctrl_depth);
     pending_.resize(1024);
+    held_.reserve(o_.ctrl_depth / 2);
     // Resolve the data QP type: UC unless the device refuses it.
     mode_ = o_.mode == DataQpMode::kRc ? DataQpMode::kRc : DataQpMode::kUc;
     {
@@ -1341,6 +1342,7 @@ class VerbsDatapath::Impl {
     if (!Repost()) st_.rx_drop_unknown.Add();
     if ((++rx_calls_ & 15) == 0) PollAsync();
     PollSendCq();
+    if (!held_.empty()) ReleaseHeld();
     size_t out = 0;
     if (pending_dirty_) ResolvePending(pkts, n, &out);
     ibv_wc wc[32];
@@ -1357,10 +1359,9 @@ class VerbsDatapath::Impl {
   void HandleRecv(const ibv_wc& wc, RxPacket* pkts, size_t* out) {
     const bool is_ctrl = (wc.wr_id & kRecvCtrlBit) != 0;
     const uint32_t bi = static_cast<uint32_t>(wc.wr_id & 0xFFFFFFFF);
-    if (is_ctrl) {
+    if (!is_ctrl) repost_data_.push_back(bi);
+    if (is_ctrl && !(wc.status == IBV_WC_SUCCESS && MaybeHold(wc, bi))) {
       repost_ctrl_.push_back(bi);
-    } else {
-      repost_data_.push_back(bi);
     }
     if (wc.status != IBV_WC_SUCCESS) {
       if (wc.status != IBV_WC_WR_FLUSH_ERR) st_.cq_errors.Add();
@@ -1401,6 +1402,37 @@ class VerbsDatapath::Impl {
     r.len = wc.byte_len;
     r.peer = p->id;
     st_.rx_ctrl.Add();
+  }
+
+  // debug_defer_descriptors: keeps a descriptor frame's buffer for later.
+  bool MaybeHold(const ibv_wc& wc, uint32_t bi) {
+    if (o_.debug_defer_descriptors == 0) return false;
+    const uint8_t* b = &ctrl_bufs_[size_t{bi} * ctrl_buf_];
+    if (wc.byte_len < kFrameHeader || Get16(b) != kCtrlMagic ||
+        b[3] != kFrameDesc || held_.size() >= held_.capacity()) {
+      return false;
+    }
+    auto it = qpn_.find(wc.qp_num);
+    if (it == qpn_.end()) return false;
+    held_.push_back(Held{bi, wc.byte_len, it->second.peer,
+                         rx_calls_ + o_.debug_defer_descriptors});
+    return true;
+  }
+
+  void ReleaseHeld() {
+    size_t keep = 0;
+    for (size_t i = 0; i < held_.size(); ++i) {
+      const Held h = held_[i];
+      if (h.due > rx_calls_) {
+        held_[keep++] = h;
+        continue;
+      }
+      Peer* p = peers_[h.peer].get();
+      if (p->used)
+        HandleFrame(p, &ctrl_bufs_[size_t{h.buf} * ctrl_buf_], h.len);
+      repost_ctrl_.push_back(h.buf);
+    }
+    held_.resize(keep);
   }
 
   void HandleCtrl(Peer* p, uint8_t* b, uint32_t len, RxPacket* pkts,
@@ -1729,6 +1761,13 @@ class VerbsDatapath::Impl {
   uint32_t sends_since_poll_ = 0;
   uint64_t rx_calls_ = 0;
 
+  struct Held {
+    uint32_t buf;
+    uint32_t len;
+    uint32_t peer;
+    uint64_t due;
+  };
+  std::vector<Held> held_;  // debug_defer_descriptors only
   std::vector<PendingWrite> pending_;
   size_t pending_head_ = 0;
   size_t npending_ = 0;

@@ -115,6 +115,10 @@ struct VerbsOptions {
   // Descriptor ring per peer; must cover the messages one connection can
   // have in flight (ConnectionOptions::max_outstanding_messages).
   uint32_t desc_ring = 8192;
+  // Tests only: handle received descriptor frames this many RxBurst calls
+  // late, so WRITEs overtake their descriptors (as they may on a real
+  // fabric, where the control QP and the data QPs are not ordered).
+  uint32_t debug_defer_descriptors = 0;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.

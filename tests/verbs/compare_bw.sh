@@ -1,0 +1,34 @@
+#!/bin/bash
+# compare_bw.sh VERBS_PERF [DEVICE] - inside the rxe VM: perftest's ib_write_bw
+# and Prism's verbs_perf on the same soft-RoCE device, same message size, in
+# the same VM run. Prints METRIC lines and the ratio; asserts nothing about
+# speed (TCG jitter), only that both ran. Exit 77 outside the VM.
+set -u
+PERF=${1:?verbs_perf binary}
+DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
+SIZE=${SIZE:-65536}; COUNT=${COUNT:-2000}
+[ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
+command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
+# GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).
+GIDX=-1
+for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
+  i=${g##*/}
+  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
+  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
+done
+[ $GIDX -ge 0 ] || { echo "FAIL: no RoCE v2 IPv4 GID on $DEV"; exit 1; }
+port=18515
+ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port > /tmp/ibwbw.server 2>&1 & spid=$!
+for i in $(seq 1 300); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.1; done
+ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port 127.0.0.1 > /tmp/ibwbw.client 2>&1; crc=$?
+wait $spid; src=$?
+cat /tmp/ibwbw.client
+[ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: ib_write_bw (client rc=$crc server rc=$src)"; cat /tmp/ibwbw.server; exit 1; }
+IB=$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibwbw.client)
+echo "METRIC ib_write_bw_MBps $IB (device $DEV, $SIZE B x $COUNT, 1 RC QP)"
+"$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk 4096 --depth 32 > /tmp/vperf.out 2>&1; prc=$?
+cat /tmp/vperf.out
+[ $prc = 0 ] || { echo "FAIL: verbs_perf rc=$prc"; exit 1; }
+PR=$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vperf.out)
+echo "METRIC prism_verbs_MBps $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 UC QPs, 4096 B chunks)"
+echo "METRIC prism_vs_ib_write_bw $(awk "BEGIN{printf \"%.2f\", $PR/$IB}")"
