@@ -51,7 +51,8 @@
 // Receiver. DATA is checked in this order: decodes (header CRC, lengths),
 // known and connected connection, payload no larger than the peer's MTU,
 // trimmed (-> TRIMMED NACK, nothing placed), rkey known with remote-write
-// access (BAD_KEY), range inside the region, overflow-safe (BAD_RANGE),
+// access (BAD_KEY), the whole message range inside the region, checked
+// overflow-safe (BAD_RANGE),
 // payload CRC32C when present/required (CORRUPT), PSN window (duplicate below
 // rcv_nxt or already in the received bitmap -> suppressed and re-acked;
 // beyond rcv_nxt + kWindow -> OUT_OF_WINDOW), message slot consistency; then
@@ -998,9 +999,13 @@ class Engine::Impl {
     }
     const Region& r = regions_[ridx];
     const uint64_t plen = h.payload_len;
-    if (h.remote_addr < r.mr.addr || plen > r.mr.length ||
-        h.remote_addr - r.mr.addr > r.mr.length - plen ||
-        h.remote_addr < h.msg_offset) {
+    // The whole message [remote_addr - msg_offset, +msg_len) must lie in the
+    // region (the decoder guarantees msg_offset + payload_len <= msg_len, so
+    // this packet does too). Overflow-safe: no addition can wrap.
+    const uint64_t mlen = h.msg_len;
+    if (h.remote_addr < h.msg_offset ||
+        h.remote_addr - h.msg_offset < r.mr.addr || mlen > r.mr.length ||
+        h.remote_addr - h.msg_offset - r.mr.addr > r.mr.length - mlen) {
       ++stats_.rx_drop_bad_range;
       QueueNack(c, h, psn, wire::NackReason::kBadRange, rx.ecn_ce);
       return;
@@ -1177,9 +1182,8 @@ class Engine::Impl {
     // the trigger. An ack of an earlier copy says nothing about this path.
     const bool this_copy =
         s.state == kInFlight &&
-        (s.tx_count == 1 ||
-         (is_trig && echo_path == s.path &&
-          echo_ts == static_cast<uint64_t>(s.sent_time)));
+        (s.tx_count == 1 || (is_trig && echo_path == s.path &&
+                             echo_ts == static_cast<uint64_t>(s.sent_time)));
     if (this_copy) {
       if (!p.any_acked ||
           static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
@@ -1224,7 +1228,8 @@ class Engine::Impl {
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
     for (uint64_t q = c->snd_una; q < cum; ++q) {
-      AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now, ev);
+      AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now,
+              ev);
     }
     // Bitmap part.
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
@@ -1235,7 +1240,8 @@ class Engine::Impl {
         bits &= bits - 1;
         const uint64_t q = base + 64 * w + b;
         if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now, ev);
+          AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now,
+                  ev);
         }
       }
     }
