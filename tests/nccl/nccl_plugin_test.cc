@@ -187,6 +187,8 @@ TEST(NcclAbi, LoadsLikeNccl) {
 TEST(NcclAbi, FailedInitThenFinalizeNullThenInitTwice) {
   LoadOrDie();
   // A bad configuration fails init cleanly; NCCL then calls finalize(NULL).
+  const char* dp = getenv("PRISM_DATAPATH");
+  const std::string saved_datapath = dp != nullptr ? dp : "";
   setenv("PRISM_DATAPATH", "bogus", 1);
   void* ctx = reinterpret_cast<void*>(0x1);
   SetLogEcho(false);
@@ -194,7 +196,11 @@ TEST(NcclAbi, FailedInitThenFinalizeNullThenInitTwice) {
   SetLogEcho(true);
   EXPECT_EQ(ctx, nullptr);
   EXPECT_EQ(N()->finalize(nullptr), kOk);
-  unsetenv("PRISM_DATAPATH");
+  if (saved_datapath.empty()) {
+    unsetenv("PRISM_DATAPATH");
+  } else {
+    setenv("PRISM_DATAPATH", saved_datapath.c_str(), 1);
+  }
   bool saw_config_warning = false;
   for (const LogLine& l : LogSnapshot()) {
     saw_config_warning |= l.level == kPrismNcclLogWarn &&
@@ -584,6 +590,8 @@ bool RunSender(void* sc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
         if (f.reqs.empty() && (oldest < next)) ++oldest;
       }
     }
+    // Two cores are shared by everything here: let the endpoint loop run.
+    std::this_thread::yield();
     if (Expired(start, 120)) {
       *err = "sender timed out at round " + std::to_string(oldest);
       return false;
@@ -663,6 +671,7 @@ bool RunReceiver(void* rc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
         ++oldest;
       }
     }
+    std::this_thread::yield();
     if (Expired(start, 120)) {
       *err = "receiver timed out at round " + std::to_string(oldest);
       return false;
@@ -823,11 +832,13 @@ TEST(NcclConn, TwoProcessesRandomTraffic) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    double secs = 0;
-    uint64_t bytes = 0;
-    std::string e = RunSide(1, c2p[1], p2c[0], rounds, &secs, &bytes);
-    WriteAll(res[1], e.c_str(), e.size());
-    _exit(e.empty() ? 0 : 1);
+    // A fresh process (exec), like a second NCCL rank: a forked copy would
+    // share this process's endpoint sockets without their loop threads.
+    const std::string a = std::to_string(c2p[1]), b = std::to_string(p2c[0]),
+                      c = std::to_string(res[1]), r = std::to_string(rounds);
+    execl("/proc/self/exe", "nccl_plugin_test", "--nccl-child", a.c_str(),
+          b.c_str(), c.c_str(), r.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
   }
   close(res[1]);
   double secs = 0;
@@ -1002,6 +1013,21 @@ TEST(NcclReload, DlcloseAndReload) {
 int main(int argc, char** argv) {
   // Two devices on the loopback: 127.0.0.1 and 127.0.0.2.
   setenv("PRISM_ADDRS", "127.0.0.1,127.0.0.2", 0);
+  if (argc == 6 && strcmp(argv[1], "--nccl-child") == 0) {
+    // The peer rank of NcclConn.TwoProcessesRandomTraffic.
+    using namespace prism::nccl_test;
+    std::string e;
+    if (!LoadNet(PluginEnvValue(), &g_net, &e) || g_net.version != 11) {
+      e = "child: plugin did not load: " + e;
+    } else {
+      double secs = 0;
+      uint64_t bytes = 0;
+      e = RunSide(1, atoi(argv[2]), atoi(argv[3]), atoi(argv[5]), &secs,
+                  &bytes);
+    }
+    WriteAll(atoi(argv[4]), e.c_str(), e.size());
+    return e.empty() ? 0 : 1;
+  }
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -14,6 +14,11 @@
 #include "transport/nccl/log.h"
 #include "transport/nccl/socket.h"
 
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+#include "prism/endpoint.h"
+#include "transport/nccl/endpoint_pool.h"
+#endif
+
 namespace prism::nccl {
 namespace {
 
@@ -50,6 +55,9 @@ struct HelloMsg {
   uint8_t info[72];  // reserved for datapath connection info
 };
 static_assert(sizeof(HelloMsg) == 96);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+static_assert(1 + ConnectionBlob::kMaxBytes <= sizeof(HelloMsg::info));
+#endif
 
 enum FrameType : uint32_t {
   kFrameCts = 1,
@@ -89,6 +97,13 @@ static_assert(sizeof(FrameHeader) == 16 && sizeof(CtsEntry) == 24 &&
               sizeof(DataHeader) == 32 && sizeof(SendErrorBody) == 16);
 constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
 
+// Prism WRITE-with-immediate: immediate = (seq mod 2^29) << 3 | slot index.
+constexpr uint32_t kImmSeqMask = (1u << 29) - 1;
+static_assert(kMaxRecvs <= 8);
+constexpr uint32_t MakeImmediate(uint32_t seq, uint32_t idx) {
+  return ((seq & kImmSeqMask) << 3) | idx;
+}
+
 enum class CommKind : uint32_t { kListen, kSend, kRecv };
 
 // Counters of rejected input (protocol violations, API misuse), for logs.
@@ -100,7 +115,15 @@ uint64_t NewNonce() {
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
-struct CommBase {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+using SinkBase = CompletionSink;
+#else
+struct SinkBase {
+  virtual ~SinkBase() = default;
+};
+#endif
+
+struct CommBase : SinkBase {
   explicit CommBase(CommKind k) : kind(k) {}
   uint32_t magic = kCommMagic;
   CommKind kind;
@@ -113,6 +136,64 @@ struct CommBase {
   uint64_t nonce = 0;
   Rng rng{1};
   int live_mrs = 0;
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  // Prism data path: the device's endpoint and this comm's connection.
+  DeviceEndpoint* dep = nullptr;
+  ConnId conn = kInvalidConn;
+  // Completions routed here by DeviceEndpoint::Poll (bounded: one per
+  // outstanding WRITE or received slot).
+  static constexpr int kInboxCap = 2 * kMaxRequests * kMaxRecvs;
+  std::mutex inbox_mu;
+  Completion inbox[kInboxCap];
+  int inbox_head = 0;
+  int inbox_count = 0;
+  bool inbox_overflow = false;
+
+  void Deliver(const Completion& c) override {
+    std::lock_guard<std::mutex> lock(inbox_mu);
+    if (inbox_count == kInboxCap) {
+      inbox_overflow = true;
+      return;
+    }
+    inbox[(inbox_head + inbox_count) % kInboxCap] = c;
+    ++inbox_count;
+  }
+  // Polls the endpoint and hands this comm's completions to `fn`.
+  template <typename Fn>
+  void DrainInbox(Fn fn) {
+    if (dep == nullptr) return;
+    dep->Poll();
+    Completion batch[64];
+    for (;;) {
+      int n = 0;
+      {
+        std::lock_guard<std::mutex> lock(inbox_mu);
+        if (inbox_overflow) {
+          inbox_overflow = false;
+          ++g_protocol_errors;
+          Fail(kPrismNcclInternalError, "completion inbox overflow", 0);
+        }
+        while (n < 64 && inbox_count > 0) {
+          batch[n++] = inbox[inbox_head];
+          inbox_head = (inbox_head + 1) % kInboxCap;
+          --inbox_count;
+        }
+      }
+      for (int i = 0; i < n; ++i) fn(batch[i]);
+      if (n < 64) return;
+    }
+  }
+  void ReleaseConnection() {
+    if (dep == nullptr) return;
+    dep->RemoveRoute(conn);
+    (void)dep->ep()->CloseConnection(conn);
+    dep->Release();
+    dep = nullptr;
+  }
+#else
+  void ReleaseConnection() {}
+#endif
 
   void Fail(PrismNcclResult r, const char* what, int err) {
     if (!failed) {
@@ -131,6 +212,7 @@ struct MemHandle {
   uint8_t* addr = nullptr;
   size_t size = 0;
   int type = kPrismNcclPtrHost;
+  uint32_t lkey = 0;  // Prism data path
   uint32_t rkey = 0;
 };
 
@@ -148,6 +230,7 @@ struct Request {
   CommBase* comm = nullptr;
   bool in_use = false;
   bool done = false;
+  uint32_t gen = 0;  // send: generation, part of the WRITE's wr_id
   PrismNcclResult result = kPrismNcclSuccess;
   uint64_t size = 0;  // send: bytes
   uint32_t seq = 0;   // recv: CTS sequence
@@ -237,6 +320,7 @@ struct SendComm : CommBase {
     if (nfree == 0) return nullptr;
     Request* r = &reqs[free_list[--nfree]];
     r->in_use = true;
+    ++r->gen;
     r->done = false;
     r->result = kPrismNcclSuccess;
     r->size = 0;
@@ -354,6 +438,27 @@ struct SendComm : CommBase {
     Flush();
     ReadInput();
     Flush();
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    DrainInbox([this](const Completion& c) {
+      if (c.type == CompletionType::kConnectionError) {
+        Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
+        return;
+      }
+      if (c.type != CompletionType::kWrite) return;
+      const uint64_t idx = c.wr_id & 0xffff;
+      const uint32_t gen = static_cast<uint32_t>(c.wr_id >> 16);
+      if (idx >= static_cast<uint64_t>(kPool)) return;
+      Request& r = reqs[idx];
+      if (!r.in_use || r.done || r.gen != gen) return;
+      r.done = true;
+      if (c.status != absl::StatusCode::kOk) {
+        PRISM_NCCL_WARN("dev %d: Prism WRITE of %llu bytes failed (status %d)",
+                        dev, static_cast<unsigned long long>(r.size),
+                        static_cast<int>(c.status));
+        r.result = kPrismNcclRemoteError;
+      }
+    });
+#endif
   }
 };
 
@@ -413,7 +518,7 @@ struct RecvComm : CommBase {
   // Finds the posted, not yet filled slot (seq, idx); nullptr if none.
   Slot* FindSlot(uint32_t seq, uint32_t idx, Request** req) {
     Request& r = reqs[seq % kMaxRequests];
-    if (!r.in_use || r.done || r.seq != seq ||
+    if (!r.in_use || r.done || (r.seq & kImmSeqMask) != (seq & kImmSeqMask) ||
         idx >= static_cast<uint32_t>(r.n) || r.slots[idx].done) {
       return nullptr;
     }
@@ -450,7 +555,8 @@ struct RecvComm : CommBase {
         case In::kHdr:
           if (!ReadPart(&in_hdr, sizeof(in_hdr), &complete)) return;
           in_got = 0;
-          if (in_hdr.type == kFrameData && in_hdr.len >= sizeof(DataHeader)) {
+          if (in_hdr.type == kFrameData && mode == DataMode::kTcpInterim &&
+              in_hdr.len >= sizeof(DataHeader)) {
             in_state = In::kData;
           } else if (in_hdr.type == kFrameSendError &&
                      in_hdr.len == sizeof(SendErrorBody)) {
@@ -520,6 +626,27 @@ struct RecvComm : CommBase {
   void Progress() {
     Flush();
     ReadInput();
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    DrainInbox([this](const Completion& c) {
+      if (c.type == CompletionType::kConnectionError) {
+        Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
+        return;
+      }
+      if (c.type != CompletionType::kRecvImmediate) return;
+      Request* r = nullptr;
+      Slot* s = FindSlot(c.immediate >> 3, c.immediate & 7, &r);
+      if (s == nullptr ||
+          c.remote_addr != reinterpret_cast<uintptr_t>(s->addr) ||
+          c.byte_len > s->size) {
+        ++g_protocol_errors;
+        Fail(kPrismNcclRemoteError,
+             "Prism WRITE does not match a posted receive", 0);
+        return;
+      }
+      s->received = c.byte_len;
+      CompleteSlot(r, s, c.status == absl::StatusCode::kOk);
+    });
+#endif
   }
 };
 
@@ -527,7 +654,7 @@ struct RecvComm : CommBase {
 // Connection setup.
 struct ListenComm : CommBase {
   ListenComm() : CommBase(CommKind::kListen) {}
-  const DeviceContext* dev_ctx = nullptr;
+  DeviceContext dev_ctx;
   DataMode cfg_mode = DataMode::kTcpInterim;
   int sock_buf = 0;
   // One connection being accepted.
@@ -536,6 +663,10 @@ struct ListenComm : CommBase {
   size_t got = 0;
   HelloMsg ack{};
   size_t sent = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DeviceEndpoint* pending_dep = nullptr;
+  ConnId pending_conn = kInvalidConn;
+#endif
 };
 
 struct ConnectState {
@@ -550,7 +681,45 @@ struct ConnectState {
   size_t sent = 0;
   HelloMsg ack{};
   size_t got = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DeviceEndpoint* dep = nullptr;
+  ConnId conn = kInvalidConn;
+#endif
 };
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+void PutBlob(const ConnectionBlob& b, HelloMsg* m) {
+  m->info[0] = b.size;
+  memcpy(m->info + 1, b.bytes, b.size);
+}
+absl::StatusOr<ConnectionBlob> GetBlob(const HelloMsg& m) {
+  if (m.info[0] > ConnectionBlob::kMaxBytes) {
+    return absl::InvalidArgumentError("connection blob too long");
+  }
+  return ConnectionBlob::FromBytes(
+      absl::string_view(reinterpret_cast<const char*>(m.info + 1), m.info[0]));
+}
+// Creates the local half of a Prism connection on `dev`.
+absl::StatusOr<ConnId> NewConnection(const DeviceContext& dev,
+                                     DeviceEndpoint** dep) {
+  auto d = DeviceEndpoint::Acquire(dev);
+  if (!d.ok()) return d.status();
+  auto conn = (*d)->ep()->CreateConnection();
+  if (!conn.ok()) {
+    (*d)->Release();
+    return conn.status();
+  }
+  *dep = *d;
+  return *conn;
+}
+void DropConnection(DeviceEndpoint** dep, ConnId* conn) {
+  if (*dep == nullptr) return;
+  (void)(*dep)->ep()->CloseConnection(*conn);
+  (*dep)->Release();
+  *dep = nullptr;
+  *conn = kInvalidConn;
+}
+#endif
 
 void InitCommonFromConfig(CommBase* c, const DeviceContext& dev) {
   c->mode = dev.config->mode;
@@ -570,6 +739,12 @@ T* AsComm(void* p, CommKind kind) {
 }  // namespace
 
 int SupportedPtrTypes() { return kPrismNcclPtrHost; }
+
+void ReleaseIdleResources() {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DeviceEndpoint::ReleaseIdleEndpoints();
+#endif
+}
 
 PrismNcclResult Listen(const DeviceContext& dev, void* handle,
                        void** listen_comm) {
@@ -594,7 +769,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
   }
   InitCommonFromConfig(l, dev);
   l->fd = *fd;
-  l->dev_ctx = nullptr;
+  l->dev_ctx = dev;
   l->sock_buf = dev.config->sock_buf_bytes;
   l->nonce = NewNonce();
 
@@ -620,7 +795,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
   PRISM_NCCL_INFO("dev %d listening on %s port %u (data path %s)", dev.index,
                   AddrToString(bound).c_str(), ntohs(h.port),
                   DataModeName(l->mode));
-  *listen_comm = l;
+  *listen_comm = static_cast<CommBase*>(l);
   return kPrismNcclSuccess;
 }
 
@@ -658,6 +833,9 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     PRISM_NCCL_WARN("connect dev %d: %s%s%s", dev.index, what, err ? ": " : "",
                     err ? strerror(err) : "");
     if (st != nullptr) {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+      DropConnection(&st->dep, &st->conn);
+#endif
       CloseFd(st->fd);
       st->magic = kDeadMagic;
       delete st;
@@ -701,6 +879,23 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     st->hello.version = kProtoVersion;
     st->hello.nonce = h.nonce;
     st->hello.mode = h.mode;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    if (dev.config->mode == DataMode::kPrismUdp) {
+      auto conn = NewConnection(dev, &st->dep);
+      absl::StatusOr<ConnectionBlob> blob =
+          conn.ok() ? st->dep->ep()->LocalInfo(*conn) : conn.status();
+      if (conn.ok()) st->conn = *conn;
+      if (!blob.ok()) {
+        PRISM_NCCL_WARN("connect dev %d: Prism connection: %s", dev.index,
+                        std::string(blob.status().message()).c_str());
+        DropConnection(&st->dep, &st->conn);
+        CloseFd(st->fd);
+        delete st;
+        return kPrismNcclSystemError;
+      }
+      PutBlob(*blob, &st->hello);
+    }
+#endif
     save(st);
   } else if (st->magic != kCommMagic) {
     ++g_api_errors;
@@ -744,9 +939,27 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     ++g_protocol_errors;
     return fail("listener rejected the connection", 0);
   }
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  if (st->dep != nullptr) {
+    auto blob = GetBlob(st->ack);
+    absl::Status cs =
+        blob.ok() ? st->dep->ep()->Connect(st->conn, *blob) : blob.status();
+    if (!cs.ok()) {
+      PRISM_NCCL_WARN("connect dev %d: Prism Connect: %s", dev.index,
+                      std::string(cs.message()).c_str());
+      return fail("bad connection info from the listener", 0);
+    }
+  }
+#endif
   auto* s = new (std::nothrow) SendComm();
   if (s == nullptr) return fail("out of memory", 0);
   InitCommonFromConfig(s, dev);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  s->dep = st->dep;
+  s->conn = st->conn;
+  st->dep = nullptr;
+  if (s->dep != nullptr) s->dep->AddRoute(s->conn, s);
+#endif
   s->fd = st->fd;
   s->nonce = h.nonce;
   s->rng.Seed(h.nonce ^ 0x5345u);
@@ -756,7 +969,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   save(nullptr);
   PRISM_NCCL_TRACE("dev %d connected (nonce %016llx)", dev.index,
                    static_cast<unsigned long long>(h.nonce));
-  *send_comm = s;
+  *send_comm = static_cast<CommBase*>(s);
   return kPrismNcclSuccess;
 }
 
@@ -784,6 +997,9 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
       PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
       CloseFd(l->pending_fd);
       l->pending_fd = -1;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+      DropConnection(&l->pending_dep, &l->pending_conn);
+#endif
     };
     bool dropped = false;
     while (l->got < sizeof(HelloMsg)) {
@@ -813,6 +1029,27 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
       l->ack.nonce = l->nonce;
       l->ack.mode = l->hello.mode;
       l->ack.status = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+      if (l->mode == DataMode::kPrismUdp) {
+        auto conn = NewConnection(l->dev_ctx, &l->pending_dep);
+        if (!conn.ok()) {
+          PRISM_NCCL_WARN("accept dev %d: Prism connection: %s", l->dev,
+                          std::string(conn.status().message()).c_str());
+          return kPrismNcclSystemError;
+        }
+        l->pending_conn = *conn;
+        auto theirs = GetBlob(l->hello);
+        absl::Status cs = theirs.ok()
+                              ? l->pending_dep->ep()->Connect(*conn, *theirs)
+                              : theirs.status();
+        auto mine = l->pending_dep->ep()->LocalInfo(*conn);
+        if (!cs.ok() || !mine.ok()) {
+          drop("bad connection info from the connecting peer");
+          continue;
+        }
+        PutBlob(*mine, &l->ack);
+      }
+#endif
     }
     while (l->sent < sizeof(HelloMsg)) {
       size_t moved = 0;
@@ -836,7 +1073,14 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
     r->nonce = l->nonce;
     r->rng.Seed(l->nonce ^ 0x5245u);
     l->pending_fd = -1;
-    *recv_comm = r;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    r->dep = l->pending_dep;
+    r->conn = l->pending_conn;
+    l->pending_dep = nullptr;
+    l->pending_conn = kInvalidConn;
+    if (r->dep != nullptr) r->dep->AddRoute(r->conn, r);
+#endif
+    *recv_comm = static_cast<CommBase*>(r);
     return kPrismNcclSuccess;
   }
 }
@@ -846,6 +1090,9 @@ PrismNcclResult CloseListen(void* listen_comm) {
   if (l == nullptr) return kPrismNcclInvalidArgument;
   CloseFd(l->pending_fd);
   CloseFd(l->fd);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DropConnection(&l->pending_dep, &l->pending_conn);
+#endif
   l->magic = kDeadMagic;
   delete l;
   return kPrismNcclSuccess;
@@ -858,6 +1105,7 @@ PrismNcclResult CloseSend(void* send_comm) {
     std::lock_guard<std::mutex> lock(s->mu);
     CloseFd(s->fd);
     s->fd = -1;
+    s->ReleaseConnection();
     if (s->live_mrs != 0) {
       PRISM_NCCL_INFO("closeSend with %d registrations left", s->live_mrs);
     }
@@ -874,6 +1122,7 @@ PrismNcclResult CloseRecv(void* recv_comm) {
     std::lock_guard<std::mutex> lock(r->mu);
     CloseFd(r->fd);
     r->fd = -1;
+    r->ReleaseConnection();
     if (r->live_mrs != 0) {
       PRISM_NCCL_INFO("closeRecv with %d registrations left", r->live_mrs);
     }
@@ -906,11 +1155,25 @@ PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
   auto* mh = new (std::nothrow) MemHandle();
   if (mh == nullptr) return kPrismNcclSystemError;
   std::lock_guard<std::mutex> lock(c->mu);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  if (c->dep != nullptr && size > 0) {
+    auto mr = c->dep->ep()->RegisterMemory(data, size,
+                                           kAccessLocal | kAccessRemoteWrite);
+    if (!mr.ok()) {
+      PRISM_NCCL_WARN("regMr %p +%zu: %s", data, size,
+                      std::string(mr.status().message()).c_str());
+      delete mh;
+      return kPrismNcclSystemError;
+    }
+    mh->lkey = mr->lkey;
+    mh->rkey = mr->rkey;
+  }
+#endif
   mh->comm = c;
   mh->addr = static_cast<uint8_t*>(data);
   mh->size = size;
   mh->type = type;
-  mh->rkey = c->rng.Next32() | 1u;
+  if (mh->lkey == 0) mh->rkey = c->rng.Next32() | 1u;
   ++c->live_mrs;
   *mhandle = mh;
   return kPrismNcclSuccess;
@@ -925,6 +1188,13 @@ PrismNcclResult DeregMr(void* comm, void* mhandle) {
     return kPrismNcclInvalidArgument;
   }
   std::lock_guard<std::mutex> lock(c->mu);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  if (c->dep != nullptr && mh->lkey != 0) {
+    if (absl::Status s = c->dep->ep()->DeregisterMemory(mh->lkey); !s.ok()) {
+      PRISM_NCCL_WARN("deregMr: %s", std::string(s.message()).c_str());
+    }
+  }
+#endif
   --c->live_mrs;
   mh->magic = kDeadMagic;
   delete mh;
@@ -960,27 +1230,28 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
   if (s->nfree == 0 || s->out_count == SendComm::kOutCap) {
     return kPrismNcclSuccess;
   }
-  SendComm::OutItem* it = s->PushOut();
+  const CtsEntry& e = g.e[idx];
   Request* req = s->Alloc();
   req->size = size;
-  const CtsEntry& e = g.e[idx];
   FrameHeader fh{};
   if (size > e.size) {
     ++g_api_errors;
     PRISM_NCCL_WARN(
-        "isend: %zu bytes (tag %d) exceed the posted receive of "
-        "%llu bytes; the send fails",
+        "isend: %zu bytes (tag %d) exceed the posted receive of %llu bytes; "
+        "the send fails",
         size, tag, static_cast<unsigned long long>(e.size));
     req->done = true;
     req->result = kPrismNcclInvalidUsage;
+    SendComm::OutItem* it = s->PushOut();
     SendErrorBody eb{g.seq, static_cast<uint32_t>(idx), size};
     fh.type = kFrameSendError;
     fh.len = sizeof(eb);
     memcpy(it->hdr, &fh, sizeof(fh));
     memcpy(it->hdr + sizeof(fh), &eb, sizeof(eb));
     it->hdr_len = sizeof(fh) + sizeof(eb);
-  } else {
+  } else if (s->mode == DataMode::kTcpInterim) {
     // INTERIM data path: the payload follows on the side-channel socket.
+    SendComm::OutItem* it = s->PushOut();
     DataHeader dh{g.seq, static_cast<uint32_t>(idx), e.addr, size, e.rkey, 0};
     fh.type = kFrameData;
     fh.len = sizeof(dh) + size;
@@ -990,6 +1261,31 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
     it->payload = static_cast<const uint8_t*>(data);
     it->payload_len = size;
     it->req = req;
+  } else {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    // Prism WRITE-with-immediate straight into the posted buffer.
+    WriteRequest wr;
+    wr.wr_id = (static_cast<uint64_t>(req->gen) << 16) |
+               static_cast<uint64_t>(req - s->reqs);
+    wr.local_addr = data;
+    wr.length = size;
+    wr.lkey = mh != nullptr ? mh->lkey : 0;
+    wr.remote_addr = e.addr;
+    wr.rkey = e.rkey;
+    wr.has_immediate = true;
+    wr.immediate = MakeImmediate(g.seq, static_cast<uint32_t>(idx));
+    const absl::Status st = s->dep->ep()->PostWrite(s->conn, wr);
+    if (!st.ok()) {
+      s->Free(req);
+      if (absl::IsResourceExhausted(st)) return kPrismNcclSuccess;  // again
+      PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
+                      std::string(st.message()).c_str());
+      return kPrismNcclInternalError;
+    }
+#else
+    s->Free(req);
+    return kPrismNcclInternalError;
+#endif
   }
   g.matched[idx] = true;
   if (++g.nmatched == g.n) {

@@ -9,7 +9,12 @@
 //   isend      the sender matches the oldest CTS entry with its tag; with no
 //              CTS yet it returns a NULL request ("try again"). A send larger
 //              than the matched buffer completes with an error on both sides.
-//   data       DataMode::kTcpInterim (INTERIM, not Prism): a DATA frame
+//   data       DataMode::kPrismUdp: a Prism WRITE-with-immediate of the
+//              payload into (addr, rkey) on the device's prism::Endpoint; the
+//              immediate is (seq mod 2^29) << 3 | slot, the receiver's
+//              completion gives the length. CTS and send-error frames stay on
+//              the TCP side channel (the endpoint API has no small messages).
+//              DataMode::kTcpInterim (INTERIM, not Prism): a DATA frame
 //              {seq, idx, addr, rkey, size} + payload on the same socket; the
 //              receiver checks it against the posted slot and reads the payload
 //              straight into the posted buffer.
@@ -63,6 +68,10 @@ PrismNcclResult Test(void* request, int* done, int* sizes);
 
 // Pointer types this build can register (NCCL_PTR_* bits).
 int SupportedPtrTypes();
+
+// Releases per-device resources no comm uses any more (the Prism endpoints
+// and their loop threads). Called when the last init context is finalized.
+void ReleaseIdleResources();
 
 }  // namespace prism::nccl
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -118,6 +119,129 @@ std::vector<Iface> ListInterfaces() {
   }
   freeifaddrs(list);
   return out;
+}
+
+bool IsIpv6Literal(const std::string& s) {
+  in6_addr a;
+  return inet_pton(AF_INET6, s.c_str(), &a) == 1;
+}
+
+// The IPv6 address of `ifname` (global scope), or "" when it has none.
+std::string InterfaceIpv6(const std::string& ifname) {
+  std::string out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET6 ||
+        ifname != it->ifa_name) {
+      continue;
+    }
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(it->ifa_addr);
+    if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+    sockaddr_storage ss{};
+    memcpy(&ss, a6, sizeof(*a6));
+    out = AddrToString(ss);
+    break;
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool IsLoopback(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&a)->sin_addr.s_addr) >>
+            24) == 127;
+  }
+  return IN6_IS_ADDR_LOOPBACK(
+      &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr);
+}
+
+absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
+  int64_t mtu = cfg->link_mtu, busy = 0, seed = 0;
+  if (auto s = ParseInt(env, "PRISM_LINK_MTU", 1280, 65535, &mtu); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_BUSY_POLL", 0, 1, &busy); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_SEED", 0, INT64_MAX, &seed); !s.ok()) {
+    return s;
+  }
+  cfg->link_mtu = static_cast<uint32_t>(mtu);
+  cfg->busy_poll = busy != 0;
+  cfg->seed = static_cast<uint64_t>(seed);
+  if (const char* m = env("PRISM_UDP_TX_MODE"); m != nullptr && *m != '\0') {
+    const std::string v(m);
+    if (v != "auto" && v != "raw" && v != "sockets") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_UDP_TX_MODE='", v, "': expected auto, raw or sockets"));
+    }
+    cfg->udp_tx_mode = v;
+  }
+  if (const char* c = env("PRISM_CONGESTION"); c != nullptr && *c != '\0') {
+    cfg->congestion = c;
+  }
+  if (const char* p = env("PRISM_PATH_POLICY"); p != nullptr && *p != '\0') {
+    cfg->path_policy = p;
+  }
+  const char* planes_env = env("PRISM_PLANES");
+  const bool planes_set = planes_env != nullptr && *planes_env != '\0';
+  const char* udp = env("PRISM_UDP_ADDRS");
+  std::vector<std::vector<std::string>> groups;
+  if (udp != nullptr && *udp != '\0') {
+    for (absl::string_view g :
+         absl::StrSplit(udp, ';', absl::SkipWhitespace())) {
+      std::vector<std::string> addrs;
+      for (absl::string_view a :
+           absl::StrSplit(g, ',', absl::SkipWhitespace())) {
+        std::string s(absl::StripAsciiWhitespace(a));
+        if (!IsIpv6Literal(s)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "PRISM_UDP_ADDRS: '", s, "' is not an IPv6 address"));
+        }
+        addrs.push_back(s);
+      }
+      if (addrs.size() > 15) {
+        return absl::InvalidArgumentError(
+            "PRISM_UDP_ADDRS: at most 15 planes per device");
+      }
+      groups.push_back(addrs);
+    }
+    if (groups.size() != cfg->devices.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_UDP_ADDRS lists ", groups.size(), " devices but there are ",
+          cfg->devices.size(), " (PRISM_IFNAME / PRISM_ADDRS)"));
+    }
+  }
+  for (size_t i = 0; i < cfg->devices.size(); ++i) {
+    DeviceConfig& d = cfg->devices[i];
+    if (!groups.empty()) {
+      d.plane_addrs = groups[i];
+      if (planes_set && d.plane_addrs.size() != cfg->planes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PRISM_PLANES=", cfg->planes, " but PRISM_UDP_ADDRS gives device ",
+            i, " ", d.plane_addrs.size(), " plane addresses"));
+      }
+      continue;
+    }
+    std::string a;
+    if (IsLoopback(d.addr)) {
+      a = "::1";
+    } else if (d.addr.ss_family == AF_INET6) {
+      a = AddrToString(d.addr);
+    } else if (!d.ifname.empty()) {
+      a = InterfaceIpv6(d.ifname);
+    }
+    if (a.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PRISM_DATAPATH=udp: device ", d.name,
+                       " has no IPv6 address; set PRISM_UDP_ADDRS"));
+    }
+    d.plane_addrs.assign(cfg->planes, a);
+  }
+  // Connections span every plane of the device.
+  cfg->planes = static_cast<uint16_t>(cfg->devices[0].plane_addrs.size());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -290,6 +414,11 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
     if (speed > 0) d.speed_mbps = static_cast<int>(speed);
     if (latency >= 0) d.latency_us = static_cast<float>(latency);
     d.guid = Fnv1a(AddrToString(d.addr), Fnv1a(d.name));
+  }
+
+  // Prism data path options.
+  if (cfg.mode == DataMode::kPrismUdp) {
+    if (auto s = ResolvePlaneAddrs(env, &cfg); !s.ok()) return s;
   }
   return cfg;
 }

@@ -13,6 +13,17 @@
 //   PRISM_SPEED_MBPS    advertised speed (default /sys speed or 100000)
 //   PRISM_LATENCY_US    advertised latency (default 10)
 //   PRISM_SOCK_BUF      side-channel socket buffer bytes (default 4 MiB)
+// Prism data path (PRISM_DATAPATH=udp) only:
+//   PRISM_UDP_ADDRS     IPv6 plane addresses: planes of one device separated
+//                       by ',', devices by ';' (default: the device's own
+//                       IPv6 address, ::1 for a loopback device, repeated
+//                       PRISM_PLANES times)
+//   PRISM_UDP_TX_MODE   auto | raw | sockets (default auto)
+//   PRISM_LINK_MTU      IP MTU of the links (default 1500)
+//   PRISM_CONGESTION    congestion controller (default nscc)
+//   PRISM_PATH_POLICY   path selection policy (default rotation)
+//   PRISM_BUSY_POLL     1 = the endpoint loop spins instead of sleeping
+//   PRISM_SEED          engine seed (default: random per process)
 //
 // Thread safety: LoadConfig is pure apart from reading the environment and
 // the interface list; call it from one thread.
@@ -50,6 +61,8 @@ struct DeviceConfig {
   uint64_t guid = 0;
   int speed_mbps = 100000;
   float latency_us = 10.0f;
+  // PRISM_DATAPATH=udp: IPv6 address of every plane (size = planes).
+  std::vector<std::string> plane_addrs;
 };
 
 struct PluginConfig {
@@ -59,6 +72,13 @@ struct PluginConfig {
   uint16_t planes = 1;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
+  // Prism data path.
+  std::string udp_tx_mode = "auto";
+  uint32_t link_mtu = 1500;
+  std::string congestion = "nscc";
+  std::string path_policy = "rotation";
+  bool busy_poll = false;
+  uint64_t seed = 0;  // 0 = random per process
 };
 
 // Reads a variable; returns nullptr when unset. Injectable for tests.

@@ -234,8 +234,13 @@ PrismNcclResult FinalizeV11(void* ctx) {
   c->magic = 0;
   delete c;
   PluginState& st = State();
-  std::lock_guard<std::mutex> lock(st.mu);
-  if (st.refs > 0) --st.refs;
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.refs > 0) --st.refs;
+    last = st.refs == 0;
+  }
+  if (last) ReleaseIdleResources();
   return kPrismNcclSuccess;
 }
 

@@ -1,0 +1,113 @@
+#include "transport/nccl/endpoint_pool.h"
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "transport/nccl/log.h"
+
+namespace prism::nccl {
+namespace {
+
+std::mutex g_pool_mu;
+std::vector<std::unique_ptr<DeviceEndpoint>>* g_pool =
+    new std::vector<std::unique_ptr<DeviceEndpoint>>();
+
+}  // namespace
+
+absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
+    const DeviceContext& dev) {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (g_pool->size() <= static_cast<size_t>(dev.index)) {
+    g_pool->resize(dev.index + 1);
+  }
+  std::unique_ptr<DeviceEndpoint>& slot = (*g_pool)[dev.index];
+  if (slot == nullptr) slot = std::make_unique<DeviceEndpoint>();
+  if (slot->ep_ == nullptr) {
+    const PluginConfig& c = *dev.config;
+    const DeviceConfig& d = *dev.device;
+    EndpointOptions o;
+    o.datapath = "udp";
+    o.local_addrs = d.plane_addrs;
+    o.port = c.port;
+    o.tx_mode = c.udp_tx_mode;
+    o.link_mtu = c.link_mtu;
+    o.busy_poll = c.busy_poll;
+    if (c.seed != 0) {
+      o.seed = c.seed + dev.index;
+    } else {
+      std::random_device rd;
+      o.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }
+    o.connection.num_paths = c.paths;
+    o.connection.num_planes = static_cast<uint16_t>(d.plane_addrs.size());
+    o.connection.congestion = c.congestion;
+    o.connection.path_policy = c.path_policy;
+    o.connection.link_rate_bps =
+        static_cast<uint64_t>(d.speed_mbps) * 1'000'000ull;
+    auto ep = Endpoint::Create(o);
+    if (!ep.ok()) return ep.status();
+    slot->ep_ = std::move(*ep);
+    PRISM_NCCL_INFO(
+        "dev %d: Prism endpoint up: %zu plane(s) starting at %s, "
+        "%u paths, congestion %s, policy %s, mtu payload %u",
+        dev.index, d.plane_addrs.size(),
+        d.plane_addrs.empty() ? "?" : d.plane_addrs[0].c_str(), c.paths,
+        c.congestion.c_str(), c.path_policy.c_str(), slot->ep_->mtu_payload());
+  }
+  ++slot->users_;
+  return slot.get();
+}
+
+void DeviceEndpoint::Release() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (users_ > 0) --users_;
+}
+
+void DeviceEndpoint::ReleaseIdleEndpoints() {
+  std::vector<std::unique_ptr<Endpoint>> doomed;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    for (auto& d : *g_pool) {
+      if (d != nullptr && d->users_ == 0 && d->ep_ != nullptr) {
+        doomed.push_back(std::move(d->ep_));
+      }
+    }
+  }
+  doomed.clear();  // joins the loop threads, outside the pool lock
+}
+
+void DeviceEndpoint::AddRoute(ConnId conn, CompletionSink* sink) {
+  std::lock_guard<std::mutex> lock(route_mu_);
+  routes_[conn] = sink;
+}
+
+void DeviceEndpoint::RemoveRoute(ConnId conn) {
+  std::lock_guard<std::mutex> lock(route_mu_);
+  routes_.erase(conn);
+}
+
+void DeviceEndpoint::Poll() {
+  std::lock_guard<std::mutex> lock(poll_mu_);
+  Completion cq[64];
+  for (;;) {
+    const size_t n = ep_->PollCompletions(cq, 64);
+    if (n == 0) return;
+    std::lock_guard<std::mutex> rlock(route_mu_);
+    for (size_t i = 0; i < n; ++i) {
+      auto it = routes_.find(cq[i].conn);
+      if (it == routes_.end()) {
+        ++unrouted_;  // a closed comm's late completion
+        continue;
+      }
+      it->second->Deliver(cq[i]);
+    }
+    if (n < 64) return;
+  }
+}
+
+}  // namespace prism::nccl
+
+#endif  // PRISM_NCCL_HAVE_ENDPOINT

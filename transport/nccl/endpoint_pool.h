@@ -1,0 +1,64 @@
+// One prism::Endpoint per NCCL device, shared by every comm on that device,
+// and the demultiplexer that routes the endpoint's completions to comms.
+//
+// Only built with the Prism data path (PRISM_NCCL_HAVE_ENDPOINT).
+//
+// Endpoints are created by the first listen/connect on a device and destroyed
+// by ReleaseIdleEndpoints() (the last finalize) once no comm uses them;
+// destroying an endpoint joins its loop thread.
+//
+// Thread safety: all methods are thread-safe. Lock order (never reversed):
+// comm mutex -> DeviceEndpoint poll mutex -> route mutex -> sink's own
+// inbox lock. CompletionSink::Deliver runs under the route mutex and must
+// only queue.
+#ifndef PRISM_TRANSPORT_NCCL_ENDPOINT_POOL_H_
+#define PRISM_TRANSPORT_NCCL_ENDPOINT_POOL_H_
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "absl/status/statusor.h"
+#include "prism/endpoint.h"
+#include "transport/nccl/comm.h"
+
+namespace prism::nccl {
+
+class CompletionSink {
+ public:
+  virtual ~CompletionSink() = default;
+  virtual void Deliver(const Completion& c) = 0;
+};
+
+class DeviceEndpoint {
+ public:
+  // The device's endpoint, created on first use (counts one user; pair with
+  // Release()).
+  static absl::StatusOr<DeviceEndpoint*> Acquire(const DeviceContext& dev);
+  void Release();
+
+  Endpoint* ep() { return ep_.get(); }
+  void AddRoute(ConnId conn, CompletionSink* sink);
+  void RemoveRoute(ConnId conn);
+  // Moves every available completion to its connection's sink.
+  void Poll();
+
+  // Destroys endpoints no comm uses (called when the last init context is
+  // finalized).
+  static void ReleaseIdleEndpoints();
+
+ private:
+  std::unique_ptr<Endpoint> ep_;
+  int users_ = 0;  // guarded by the pool mutex
+  std::mutex poll_mu_;
+  std::mutex route_mu_;
+  std::map<ConnId, CompletionSink*> routes_;
+  uint64_t unrouted_ = 0;
+};
+
+}  // namespace prism::nccl
+
+#endif  // PRISM_NCCL_HAVE_ENDPOINT
+#endif  // PRISM_TRANSPORT_NCCL_ENDPOINT_POOL_H_
