@@ -6,7 +6,7 @@
 set -u
 PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
-SIZE=${SIZE:-65536}; COUNT=${COUNT:-2000}
+SIZE=${SIZE:-65536}; COUNT=${COUNT:-1000}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
 # GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).
@@ -26,9 +26,13 @@ cat /tmp/ibwbw.client
 [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: ib_write_bw (client rc=$crc server rc=$src)"; cat /tmp/ibwbw.server; exit 1; }
 IB=$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibwbw.client)
 echo "METRIC ib_write_bw_MBps $IB (device $DEV, $SIZE B x $COUNT, 1 RC QP)"
-"$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk 4096 --depth 32 > /tmp/vperf.out 2>&1; prc=$?
-cat /tmp/vperf.out
-[ $prc = 0 ] || { echo "FAIL: verbs_perf rc=$prc"; exit 1; }
-PR=$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vperf.out)
-echo "METRIC prism_verbs_MBps $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 UC QPs, 4096 B chunks)"
-echo "METRIC prism_vs_ib_write_bw $(awk "BEGIN{printf \"%.2f\", $PR/$IB}")"
+# Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
+# WRITE-with-immediate: 4096 = one RoCE packet at this MTU, as MRC sprays).
+for CHUNK in ${CHUNKS:-4096 16384 32768}; do
+  "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 32 > /tmp/vperf.out 2>&1; prc=$?
+  cat /tmp/vperf.out
+  [ $prc = 0 ] || { echo "FAIL: verbs_perf rc=$prc (chunk $CHUNK)"; exit 1; }
+  PR=$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vperf.out)
+  echo "METRIC prism_verbs_MBps_chunk$CHUNK $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 $(grep -o '[a-z]* QPs' /tmp/vperf.out | head -1))"
+  echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/$IB}")"
+done

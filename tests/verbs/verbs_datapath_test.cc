@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/verbs/verbs_harness.h"
+#include "transport/backends/verbs/gpu_memory.h"
 
 namespace prism::verbs {
 namespace {
@@ -82,6 +83,15 @@ TEST(DiscoveryTest, ListsDevicesOrNone) {
   }
   PortInfo none;
   EXPECT_FALSE(PickGid(none).ok());
+}
+
+TEST(GpuMemoryTest, RejectsBadRangesAndReportsMissingCuda) {
+  EXPECT_EQ(CudaDmabuf(nullptr, 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Host memory is not a CUDA allocation: never a dma-buf fd.
+  std::vector<uint8_t> host(4096);
+  auto h = CudaDmabuf(host.data(), host.size());
+  EXPECT_FALSE(h.ok());
 }
 
 TEST(VerbsDatapathTest, BadOptionsAndMissingDevice) {
