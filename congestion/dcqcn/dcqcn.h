@@ -61,17 +61,19 @@ class DcqcnController final : public Controller {
   void OnAck(const AckEvent& ev) override;
   void OnTimeout(Time now) override;
   uint64_t window_bytes() const override { return p_.window_bytes; }
-  uint64_t pacing_rate_bps() const override {
-    return static_cast<uint64_t>(rc_);
-  }
+  uint64_t pacing_rate_bps() const override { return ToBps(rc_); }
   const char* name() const override { return "dcqcn"; }
 
   const DcqcnParams& params() const { return p_; }
   const DcqcnCounters& counters() const { return counters_; }
   double alpha() const { return alpha_; }
-  uint64_t target_rate_bps() const { return static_cast<uint64_t>(rt_); }
+  uint64_t target_rate_bps() const { return ToBps(rt_); }
 
  private:
+  // Rates are doubles; a rate near 2^64 must not be converted out of range.
+  static uint64_t ToBps(double r) {
+    return r >= 0x1p64 ? UINT64_MAX : static_cast<uint64_t>(r);
+  }
   void Advance(Time now);
   void Cut(Time now);
   void Increase();

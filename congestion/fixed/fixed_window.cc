@@ -9,7 +9,8 @@ uint64_t BdpBytes(uint64_t rate_bps, Time rtt) {
   const unsigned __int128 bits =
       static_cast<unsigned __int128>(rate_bps) * static_cast<uint64_t>(rtt);
   const unsigned __int128 bytes = bits / (8ull * 1000000000000ull);
-  return bytes > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(bytes);
+  return bytes > kMaxDerivedWindowBytes ? kMaxDerivedWindowBytes
+                                        : static_cast<uint64_t>(bytes);
 }
 
 FixedWindowController::FixedWindowController(const ControllerConfig& config) {

@@ -12,8 +12,12 @@
 
 namespace prism::congestion {
 
-// Bandwidth-delay product in bytes: rate_bps / 8 * rtt. Saturates, never
-// overflows for rates below 2^64 bit/s and RTTs below 2^40 ps.
+// Largest window any controller derives (1 PiB): keeps 1.5x / 4x multiples
+// of a BDP far from uint64 overflow whatever the configured rate and RTT.
+inline constexpr uint64_t kMaxDerivedWindowBytes = 1ull << 50;
+
+// Bandwidth-delay product in bytes: rate_bps / 8 * rtt, capped at
+// kMaxDerivedWindowBytes; 0 for rtt <= 0.
 uint64_t BdpBytes(uint64_t rate_bps, Time rtt);
 
 class FixedWindowController final : public Controller {

@@ -90,6 +90,26 @@ TEST(FactoryTest, RejectsBadConfigs) {
   EXPECT_TRUE(invalid(c));
 }
 
+TEST(FactoryTest, ExtremeRatesAndRttsDoNotOverflow) {
+  for (const char* algo : {"nscc", "fixed", "dcqcn"}) {
+    ControllerConfig c = Cfg(algo);
+    c.link_rate_bps = UINT64_MAX;
+    c.base_rtt = kSecond * 1000;
+    auto cc = MakeController(c);
+    ASSERT_TRUE(cc.ok()) << algo << cc.status();
+    EXPECT_GE((*cc)->window_bytes(), kMaxDerivedWindowBytes) << algo;
+    EXPECT_LE((*cc)->window_bytes(), 4 * kMaxDerivedWindowBytes) << algo;
+    (*cc)->OnAck(Ack(kSecond, 4, kSecond * 1000, 4, 1));
+    (*cc)->OnTimeout(2 * kSecond);
+    EXPECT_GE((*cc)->window_bytes(), 4096u) << algo;
+    c.link_rate_bps = 1;  // 1 bit/s, tiny RTT: windows floor at an MTU
+    c.base_rtt = 1;
+    cc = MakeController(c);
+    ASSERT_TRUE(cc.ok()) << algo << cc.status();
+    EXPECT_GE((*cc)->window_bytes(), 4096u) << algo;
+  }
+}
+
 // ---- fixed ------------------------------------------------------------------
 
 TEST(FixedTest, OneAndAHalfBdpByDefaultAndIgnoresEvents) {
