@@ -795,7 +795,34 @@ std::string RunSide(int me, int to_peer, int from_peer, int rounds,
                                   rounds, &errs[2 * c + 1], &bytes[c]);
     });
   }
+  // Meanwhile the service thread keeps registering and deregistering memory
+  // on the same comms (NCCL may run regMr while test runs).
+  std::atomic<bool> stop{false};
+  std::string churn_error;
+  int churns = 0;
+  std::thread churn([&] {
+    std::vector<uint8_t> scratch(1 << 16);
+    while (!stop.load()) {
+      for (int c = 0; c < kComms; ++c) {
+        for (void* comm : {recv[c], send[c]}) {
+          void* m = nullptr;
+          if (N()->reg_mr(comm, scratch.data(), scratch.size(),
+                          kPrismNcclPtrHost, &m) != kOk ||
+              N()->dereg_mr(comm, m) != kOk) {
+            churn_error = "regMr/deregMr during traffic failed";
+            return;
+          }
+        }
+      }
+      ++churns;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
   for (std::thread& t : progress) t.join();
+  stop.store(true);
+  churn.join();
+  if (!churn_error.empty()) return churn_error;
+  if (churns == 0) return "no regMr ran during traffic";
   *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   *bytes_out = 0;
   for (uint64_t b : bytes) *bytes_out += b;
