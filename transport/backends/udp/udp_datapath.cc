@@ -231,6 +231,8 @@ struct UdpDatapath::Impl {
 
 UdpDatapath::~UdpDatapath() {
   if (raw_fd_ >= 0) close(raw_fd_);
+  for (int fd : raw_plane_fd_)
+    if (fd != raw_fd_) close(fd);
   for (int fd : rx_fd_) close(fd);
   for (auto& set : tx_fd_)
     for (size_t i = 1; i < set.size(); ++i) close(set[i]);  // [0] is rx
@@ -332,6 +334,27 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
     tx_fd_.push_back(std::move(set));
     tx_port_.push_back(std::move(ports));
     local_.push_back(local);
+  }
+
+  if (raw_mode()) {
+    // One raw socket per plane bound to its device when every plane names
+    // one (the route lookup then stays on that plane's port); else one.
+    bool all_dev = true;
+    for (const auto& lp : o.planes) all_dev &= !lp.ifname.empty();
+    if (all_dev && o.planes.size() > 1) {
+      for (const auto& lp : o.planes) {
+        int fd = socket(AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        IPPROTO_RAW);
+        if (fd < 0) return Errno("raw IPv6 socket");
+        raw_plane_fd_.push_back(fd);
+        SetBuffers(fd, o.socket_buffer_bytes);
+        if (setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, lp.ifname.c_str(),
+                       lp.ifname.size()) != 0)
+          return Errno(absl::StrCat("SO_BINDTODEVICE ", lp.ifname));
+      }
+    } else {
+      raw_plane_fd_.push_back(raw_fd_);
+    }
   }
 
   impl_ = std::make_unique<Impl>();
@@ -500,13 +523,16 @@ size_t UdpDatapath::TxBurst(Time /*now*/, const TxPacket* pkts, size_t n) {
 size_t UdpDatapath::TxRaw(const TxPacket* pkts, size_t n) {
   Impl& m = *impl_;
   const size_t np = local_.size();
-  // Slots: packets that are sendable, in order; consumed-but-dropped
-  // packets before the first slot still count as accepted.
-  size_t slots = 0;
-  uint64_t bytes = 0;
+  // Group packets by raw socket (one per plane when planes are bound to
+  // devices, else one), keeping order within a group.
+  const size_t ngroups = raw_plane_fd_.size();
+  constexpr uint16_t kDrop = 0xffff;
+  uint16_t start[kMaxPlanes + 1] = {};
   for (size_t i = 0; i < n; ++i) {
     const TxPacket& pk = pkts[i];
     const uint32_t id = pk.peer;
+    m.sent[i] = true;
+    m.sock_of[i] = kDrop;
     if (id == 0 || id > peers_.size() || !peers_[id - 1]) {
       Bump(c_.tx_drop_unknown_peer);
       continue;
@@ -515,6 +541,19 @@ size_t UdpDatapath::TxRaw(const TxPacket* pkts, size_t n) {
       Bump(c_.tx_drop_too_big);
       continue;
     }
+    m.sent[i] = false;
+    m.sock_of[i] = static_cast<uint16_t>(ngroups > 1 ? pk.path % np : 0);
+    start[m.sock_of[i] + 1]++;
+  }
+  for (size_t g = 1; g <= ngroups; ++g) start[g] += start[g - 1];
+  uint16_t next[kMaxPlanes + 1];
+  memcpy(next, start, sizeof(next));
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (m.sock_of[i] == kDrop) continue;
+    const TxPacket& pk = pkts[i];
+    const uint32_t id = pk.peer;
+    const size_t slots = next[m.sock_of[i]]++;
     const Peer& peer = *peers_[id - 1];
     const size_t plane = pk.path % np;
     const size_t r = peer.num_routes ? (pk.path % peer.num_routes) : 0;
@@ -574,30 +613,40 @@ size_t UdpDatapath::TxRaw(const TxPacket* pkts, size_t n) {
     mh.msg_controllen = 0;
     mh.msg_flags = 0;
     m.order[slots] = static_cast<uint16_t>(i);
-    ++slots;
   }
-  // Send; an error other than back-pressure drops that one packet.
-  size_t done = 0;
-  size_t accepted = n;  // packet index up to which everything is consumed
-  while (done < slots) {
-    Bump(c_.tx_syscalls);
-    int r = sendmmsg(raw_fd_, m.msgs + done, slots - done, MSG_DONTWAIT);
-    if (r > 0) {
-      for (int k = 0; k < r; ++k) bytes += m.msgs[done + k].msg_len;
-      done += r;
-      continue;
+  // Send each group; an error other than back-pressure drops that packet.
+  uint64_t sent = 0;
+  bool pressure = false;
+  for (size_t g = 0; g < ngroups; ++g) {
+    size_t b = start[g];
+    const size_t e = start[g + 1];
+    while (b < e) {
+      Bump(c_.tx_syscalls);
+      int r = sendmmsg(raw_plane_fd_[g], m.msgs + b, e - b, MSG_DONTWAIT);
+      if (r > 0) {
+        for (int k = 0; k < r; ++k) {
+          bytes += m.msgs[b + k].msg_len;
+          m.sent[m.order[b + k]] = true;
+        }
+        sent += r;
+        b += r;
+        continue;
+      }
+      if (r < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) {
+        pressure = true;
+        break;
+      }
+      Bump(c_.tx_errors);  // e.g. ENETUNREACH after a link went down
+      m.sent[m.order[b]] = true;
+      ++b;
     }
-    if (r < 0 &&
-        (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) {
-      Bump(c_.tx_backpressure);
-      accepted = m.order[done];
-      break;
-    }
-    Bump(c_.tx_errors);  // e.g. ENETUNREACH after a link went down
-    ++done;
   }
-  Bump(c_.tx_packets, std::min(done, slots));
+  if (pressure) Bump(c_.tx_backpressure);
+  Bump(c_.tx_packets, sent);
   Bump(c_.tx_bytes, bytes);
+  size_t accepted = 0;
+  while (accepted < n && m.sent[accepted]) ++accepted;
   return accepted;
 }
 

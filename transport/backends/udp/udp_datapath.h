@@ -190,6 +190,7 @@ class UdpDatapath : public Datapath {
   UdpOptions opt_;
   size_t mtu_ = 0;
   int raw_fd_ = -1;
+  std::vector<int> raw_plane_fd_;  // raw sockets per send group
   std::vector<int> rx_fd_;               // per plane
   std::vector<std::vector<int>> tx_fd_;  // per plane: source-port set
   std::vector<std::vector<uint16_t>> tx_port_;
