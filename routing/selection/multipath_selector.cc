@@ -165,14 +165,8 @@ void MultipathSelector::ListInsertBefore(List& l, uint16_t before, uint16_t p) {
   b.prev = p;
 }
 
-void MultipathSelector::ProbeInsert(uint16_t p, bool from_head) {
+void MultipathSelector::ProbeInsert(uint16_t p) {
   const Time due = paths_[p].due;
-  if (from_head) {
-    uint16_t at = probe_list_.head;
-    while (at != kNil && paths_[at].due <= due) at = paths_[at].next;
-    ListInsertBefore(probe_list_, at, p);
-    return;
-  }
   // Common case: due = now + interval is the latest, so this is O(1).
   uint16_t at = probe_list_.tail;
   while (at != kNil && paths_[at].due > due) at = paths_[at].prev;
@@ -212,7 +206,7 @@ void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
       break;
     case PathState::kAssumedBad:
       x.due = due;
-      if (pl.up) ProbeInsert(p, /*from_head=*/false);
+      if (pl.up) ProbeInsert(p);
       break;
     case PathState::kDenied:
       break;
@@ -307,10 +301,14 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
   }
   if (up) {
     usable_ += pl.good;
+    // All due now: they go, in path order, before the first probe due later
+    // (one walk for the whole plane).
+    uint16_t at = probe_list_.head;
+    while (at != kNil && paths_[at].due <= now) at = paths_[at].next;
     for (uint16_t k = 0; k < pl.count; ++k) {
       const uint16_t p = PathAt(plane, k);
       if (paths_[p].state == PathState::kAssumedBad) {
-        ProbeInsert(p, /*from_head=*/true);
+        ListInsertBefore(probe_list_, at, p);
       }
     }
   } else {
@@ -334,7 +332,7 @@ int MultipathSelector::NextProbe(Time now) {
   if (p == kNil || paths_[p].due > now) return -1;
   ListRemove(probe_list_, p);
   paths_[p].due = now + probe_interval_;
-  ProbeInsert(p, /*from_head=*/false);
+  ProbeInsert(p);
   ++counters_.probes_sent;
   return p;
 }

@@ -129,8 +129,8 @@ class MultipathSelector final : public PathSelector {
   void ListRemove(List& l, uint16_t p);
   void ListAppend(List& l, uint16_t p);
   void ListInsertBefore(List& l, uint16_t before, uint16_t p);
-  // Inserts p into the probe list by paths_[p].due.
-  void ProbeInsert(uint16_t p, bool from_head);
+  // Inserts p into the probe list by paths_[p].due, walking from the tail.
+  void ProbeInsert(uint16_t p);
 
   // Next plane (round-robin) with a GOOD or SKIP path on an up plane, or -1.
   int NextPlane();

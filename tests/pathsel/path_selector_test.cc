@@ -389,6 +389,23 @@ TEST(PlaneTest, PlaneWithEveryPathFailedIsVisible) {
   EXPECT_EQ(s->plane_usable(9), 0u);
 }
 
+TEST(PlaneTest, LargePlaneUpIsCheapAndProbesInPathOrder) {
+  // 65535 paths over two planes; every path of plane 1 retired, then the
+  // plane bounces: all are due at once, in path order, after one list walk.
+  auto s = Make(Cfg(65535, 2, "rotation", 1));
+  for (PathId p = 1; p < 65535; p += 2) {
+    s->OnFeedback(p, PathFeedback::kLost, 0, 0);
+  }
+  s->SetPlaneUp(1, false, kMillisecond);
+  EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);
+  s->SetPlaneUp(1, true, 2 * kMillisecond);
+  EXPECT_EQ(s->NextProbeTime(), 2 * kMillisecond);
+  for (int p = 1; p < 65535; p += 2) {
+    ASSERT_EQ(s->NextProbe(2 * kMillisecond), p);
+  }
+  EXPECT_EQ(s->NextProbe(2 * kMillisecond), -1);
+}
+
 TEST(PlaneTest, AllPlanesDownMeansNoPath) {
   auto s = Make(Cfg(4, 2, "reps"));
   s->OnFeedback(0, PathFeedback::kGood, 0, 0);  // cached EV on a down plane
