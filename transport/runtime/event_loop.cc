@@ -54,7 +54,7 @@ absl::Status EventLoop::Start() {
   stop_.store(false);
   running_.store(true);
   thread_ = std::thread([this] { ThreadMain(); });
-  loop_id_ = thread_.get_id();
+  loop_id_.store(thread_.get_id());
   return absl::OkStatus();
 }
 
@@ -64,7 +64,7 @@ void EventLoop::Stop() {
   Wake();
   thread_.join();
   running_.store(false);
-  loop_id_ = std::thread::id();
+  loop_id_.store(std::thread::id());
   // Release callers still waiting on commands (the loop will not run them).
   std::lock_guard<std::mutex> l(cmd_mu_);
   for (Command* c : cmds_) {
@@ -85,7 +85,7 @@ void EventLoop::Wake() {
 }
 
 void EventLoop::Run(const std::function<void(Time)>& fn) {
-  if (!running_.load() || std::this_thread::get_id() == loop_id_) {
+  if (!running_.load() || std::this_thread::get_id() == loop_id_.load()) {
     fn(MonotonicNow());
     return;
   }
@@ -150,6 +150,7 @@ LoopCounters EventLoop::counters() const {
 }
 
 void EventLoop::ThreadMain() {
+  loop_id_.store(std::this_thread::get_id());
   if (opt_.cpu >= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);

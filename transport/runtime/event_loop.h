@@ -97,7 +97,7 @@ class EventLoop {
   Datapath* dp_;
   LoopOptions opt_;
   std::thread thread_;
-  std::thread::id loop_id_;
+  std::atomic<std::thread::id> loop_id_{};
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_{false};
