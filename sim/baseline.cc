@@ -85,10 +85,11 @@ class BaselineDriver : public TransportDriver {
   absl::Status Init(Simulator* sim) override {
     sim_ = sim;
     const uint32_t planes = sim->planes();
-    nqp_ = tc_.qps != 0 ? tc_.qps
-                        : (tc_.type == "multiqp" ? 4 * planes : planes);
+    nqp_ =
+        tc_.qps != 0 ? tc_.qps : (tc_.type == "multiqp" ? 4 * planes : planes);
     if (nqp_ > 4096) return absl::InvalidArgumentError("qps must be <= 4096");
-    const double port = static_cast<double>(sim->topology().spec().host_link_bps);
+    const double port =
+        static_cast<double>(sim->topology().spec().host_link_bps);
     rto_ = tc_.rto > 0 ? tc_.rto : 500 * kMicrosecond;
     window_ = tc_.window_bytes > 0
                   ? tc_.window_bytes
@@ -143,7 +144,8 @@ void BaselineHost::StartFlow(Time now, uint32_t flow) {
     q.plane = static_cast<uint16_t>((i + off) % planes);
     q.entropy = rng.Next32();
     q.k0 = static_cast<uint32_t>(static_cast<uint64_t>(K) * i / n);
-    q.count = static_cast<uint32_t>(static_cast<uint64_t>(K) * (i + 1) / n) - q.k0;
+    q.count =
+        static_cast<uint32_t>(static_cast<uint64_t>(K) * (i + 1) / n) - q.k0;
     q.line = q.rc = q.rt = line;
     const uint32_t tag = static_cast<uint32_t>(flow * n + i) * 2;
     q.rto_timer = std::make_unique<Timer>(this, tag);
@@ -190,7 +192,8 @@ void BaselineHost::Pull(Time now, uint16_t plane) {
       break;
     }
     if (pick == nullptr) {
-      if (min_tx != kTimeInfinite) plane_timers_[plane]->ArmEarlier(sim.queue(), min_tx);
+      if (min_tx != kTimeInfinite)
+        plane_timers_[plane]->ArmEarlier(sim.queue(), min_tx);
       return;
     }
     Qp& q = *pick;
@@ -221,8 +224,8 @@ void BaselineHost::Pull(Time now, uint16_t plane) {
     ++q.next;
     q.max_sent = std::max(q.max_sent, q.next);
     if (d_->tc_.dcqcn && q.rc < q.line) {
-      q.next_tx = now + SerializationTime(fab.WireSize(p),
-                                          static_cast<uint64_t>(q.rc));
+      q.next_tx =
+          now + SerializationTime(fab.WireSize(p), static_cast<uint64_t>(q.rc));
     } else {
       q.next_tx = now;
     }
@@ -259,7 +262,8 @@ void BaselineHost::OnReceive(Time now, SimPacket* p) {
         sim.fabric().Drop(p, DropReason::kReceiverDiscard);
         return;
       }
-      if (p->ecn_ce && d_->tc_.dcqcn && now - q.last_cnp >= d_->tc_.cnp_interval) {
+      if (p->ecn_ce && d_->tc_.dcqcn &&
+          now - q.last_cnp >= d_->tc_.cnp_interval) {
         q.last_cnp = now;
         SendCtl(now, q, BlType::kCnp, 0);
       }
@@ -362,7 +366,8 @@ void BaselineHost::OnTimer(Time now, uint32_t tag) {
   q.cnp_since_timer = false;
   ++q.stage;
   if (q.stage > kFastRecovery) {
-    q.rt = std::min(q.line, q.rt + q.line * (q.stage > 3 * kFastRecovery ? 0.05 : 0.005));
+    q.rt = std::min(
+        q.line, q.rt + q.line * (q.stage > 3 * kFastRecovery ? 0.05 : 0.005));
   }
   q.rc = std::min(q.line, (q.rt + q.rc) / 2);
   if (q.rc < q.line * 0.999 || q.alpha > 0.01) {

@@ -96,7 +96,7 @@ class Timer {
  private:
   TimerClient* client_;
   uint32_t tag_;
-  Time when_ = kTimeInfinite;     // desired fire time
+  Time when_ = kTimeInfinite;  // desired fire time
   Time queued_at_ = kTimeInfinite;
   uint64_t queued_seq_ = 0;
   bool queued_ = false;

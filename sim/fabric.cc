@@ -58,10 +58,10 @@ absl::Status Fabric::Init() {
   if (planes_ == 0 || planes_ > 64) {
     return absl::InvalidArgumentError("fabric: planes must be 1..64");
   }
-  trim_threshold_ = config_.trim_threshold_bytes == 0
-                        ? config_.buffer_bytes
-                        : std::min(config_.trim_threshold_bytes,
-                                   config_.buffer_bytes);
+  trim_threshold_ =
+      config_.trim_threshold_bytes == 0
+          ? config_.buffer_bytes
+          : std::min(config_.trim_threshold_bytes, config_.buffer_bytes);
   const size_t n = t.num_nodes();
   nodes_.assign(n, NodeInfo{});
   uint64_t total_ports = 0;
@@ -141,9 +141,8 @@ absl::Status Fabric::Init() {
       return absl::InternalError("fabric: switch plane out of range");
     }
     if (usid_to_node_[ni.plane][ni.usid] != kNone) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("fabric: duplicate uSID %d in plane %d", ni.usid,
-                          ni.plane));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "fabric: duplicate uSID %d in plane %d", ni.usid, ni.plane));
     }
     usid_to_node_[ni.plane][ni.usid] = static_cast<uint32_t>(i);
     plane_switches_[ni.plane].push_back(static_cast<uint32_t>(i));
@@ -189,7 +188,8 @@ void Fabric::ComputeRoutes(uint16_t plane) {
     built[i]->group_begin.push_back(0);
   }
   std::vector<uint32_t> local(nodes_.size(), kNone);
-  for (size_t i = 0; i < sw.size(); ++i) local[sw[i]] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < sw.size(); ++i)
+    local[sw[i]] = static_cast<uint32_t>(i);
   auto usable = [&](const Port& p) {
     return p.up && p.to >= hosts_ && nodes_[p.to].up && nodes_[p.from].up;
   };
@@ -299,12 +299,18 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
   }
   p->next = nullptr;
   if (p->tclass == TrafficClass::kControl) {
-    if (pt.cq_tail) pt.cq_tail->next = p; else pt.cq_head = p;
+    if (pt.cq_tail)
+      pt.cq_tail->next = p;
+    else
+      pt.cq_head = p;
     pt.cq_tail = p;
     pt.cq_bytes += size;
     pt.max_cq_bytes = std::max(pt.max_cq_bytes, pt.cq_bytes);
   } else {
-    if (pt.dq_tail) pt.dq_tail->next = p; else pt.dq_head = p;
+    if (pt.dq_tail)
+      pt.dq_tail->next = p;
+    else
+      pt.dq_head = p;
     pt.dq_tail = p;
     pt.dq_bytes += size;
     pt.max_dq_bytes = std::max(pt.max_dq_bytes, pt.dq_bytes);
@@ -347,8 +353,7 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
     const uint32_t cnt = r->group_begin[g + 1] - b;
     const uint32_t pick = choice % cnt;
     choice /= cnt;
-    const uint32_t port =
-        nodes_[cur].port_base + r->group_ports[b + pick];
+    const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
     cur = ports_[port].to;
     p->usids[p->usid_len++] = nodes_[cur].usid;
   }
@@ -376,9 +381,9 @@ void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
   const uint32_t plane = p->plane;
   uint32_t out = kNone;
   const uint64_t h =
-      Mix(ni.seed ^ (static_cast<uint64_t>(p->entropy) << 32 ^
-                     (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^
-                     p->dst));
+      Mix(ni.seed ^
+          (static_cast<uint64_t>(p->entropy) << 32 ^
+           (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^ p->dst));
   if (p->srv6) {
     if (p->usid_pos < p->usid_len) {
       if (p->usids[p->usid_pos] != ni.usid) {
@@ -465,12 +470,18 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
       Drop(p, DropReason::kControlOverflow);
       return;
     }
-    if (pt.cq_tail) pt.cq_tail->next = p; else pt.cq_head = p;
+    if (pt.cq_tail)
+      pt.cq_tail->next = p;
+    else
+      pt.cq_head = p;
     pt.cq_tail = p;
     pt.cq_bytes += size;
     if (pt.cq_bytes > pt.max_cq_bytes) pt.max_cq_bytes = pt.cq_bytes;
   } else {
-    if (pt.dq_tail) pt.dq_tail->next = p; else pt.dq_head = p;
+    if (pt.dq_tail)
+      pt.dq_tail->next = p;
+    else
+      pt.dq_head = p;
     pt.dq_tail = p;
     pt.dq_bytes += size;
     if (pt.dq_bytes > pt.max_dq_bytes) pt.max_dq_bytes = pt.dq_bytes;
@@ -565,8 +576,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
   for (int dir = 0; dir < 2; ++dir) {
     const uint32_t id = link_port_[2 * link + dir];
     Port& pt = ports_[id];
-    const bool up =
-        link_up_[link] && nodes_[pt.from].up && nodes_[pt.to].up;
+    const bool up = link_up_[link] && nodes_[pt.from].up && nodes_[pt.to].up;
     if (up == pt.up) continue;
     pt.up = up;
     if (!up) {
@@ -610,8 +620,8 @@ void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
   for (int dir = 0; dir < 2; ++dir) {
     Port& pt = ports_[link_port_[2 * link + dir]];
     pt.rate_bps = std::max<uint64_t>(
-        1, static_cast<uint64_t>(static_cast<double>(pt.nominal_bps) *
-                                 fraction));
+        1,
+        static_cast<uint64_t>(static_cast<double>(pt.nominal_bps) * fraction));
   }
 }
 
@@ -633,21 +643,22 @@ absl::Status Fabric::CheckInvariants() const {
     const uint32_t clim =
         p.host_port ? config_.nic_buffer_bytes : config_.control_buffer_bytes;
     if (p.max_dq_bytes > dlim || p.max_cq_bytes > clim) {
-      return absl::InternalError(absl::StrFormat(
-          "port %d: queue peaked at %d/%d bytes, limit %d/%d", i,
-          p.max_dq_bytes, p.max_cq_bytes, dlim, clim));
+      return absl::InternalError(
+          absl::StrFormat("port %d: queue peaked at %d/%d bytes, limit %d/%d",
+                          i, p.max_dq_bytes, p.max_cq_bytes, dlim, clim));
     }
   }
   if (queued != queued_packets_) {
-    return absl::InternalError(absl::StrFormat(
-        "queued packet count %d != sum over ports %d", queued_packets_,
-        queued));
+    return absl::InternalError(
+        absl::StrFormat("queued packet count %d != sum over ports %d",
+                        queued_packets_, queued));
   }
   return absl::OkStatus();
 }
 
 size_t Fabric::memory_bytes() const {
-  return ports_.capacity() * sizeof(Port) + nodes_.capacity() * sizeof(NodeInfo) +
+  return ports_.capacity() * sizeof(Port) +
+         nodes_.capacity() * sizeof(NodeInfo) +
          nbr_.capacity() * sizeof(nbr_[0]) +
          link_port_.capacity() * sizeof(uint32_t) +
          host_port_.capacity() * sizeof(uint32_t) * 2;

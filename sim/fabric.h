@@ -74,8 +74,8 @@ struct FabricConfig {
   bool ecn_last_hop = true;  // mark on T0 -> host ports too
   bool trimming = true;      // trim instead of drop-tail
   bool trim_last_hop = true;
-  uint32_t buffer_bytes = 512 * 1024;         // switch data queue per port
-  uint32_t trim_threshold_bytes = 0;          // 0 = buffer_bytes
+  uint32_t buffer_bytes = 512 * 1024;          // switch data queue per port
+  uint32_t trim_threshold_bytes = 0;           // 0 = buffer_bytes
   uint32_t control_buffer_bytes = 256 * 1024;  // switch control queue
   uint32_t nic_buffer_bytes = 4 * 1024 * 1024;
   uint32_t nic_queue_packets = 4;  // a NIC port pulls while below this
@@ -163,8 +163,8 @@ class Fabric {
   }
   // Fills p's SRv6 carrier for host src -> dst on `plane`, taking uplink
   // choices from the digits of `choice` (mixed radix over group sizes).
-  void BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
-                    uint32_t choice, SimPacket* p) const;
+  void BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane, uint32_t choice,
+                    SimPacket* p) const;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
   }
@@ -267,8 +267,8 @@ class Fabric {
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.
   std::vector<std::pair<uint32_t, uint32_t>> nbr_;
-  std::vector<std::vector<uint32_t>> usid_to_node_;  // per plane, 65536
-  std::vector<std::vector<uint32_t>> t0_nodes_;      // per plane, by index
+  std::vector<std::vector<uint32_t>> usid_to_node_;    // per plane, 65536
+  std::vector<std::vector<uint32_t>> t0_nodes_;        // per plane, by index
   std::vector<std::vector<uint32_t>> plane_switches_;  // per plane
   // Routes per switch node (shared between identical planes).
   std::vector<std::shared_ptr<const Routes>> routes_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "prism/engine.h"
 #include "sim/baseline.h"
+#include "transport/wire/packet.h"
 
 namespace prism::sim {
 namespace {
@@ -48,8 +49,8 @@ class PrismHost : public HostAgent, public TimerClient {
 
   Engine& engine() { return engine_; }
   uint32_t lkey = 0;
-  std::vector<ConnId> conns;                       // in creation order
-  absl::flat_hash_map<uint32_t, ConnId> by_peer;   // lookup only
+  std::vector<ConnId> conns;                      // in creation order
+  absl::flat_hash_map<uint32_t, ConnId> by_peer;  // lookup only
 
   void OnReceive(Time now, SimPacket* p) override {
     rx_.push_back(p);
@@ -130,9 +131,9 @@ class PrismDriver : public TransportDriver {
     }
     hosts_.reserve(hosts);
     for (uint32_t h = 0; h < hosts; ++h) {
-      hosts_.push_back(std::make_unique<PrismHost>(
-          this, h, placer_.get(), sim->SeedFor(10, h), tc_.mtu,
-          conns_per_host[h] + 1));
+      hosts_.push_back(std::make_unique<PrismHost>(this, h, placer_.get(),
+                                                   sim->SeedFor(10, h), tc_.mtu,
+                                                   conns_per_host[h] + 1));
       Verifier& v = sim->verifier();
       absl::StatusOr<MemoryRegion> mr = hosts_[h]->engine().RegisterMemory(
           const_cast<uint8_t*>(v.pattern()), v.pattern_size(), kAccessLocal);
@@ -183,7 +184,7 @@ class PrismDriver : public TransportDriver {
   }
   HostAgent* agent(uint32_t host) override { return hosts_[host].get(); }
   uint32_t data_header_bytes() const override {
-    return 64;  // measured DATA header of the engine's wire format (approx.)
+    return static_cast<uint32_t>(wire::HeaderSize(wire::PacketType::kData));
   }
 
   Simulator* sim_ = nullptr;
@@ -209,8 +210,8 @@ void PrismHost::PostPending(Time now) {
     auto [flow, m] = pending_[i];
     const Flow& f = sim.flows()[flow];
     const FlowState& fs = d_->flow_[flow];
-    const uint32_t nmsg =
-        static_cast<uint32_t>((f.bytes + f.message_bytes - 1) / f.message_bytes);
+    const uint32_t nmsg = static_cast<uint32_t>(
+        (f.bytes + f.message_bytes - 1) / f.message_bytes);
     bool blocked = false;
     for (; m < nmsg; ++m) {
       const uint64_t off = static_cast<uint64_t>(m) * f.message_bytes;
@@ -296,7 +297,8 @@ void PrismHost::Pull(Time now) {
     size_t room = 0;
     for (uint32_t p = 0; p < planes; ++p) {
       if (fab.HostPortUp(host_, static_cast<uint16_t>(p))) {
-        const Port& pt = fab.ports()[fab.host_port(host_, static_cast<uint16_t>(p))];
+        const Port& pt =
+            fab.ports()[fab.host_port(host_, static_cast<uint16_t>(p))];
         if (pt.q_packets < cap) room += cap - pt.q_packets;
       }
     }

@@ -32,12 +32,13 @@ using prism::sim::RunResult;
 using prism::sim::ScenarioConfig;
 
 int Usage() {
-  std::fprintf(stderr,
-               "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
-               "[--quiet] [--transport NAME] [--no-plot]\n"
-               "       prism_sim --bench [--hosts N] [--planes P] "
-               "[--duration_us T] [--transport NAME] [--out DIR]\n"
-               "       prism_sim --bench-scale [--transport NAME] [--out DIR]\n");
+  std::fprintf(
+      stderr,
+      "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
+      "[--quiet] [--transport NAME] [--no-plot]\n"
+      "       prism_sim --bench [--hosts N] [--planes P] "
+      "[--duration_us T] [--transport NAME] [--out DIR]\n"
+      "       prism_sim --bench-scale [--transport NAME] [--out DIR]\n");
   return 2;
 }
 
@@ -48,9 +49,9 @@ double PeakRssMiB() {
 }
 
 void PrintTable(const std::vector<RunResult>& rs) {
-  std::printf("\n%-18s %9s %9s %6s %9s %9s %9s %9s %10s %10s  %s\n", "transport",
-              "goodput", "gbps", "done", "drops", "trims", "retx", "retired",
-              "fct_p50us", "fct_p99us", "invariants");
+  std::printf("\n%-18s %9s %9s %6s %9s %9s %9s %9s %10s %10s  %s\n",
+              "transport", "goodput", "gbps", "done", "drops", "trims", "retx",
+              "retired", "fct_p50us", "fct_p99us", "invariants");
   for (const RunResult& r : rs) {
     std::vector<double> fct;
     for (const auto& f : r.flows) {
@@ -62,16 +63,16 @@ void PrintTable(const std::vector<RunResult>& rs) {
     };
     const double secs =
         double(std::max<prism::Time>(1, r.end_time - r.first_start)) / 1e12;
-    std::printf("%-18s %8.1f%% %9.1f %6s %9llu %9llu %9llu %9llu %10.1f %10.1f  %s\n",
-                r.transport.c_str(), 100 * r.goodput_fraction,
-                double(r.delivered_bytes) * 8 / secs / 1e9,
-                r.completed ? "yes" : "no",
-                static_cast<unsigned long long>(r.drops_total),
-                static_cast<unsigned long long>(r.trims),
-                static_cast<unsigned long long>(r.totals.retransmissions),
-                static_cast<unsigned long long>(r.totals.path_retirements),
-                pct(0.5), pct(0.99),
-                r.invariant_error.empty() ? "ok" : r.invariant_error.c_str());
+    std::printf(
+        "%-18s %8.1f%% %9.1f %6s %9llu %9llu %9llu %9llu %10.1f %10.1f  %s\n",
+        r.transport.c_str(), 100 * r.goodput_fraction,
+        double(r.delivered_bytes) * 8 / secs / 1e9, r.completed ? "yes" : "no",
+        static_cast<unsigned long long>(r.drops_total),
+        static_cast<unsigned long long>(r.trims),
+        static_cast<unsigned long long>(r.totals.retransmissions),
+        static_cast<unsigned long long>(r.totals.path_retirements), pct(0.5),
+        pct(0.99),
+        r.invariant_error.empty() ? "ok" : r.invariant_error.c_str());
   }
 }
 
@@ -126,7 +127,9 @@ int main(int argc, char** argv) {
   double dur_us = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto next = [&]() -> const char* {
+      return i + 1 < argc ? argv[++i] : nullptr;
+    };
     if (a == "--scenario") {
       const char* v = next();
       if (!v) return Usage();
@@ -169,12 +172,13 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<ScenarioConfig> sc;
   if (bench || bench_scale) {
-    const std::string text =
-        BenchScenario(hosts, planes, dur_us > 0 ? dur_us : (bench_scale ? 50 : 200),
-                      only.empty() ? "prism" : only, group, bench_scale);
+    const std::string text = BenchScenario(
+        hosts, planes, dur_us > 0 ? dur_us : (bench_scale ? 50 : 200),
+        only.empty() ? "prism" : only, group, bench_scale);
     absl::StatusOr<prism::json::Value> v = prism::json::Parse(text);
     if (!v.ok()) {
-      std::fprintf(stderr, "bench scenario: %s\n", v.status().ToString().c_str());
+      std::fprintf(stderr, "bench scenario: %s\n",
+                   v.status().ToString().c_str());
       return 1;
     }
     sc = prism::sim::ParseScenario(*v, "");
@@ -197,14 +201,16 @@ int main(int argc, char** argv) {
       if (t.name == only) keep.push_back(t);
     }
     if (keep.empty()) {
-      std::fprintf(stderr, "prism_sim: scenario has no transport '%s'\n", only.c_str());
+      std::fprintf(stderr, "prism_sim: scenario has no transport '%s'\n",
+                   only.c_str());
       return 1;
     }
     sc->transports = keep;
   }
   if (!quiet) {
-    std::printf("prism_sim: resolved configuration\n%s\n",
-                prism::json::Serialize(prism::sim::DescribeScenario(*sc), 2).c_str());
+    std::printf(
+        "prism_sim: resolved configuration\n%s\n",
+        prism::json::Serialize(prism::sim::DescribeScenario(*sc), 2).c_str());
   }
   const bool tty = !quiet && isatty(STDERR_FILENO);
   prism::sim::ProgressFn progress;
@@ -213,15 +219,18 @@ int main(int argc, char** argv) {
       const int w = 40;
       const int n = static_cast<int>(f * w);
       std::fprintf(stderr, "\r%-16s [%.*s%*s] %5.1f%%", t.c_str(), n,
-                   "########################################", w - n, "", 100 * f);
+                   "########################################", w - n, "",
+                   100 * f);
       if (f >= 1.0) std::fprintf(stderr, "\n");
       std::fflush(stderr);
     };
   }
   const auto w0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<RunResult>> rs = prism::sim::RunScenario(*sc, progress);
+  absl::StatusOr<std::vector<RunResult>> rs =
+      prism::sim::RunScenario(*sc, progress);
   const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - w0)
+          .count();
   if (!rs.ok()) {
     std::fprintf(stderr, "prism_sim: %s\n", rs.status().ToString().c_str());
     return 1;
@@ -234,14 +243,18 @@ int main(int argc, char** argv) {
           "setup %.2fs) packets=%llu packet_hops=%llu events=%llu "
           "packets/s=%.0f hops/s=%.0f events/s=%.0f peak_rss=%.0fMiB\n",
           sc->name.c_str(), r.transport.c_str(),
-          sc->topology.planes ? sc->topology.t0_per_plane * sc->topology.hosts_per_t0 : 0,
-          r.flows.size(), double(r.end_time) / 1e6, r.wall_seconds, wall - r.wall_seconds,
+          sc->topology.planes
+              ? sc->topology.t0_per_plane * sc->topology.hosts_per_t0
+              : 0,
+          r.flows.size(), double(r.end_time) / 1e6, r.wall_seconds,
+          wall - r.wall_seconds,
           static_cast<unsigned long long>(r.packets_created),
           static_cast<unsigned long long>(r.packet_hops),
           static_cast<unsigned long long>(r.events),
           r.wall_seconds > 0 ? double(r.packets_created) / r.wall_seconds : 0,
           r.wall_seconds > 0 ? double(r.packet_hops) / r.wall_seconds : 0,
-          r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0, PeakRssMiB());
+          r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0,
+          PeakRssMiB());
     }
   }
   int rc = 0;
@@ -258,14 +271,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "prism_sim: %s\n", st.ToString().c_str());
       return 1;
     }
-    if (!quiet) std::printf("\nwrote %s/summary.json and CSV time series\n", out_dir.c_str());
+    if (!quiet)
+      std::printf("\nwrote %s/summary.json and CSV time series\n",
+                  out_dir.c_str());
     if (plot) {
       if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
         std::printf("plots skipped: python3-matplotlib is not installed\n");
       } else {
-        const std::string cmd = absl::StrFormat("python3 '%s' '%s'%s", PRISM_SIM_PLOT_SCRIPT,
-                                                out_dir, quiet ? " >/dev/null" : "");
-        if (std::system(cmd.c_str()) != 0) std::printf("plotting failed (%s)\n", cmd.c_str());
+        const std::string cmd =
+            absl::StrFormat("python3 '%s' '%s'%s", PRISM_SIM_PLOT_SCRIPT,
+                            out_dir, quiet ? " >/dev/null" : "");
+        if (std::system(cmd.c_str()) != 0)
+          std::printf("plotting failed (%s)\n", cmd.c_str());
       }
     }
   }

@@ -15,11 +15,11 @@ absl::Status Bad(const std::string& m) {
   return absl::InvalidArgumentError("scenario: " + m);
 }
 
-#define PRISM_ASSIGN_OR(lhs, expr)         \
-  do {                                     \
-    auto _r = (expr);                      \
-    if (!_r.ok()) return _r.status();      \
-    lhs = *_r;                             \
+#define PRISM_ASSIGN_OR(lhs, expr)    \
+  do {                                \
+    auto _r = (expr);                 \
+    if (!_r.ok()) return _r.status(); \
+    lhs = *_r;                        \
   } while (0)
 
 absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
@@ -28,14 +28,16 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   FabricConfig& f = sc->fabric;
   std::string fwd;
   PRISM_ASSIGN_OR(fwd, v->GetString("forwarding", sc->srv6 ? "srv6" : "ecmp"));
-  if (fwd != "srv6" && fwd != "ecmp") return Bad("forwarding must be srv6 or ecmp");
+  if (fwd != "srv6" && fwd != "ecmp")
+    return Bad("forwarding must be srv6 or ecmp");
   sc->srv6 = fwd == "srv6";
   int64_t x;
   PRISM_ASSIGN_OR(x, v->GetInt("buffer_bytes", f.buffer_bytes));
   if (x < 1500 || x > (1 << 30)) return Bad("buffer_bytes out of range");
   f.buffer_bytes = static_cast<uint32_t>(x);
   PRISM_ASSIGN_OR(x, v->GetInt("control_buffer_bytes", f.control_buffer_bytes));
-  if (x < 1500 || x > (1 << 30)) return Bad("control_buffer_bytes out of range");
+  if (x < 1500 || x > (1 << 30))
+    return Bad("control_buffer_bytes out of range");
   f.control_buffer_bytes = static_cast<uint32_t>(x);
   PRISM_ASSIGN_OR(x, v->GetInt("trim_threshold_bytes", f.trim_threshold_bytes));
   if (x < 0 || x > (1 << 30)) return Bad("trim_threshold_bytes out of range");
@@ -50,10 +52,12 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   if (x < 0 || x > 1024) return Bad("wire_overhead_bytes out of range");
   f.wire_overhead_bytes = static_cast<uint32_t>(x);
   PRISM_ASSIGN_OR(f.trimming, v->GetBool("trimming", f.trimming));
-  PRISM_ASSIGN_OR(f.trim_last_hop, v->GetBool("trim_last_hop", f.trim_last_hop));
+  PRISM_ASSIGN_OR(f.trim_last_hop,
+                  v->GetBool("trim_last_hop", f.trim_last_hop));
   double conv;
-  PRISM_ASSIGN_OR(conv, v->GetDouble("routing_convergence_us",
-                                     double(f.routing_convergence) / kMicrosecond));
+  PRISM_ASSIGN_OR(conv,
+                  v->GetDouble("routing_convergence_us",
+                               double(f.routing_convergence) / kMicrosecond));
   if (conv < 0) return Bad("routing_convergence_us must be >= 0");
   f.routing_convergence = static_cast<Time>(conv * kMicrosecond);
   if (const json::Value* e = v->Find("ecn")) {
@@ -64,11 +68,13 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
       PRISM_ASSIGN_OR(x, e->GetInt("kmin_bytes", f.ecn_kmin_bytes));
       int64_t y;
       PRISM_ASSIGN_OR(y, e->GetInt("kmax_bytes", f.ecn_kmax_bytes));
-      if (x < 0 || y <= x || y > (1 << 30)) return Bad("ecn needs 0 <= kmin < kmax");
+      if (x < 0 || y <= x || y > (1 << 30))
+        return Bad("ecn needs 0 <= kmin < kmax");
       f.ecn_kmin_bytes = static_cast<uint32_t>(x);
       f.ecn_kmax_bytes = static_cast<uint32_t>(y);
       PRISM_ASSIGN_OR(f.ecn_pmax, e->GetDouble("pmax", f.ecn_pmax));
-      if (f.ecn_pmax < 0 || f.ecn_pmax > 1) return Bad("ecn.pmax must be in [0,1]");
+      if (f.ecn_pmax < 0 || f.ecn_pmax > 1)
+        return Bad("ecn.pmax must be in [0,1]");
       PRISM_ASSIGN_OR(f.ecn_last_hop, e->GetBool("last_hop", f.ecn_last_hop));
     } else {
       return Bad("ecn must be a bool or an object");
@@ -89,7 +95,8 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   if (x < 1 || x > 65535) return Bad("num_paths must be in 1..65535");
   t->num_paths = static_cast<uint16_t>(x);
   double d;
-  PRISM_ASSIGN_OR(d, v.GetDouble("rto_min_us", double(t->rto_min) / kMicrosecond));
+  PRISM_ASSIGN_OR(d,
+                  v.GetDouble("rto_min_us", double(t->rto_min) / kMicrosecond));
   if (d <= 0) return Bad("rto_min_us must be > 0");
   t->rto_min = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(d, v.GetDouble("probe_interval_us",
@@ -104,7 +111,8 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   PRISM_ASSIGN_OR(d, v.GetDouble("rto_us", double(t->rto) / kMicrosecond));
   if (d < 0) return Bad("rto_us must be >= 0");
   t->rto = static_cast<Time>(d * kMicrosecond);
-  PRISM_ASSIGN_OR(x, v.GetInt("window_bytes", static_cast<int64_t>(t->window_bytes)));
+  PRISM_ASSIGN_OR(
+      x, v.GetInt("window_bytes", static_cast<int64_t>(t->window_bytes)));
   if (x < 0) return Bad("window_bytes must be >= 0");
   t->window_bytes = static_cast<uint64_t>(x);
   PRISM_ASSIGN_OR(t->dcqcn, v.GetBool("dcqcn", t->dcqcn));
@@ -114,8 +122,8 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TransportConfig> NamedTransport(const std::string& name,
-                                               const TransportConfig& defaults) {
+absl::StatusOr<TransportConfig> NamedTransport(
+    const std::string& name, const TransportConfig& defaults) {
   TransportConfig t = defaults;
   t.name = name;
   if (name == "prism") {
@@ -179,7 +187,8 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   sc.seed = static_cast<uint64_t>(seed);
   const json::Value* topo = v.Find("topology");
   if (topo == nullptr) return Bad("missing topology");
-  absl::StatusOr<routing::TopologySpec> spec = routing::Topology::SpecFromJson(*topo);
+  absl::StatusOr<routing::TopologySpec> spec =
+      routing::Topology::SpecFromJson(*topo);
   if (!spec.ok()) return spec.status();
   sc.topology = *spec;
   absl::Status st = ParseFabric(v.Find("fabric"), &sc);
@@ -191,6 +200,9 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   PRISM_ASSIGN_OR(d, v.GetDouble("sample_interval_us", 0));
   if (d < 0) return Bad("sample_interval_us must be >= 0");
   sc.sample_interval = static_cast<Time>(d * kMicrosecond);
+  PRISM_ASSIGN_OR(d, v.GetDouble("warmup_us", 0));
+  if (d < 0) return Bad("warmup_us must be >= 0");
+  sc.warmup = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(sc.timeseries, v.GetBool("timeseries", true));
   PRISM_ASSIGN_OR(sc.check_bytes, v.GetBool("check_bytes", true));
   const json::Value* wl = v.Find("workload");
@@ -226,7 +238,8 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
       st = ParseTransportFields(t, &*tc);
       if (!st.ok()) return st;
       for (const TransportConfig& o : sc.transports) {
-        if (o.name == name) return Bad("duplicate transport name '" + name + "'");
+        if (o.name == name)
+          return Bad("duplicate transport name '" + name + "'");
       }
       sc.transports.push_back(*tc);
     }
@@ -257,8 +270,10 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   if (t.kind == "fattree3") tp.Set("fattree_k", Value::Int(t.fattree_k));
   tp.Set("host_link_gbps", Value::Number(double(t.host_link_bps) / 1e9));
   tp.Set("fabric_link_gbps", Value::Number(double(t.fabric_link_bps) / 1e9));
-  tp.Set("host_link_delay_ns", Value::Number(double(t.host_link_delay) / kNanosecond));
-  tp.Set("fabric_link_delay_ns", Value::Number(double(t.fabric_link_delay) / kNanosecond));
+  tp.Set("host_link_delay_ns",
+         Value::Number(double(t.host_link_delay) / kNanosecond));
+  tp.Set("fabric_link_delay_ns",
+         Value::Number(double(t.fabric_link_delay) / kNanosecond));
   o.Set("topology", tp);
   const FabricConfig& f = sc.fabric;
   Value fb = Value::Object();
@@ -267,7 +282,9 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   fb.Set("control_buffer_bytes", Value::Int(f.control_buffer_bytes));
   fb.Set("trimming", Value::Bool(f.trimming));
   fb.Set("trim_last_hop", Value::Bool(f.trim_last_hop));
-  fb.Set("trim_threshold_bytes", Value::Int(f.trim_threshold_bytes ? f.trim_threshold_bytes : f.buffer_bytes));
+  fb.Set("trim_threshold_bytes",
+         Value::Int(f.trim_threshold_bytes ? f.trim_threshold_bytes
+                                           : f.buffer_bytes));
   Value ecn = Value::Object();
   ecn.Set("enabled", Value::Bool(f.ecn));
   ecn.Set("kmin_bytes", Value::Int(f.ecn_kmin_bytes));
@@ -278,9 +295,11 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   fb.Set("nic_queue_packets", Value::Int(f.nic_queue_packets));
   fb.Set("nic_buffer_bytes", Value::Int(f.nic_buffer_bytes));
   fb.Set("wire_overhead_bytes", Value::Int(f.wire_overhead_bytes));
-  fb.Set("routing_convergence_us", Value::Number(double(f.routing_convergence) / kMicrosecond));
+  fb.Set("routing_convergence_us",
+         Value::Number(double(f.routing_convergence) / kMicrosecond));
   o.Set("fabric", fb);
   o.Set("duration_us", Value::Number(double(sc.duration) / kMicrosecond));
+  o.Set("warmup_us", Value::Number(double(sc.warmup) / kMicrosecond));
   o.Set("workload", sc.workload);
   o.Set("faults", sc.faults);
   Value ts = Value::Array();
@@ -294,7 +313,8 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
       x.Set("congestion", Value::String(t2.congestion));
       x.Set("num_paths", Value::Int(t2.num_paths));
       x.Set("rto_min_us", Value::Number(double(t2.rto_min) / kMicrosecond));
-      x.Set("probe_interval_us", Value::Number(double(t2.probe_interval) / kMicrosecond));
+      x.Set("probe_interval_us",
+            Value::Number(double(t2.probe_interval) / kMicrosecond));
     } else {
       x.Set("qps", Value::Int(t2.qps));
       x.Set("rto_us", Value::Number(double(t2.rto) / kMicrosecond));
@@ -361,9 +381,13 @@ json::Value Summarize(const ScenarioConfig& sc,
   for (const RunResult& r : results) {
     Value o = Value::Object();
     o.Set("goodput_fraction", Value::Number(r.goodput_fraction));
+    o.Set("makespan_goodput_fraction",
+          Value::Number(r.makespan_goodput_fraction));
     o.Set("raw_goodput_fraction", Value::Number(r.raw_goodput_fraction));
-    const double secs = double(std::max<Time>(1, r.end_time - r.first_start)) / kSecond;
-    o.Set("goodput_gbps", Value::Number(double(r.delivered_bytes) * 8 / secs / 1e9));
+    const double secs =
+        double(std::max<Time>(1, r.end_time - r.first_start)) / kSecond;
+    o.Set("goodput_gbps",
+          Value::Number(double(r.delivered_bytes) * 8 / secs / 1e9));
     o.Set("ideal_gbps", Value::Number(r.ideal_bps / 1e9));
     o.Set("completed", Value::Bool(r.completed));
     size_t done = 0;
@@ -377,7 +401,8 @@ json::Value Summarize(const ScenarioConfig& sc,
     o.Set("flows", Value::Int(static_cast<int64_t>(r.flows.size())));
     o.Set("flows_completed", Value::Int(static_cast<int64_t>(done)));
     o.Set("end_time_us", Value::Number(double(r.end_time) / kMicrosecond));
-    o.Set("delivered_bytes", Value::Int(static_cast<int64_t>(r.delivered_bytes)));
+    o.Set("delivered_bytes",
+          Value::Int(static_cast<int64_t>(r.delivered_bytes)));
     o.Set("total_bytes", Value::Int(static_cast<int64_t>(r.total_bytes)));
     o.Set("drops", Value::Int(static_cast<int64_t>(r.drops_total)));
     Value dr = Value::Object();
@@ -390,28 +415,38 @@ json::Value Summarize(const ScenarioConfig& sc,
     o.Set("ecn_marks", Value::Int(static_cast<int64_t>(r.ecn_marks)));
     const TransportTotals& t = r.totals;
     o.Set("data_packets", Value::Int(static_cast<int64_t>(t.data_packets)));
-    o.Set("retransmissions", Value::Int(static_cast<int64_t>(t.retransmissions)));
-    o.Set("retransmitted_bytes", Value::Int(static_cast<int64_t>(t.retransmitted_bytes)));
+    o.Set("retransmissions",
+          Value::Int(static_cast<int64_t>(t.retransmissions)));
+    o.Set("retransmitted_bytes",
+          Value::Int(static_cast<int64_t>(t.retransmitted_bytes)));
     o.Set("timeouts", Value::Int(static_cast<int64_t>(t.timeouts)));
-    o.Set("path_retirements", Value::Int(static_cast<int64_t>(t.path_retirements)));
+    o.Set("path_retirements",
+          Value::Int(static_cast<int64_t>(t.path_retirements)));
     o.Set("paths_restored", Value::Int(static_cast<int64_t>(t.paths_restored)));
     o.Set("probes", Value::Int(static_cast<int64_t>(t.probes)));
-    o.Set("trims_seen_by_receivers", Value::Int(static_cast<int64_t>(t.trims_seen)));
+    o.Set("trims_seen_by_receivers",
+          Value::Int(static_cast<int64_t>(t.trims_seen)));
     o.Set("ecn_echoes", Value::Int(static_cast<int64_t>(t.ecn_echoes)));
-    o.Set("receiver_discards", Value::Int(static_cast<int64_t>(t.receiver_discards)));
-    o.Set("engine_rx_drops", Value::Int(static_cast<int64_t>(t.engine_rx_drops)));
-    o.Set("connection_errors", Value::Int(static_cast<int64_t>(t.connection_errors)));
+    o.Set("receiver_discards",
+          Value::Int(static_cast<int64_t>(t.receiver_discards)));
+    o.Set("engine_rx_drops",
+          Value::Int(static_cast<int64_t>(t.engine_rx_drops)));
+    o.Set("connection_errors",
+          Value::Int(static_cast<int64_t>(t.connection_errors)));
     Value fs = Value::Object();
     fs.Set("p50", Value::Number(Percentile(fct, 0.5)));
     fs.Set("p99", Value::Number(Percentile(fct, 0.99)));
-    fs.Set("max", Value::Number(fct.empty() ? 0 : *std::max_element(fct.begin(), fct.end())));
+    fs.Set("max",
+           Value::Number(
+               fct.empty() ? 0 : *std::max_element(fct.begin(), fct.end())));
     o.Set("fct_us", fs);
     // Per-flow completion times (null when not completed), capped.
     if (r.flows.size() <= 8192) {
       Value pf = Value::Array();
       for (const FlowResult& f : r.flows) {
-        pf.Push(f.finish >= 0 ? Value::Number(double(f.finish - f.start) / kMicrosecond)
-                              : Value());
+        pf.Push(f.finish >= 0
+                    ? Value::Number(double(f.finish - f.start) / kMicrosecond)
+                    : Value());
       }
       o.Set("flow_completion_us", pf);
     }
@@ -431,7 +466,8 @@ json::Value Summarize(const ScenarioConfig& sc,
         t1 = std::max(t1, end);
         if (f->finish < 0) all = false;
         if (f->start >= 0 && end > f->start) {
-          rates.push_back(double(f->delivered) * 8 / (double(end - f->start) / kSecond));
+          rates.push_back(double(f->delivered) * 8 /
+                          (double(end - f->start) / kSecond));
         }
       }
       Value g = Value::Object();
@@ -439,21 +475,26 @@ json::Value Summarize(const ScenarioConfig& sc,
       g.Set("completed", Value::Bool(all));
       g.Set("bytes", Value::Int(static_cast<int64_t>(bytes)));
       const double secs2 = t0 == kTimeInfinite ? 0 : double(t1 - t0) / kSecond;
-      g.Set("goodput_gbps", Value::Number(secs2 > 0 ? double(bytes) * 8 / secs2 / 1e9 : 0));
+      g.Set("goodput_gbps",
+            Value::Number(secs2 > 0 ? double(bytes) * 8 / secs2 / 1e9 : 0));
       g.Set("duration_us", Value::Number(secs2 * 1e6));
       g.Set("jain_index", Value::Number(JainIndex(rates)));
       gv.Set(name, g);
     }
     o.Set("groups", gv);
-    o.Set("invariants", Value::String(r.invariant_error.empty() ? "ok" : r.invariant_error));
+    o.Set("invariants",
+          Value::String(r.invariant_error.empty() ? "ok" : r.invariant_error));
     o.Set("duplicates", Value::Int(static_cast<int64_t>(r.duplicates)));
     o.Set("mismatches", Value::Int(static_cast<int64_t>(r.mismatches)));
-    o.Set("packets_created", Value::Int(static_cast<int64_t>(r.packets_created)));
+    o.Set("packets_created",
+          Value::Int(static_cast<int64_t>(r.packets_created)));
     o.Set("packet_hops", Value::Int(static_cast<int64_t>(r.packet_hops)));
     o.Set("events", Value::Int(static_cast<int64_t>(r.events)));
     o.Set("wall_seconds", Value::Number(r.wall_seconds));
     o.Set("packets_per_wall_second",
-          Value::Number(r.wall_seconds > 0 ? double(r.packets_created) / r.wall_seconds : 0));
+          Value::Number(r.wall_seconds > 0
+                            ? double(r.packets_created) / r.wall_seconds
+                            : 0));
     o.Set("digest", Value::String(Hex(Digest(r))));
     Value fl = Value::Array();
     for (const auto& [t2, what] : r.fault_log) {
@@ -474,10 +515,12 @@ absl::Status WriteOutputs(const std::string& dir, const ScenarioConfig& sc,
                           const std::vector<RunResult>& results) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError("cannot create " + dir + ": " + ec.message());
+  if (ec)
+    return absl::InternalError("cannot create " + dir + ": " + ec.message());
   {
     std::ofstream out(dir + "/summary.json");
-    if (!out) return absl::InternalError("cannot write " + dir + "/summary.json");
+    if (!out)
+      return absl::InternalError("cannot write " + dir + "/summary.json");
     out << json::Serialize(Summarize(sc, results), 2) << "\n";
   }
   std::ofstream agg(dir + "/goodput.csv");
@@ -486,28 +529,35 @@ absl::Status WriteOutputs(const std::string& dir, const ScenarioConfig& sc,
     std::ofstream ff(dir + "/" + r.transport + "_flows.csv");
     std::ofstream hf(dir + "/" + r.transport + "_hosts.csv");
     std::ofstream qf(dir + "/" + r.transport + "_queues.csv");
-    if (!ff || !hf || !qf) return absl::InternalError("cannot write CSVs in " + dir);
+    if (!ff || !hf || !qf)
+      return absl::InternalError("cannot write CSVs in " + dir);
     ff << "time_us,flow,goodput_gbps\n";
     hf << "time_us,host,goodput_gbps\n";
     qf << "time_us,max_queue_bytes,total_queue_bytes\n";
     for (size_t i = 0; i < r.samples.size(); ++i) {
       const Sample& s = r.samples[i];
-      qf << absl::StrFormat("%.3f,%d,%d\n", double(s.t) / kMicrosecond, s.max_queue, s.sum_queue);
+      qf << absl::StrFormat("%.3f,%d,%d\n", double(s.t) / kMicrosecond,
+                            s.max_queue, s.sum_queue);
       if (i == 0) continue;
       const Sample& p = r.samples[i - 1];
       const double dt = double(s.t - p.t) / kSecond;
       if (dt <= 0) continue;
       const double tus = double(s.t) / kMicrosecond;
-      agg << absl::StrFormat("%s,%.3f,%.4f,%d,%d\n", r.transport, tus,
-                             double(s.total_bytes - p.total_bytes) * 8 / dt / 1e9,
-                             s.max_queue, s.sum_queue);
-      for (size_t k = 0; k < s.flow_bytes.size() && k < p.flow_bytes.size(); ++k) {
-        ff << absl::StrFormat("%.3f,%d,%.4f\n", tus, k,
-                              double(s.flow_bytes[k] - p.flow_bytes[k]) * 8 / dt / 1e9);
+      agg << absl::StrFormat(
+          "%s,%.3f,%.4f,%d,%d\n", r.transport, tus,
+          double(s.total_bytes - p.total_bytes) * 8 / dt / 1e9, s.max_queue,
+          s.sum_queue);
+      for (size_t k = 0; k < s.flow_bytes.size() && k < p.flow_bytes.size();
+           ++k) {
+        ff << absl::StrFormat(
+            "%.3f,%d,%.4f\n", tus, k,
+            double(s.flow_bytes[k] - p.flow_bytes[k]) * 8 / dt / 1e9);
       }
-      for (size_t k = 0; k < s.host_bytes.size() && k < p.host_bytes.size(); ++k) {
-        hf << absl::StrFormat("%.3f,%d,%.4f\n", tus, k,
-                              double(s.host_bytes[k] - p.host_bytes[k]) * 8 / dt / 1e9);
+      for (size_t k = 0; k < s.host_bytes.size() && k < p.host_bytes.size();
+           ++k) {
+        hf << absl::StrFormat(
+            "%.3f,%d,%.4f\n", tus, k,
+            double(s.host_bytes[k] - p.host_bytes[k]) * 8 / dt / 1e9);
       }
     }
   }

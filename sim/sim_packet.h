@@ -46,9 +46,9 @@ struct SimPacket {
   TrafficClass tclass = TrafficClass::kData;
   bool ecn_ce = false;
   bool trimmed = false;
-  bool srv6 = false;      // forward by uSID carrier, else ECMP on entropy
-  uint8_t usid_len = 0;   // carrier length
-  uint8_t usid_pos = 0;   // next uSID to match
+  bool srv6 = false;     // forward by uSID carrier, else ECMP on entropy
+  uint8_t usid_len = 0;  // carrier length
+  uint8_t usid_pos = 0;  // next uSID to match
   uint8_t hops = 0;
   uint16_t usids[kMaxUsids] = {};
   // Baseline transports.

@@ -41,7 +41,8 @@ uint64_t Simulator::host_rate_bps() const {
 Time Simulator::base_rtt() const {
   const routing::TopologySpec& s = topo_->spec();
   const int fabric_hops = s.kind == "fattree3" ? 4 : 2;
-  const Time one_way = 2 * s.host_link_delay + fabric_hops * s.fabric_link_delay;
+  const Time one_way =
+      2 * s.host_link_delay + fabric_hops * s.fabric_link_delay;
   const Time ser =
       SerializationTime(tc_.mtu + 200, s.host_link_bps) * (fabric_hops + 2);
   return 2 * one_way + ser;
@@ -63,14 +64,14 @@ absl::Status Simulator::Init() {
   verifier_ = std::make_unique<Verifier>(&flows_, tc_.mtu, sc_.check_bytes);
   st = BuildFaults();
   if (!st.ok()) return st;
-  absl::StatusOr<std::unique_ptr<TransportDriver>> d =
-      MakeTransportDriver(tc_);
+  absl::StatusOr<std::unique_ptr<TransportDriver>> d = MakeTransportDriver(tc_);
   if (!d.ok()) return d.status();
   driver_ = std::move(*d);
   st = driver_->Init(this);
   if (!st.ok()) return st;
   agents_.resize(topo_->num_hosts());
-  for (uint32_t h = 0; h < topo_->num_hosts(); ++h) agents_[h] = driver_->agent(h);
+  for (uint32_t h = 0; h < topo_->num_hosts(); ++h)
+    agents_[h] = driver_->agent(h);
 
   // Flow starts and dependencies.
   pending_deps_.assign(flows_.size(), 0);
@@ -106,53 +107,74 @@ absl::Status Simulator::Init() {
     sc_.sample_interval = std::max<Time>(kMicrosecond, sc_.duration / 200);
   }
   if (sc_.timeseries) queue_.Push(0, kSampleKind, 0, this);
+  if (sc_.warmup > 0) {
+    queue_.Push(result_.first_start + sc_.warmup, kWarmupKind, 0, this);
+  }
 
-  // Ideal aggregate goodput: max-min fair rates of the flows that start
-  // together (no dependencies) under host NIC limits, at the wire
-  // efficiency of a full packet.
-  const uint32_t hosts = topo_->num_hosts();
-  std::vector<double> cap(2 * hosts, static_cast<double>(host_rate_bps()));
-  std::vector<uint32_t> users(2 * hosts, 0);
-  std::vector<uint32_t> active;
-  for (const Flow& f : flows_) {
-    if (!f.after.empty()) continue;
-    active.push_back(f.id);
-    ++users[f.src];
-    ++users[hosts + f.dst];
-  }
-  std::vector<double> rate(flows_.size(), -1);
-  std::vector<uint8_t> frozen_res(2 * hosts, 0);
-  size_t left = active.size();
-  for (int iter = 0; left > 0 && iter < 4096; ++iter) {
-    double best = 1e300;
-    for (uint32_t r = 0; r < 2 * hosts; ++r) {
-      if (!frozen_res[r] && users[r] > 0) best = std::min(best, cap[r] / users[r]);
-    }
-    if (best == 1e300) break;
-    for (uint32_t r = 0; r < 2 * hosts; ++r) {
-      if (!frozen_res[r] && users[r] > 0 && cap[r] / users[r] <= best * 1.000001) {
-        frozen_res[r] = 1;
-      }
-    }
-    for (uint32_t id : active) {
-      if (rate[id] >= 0) continue;
-      const Flow& f = flows_[id];
-      if (frozen_res[f.src] || frozen_res[hosts + f.dst]) {
-        rate[id] = best;
-        --left;
-        cap[f.src] -= best;
-        cap[hosts + f.dst] -= best;
-        --users[f.src];
-        --users[hosts + f.dst];
-      }
-    }
-  }
-  double ideal = 0;
-  for (uint32_t id : active) ideal += std::max(0.0, rate[id]);
+  // Ideal rates: max-min fair shares under host NIC limits, computed per
+  // concurrency class (flows of one ring step run together; every flow
+  // without dependencies is in one class), at the wire efficiency of a
+  // full packet.
   const double mtu = tc_.mtu;
-  const double eff =
-      mtu / (mtu + driver_->data_header_bytes() + sc_.fabric.wire_overhead_bytes);
-  result_.ideal_bps = ideal * eff;
+  const double eff = mtu / (mtu + driver_->data_header_bytes() +
+                            sc_.fabric.wire_overhead_bytes);
+  ideal_rate_.assign(flows_.size(), 0);
+  std::vector<int32_t> classes;
+  for (const Flow& f : flows_) {
+    const int32_t c = f.after.empty() ? -1 : f.step;
+    if (std::find(classes.begin(), classes.end(), c) == classes.end()) {
+      classes.push_back(c);
+    }
+  }
+  const uint32_t hosts = topo_->num_hosts();
+  for (int32_t cls : classes) {
+    std::vector<double> cap(2 * hosts, static_cast<double>(host_rate_bps()));
+    std::vector<uint32_t> users(2 * hosts, 0);
+    std::vector<uint32_t> active;
+    for (const Flow& f : flows_) {
+      if ((f.after.empty() ? -1 : f.step) != cls) continue;
+      active.push_back(f.id);
+      ++users[f.src];
+      ++users[hosts + f.dst];
+    }
+    std::vector<uint8_t> done(flows_.size(), 0);
+    std::vector<uint8_t> frozen(2 * hosts, 0);
+    size_t left = active.size();
+    for (int iter = 0; left > 0 && iter < 4096; ++iter) {
+      double best = 1e300;
+      for (uint32_t r = 0; r < 2 * hosts; ++r) {
+        if (!frozen[r] && users[r] > 0)
+          best = std::min(best, cap[r] / users[r]);
+      }
+      if (best == 1e300) break;
+      for (uint32_t r = 0; r < 2 * hosts; ++r) {
+        if (!frozen[r] && users[r] > 0 &&
+            cap[r] / users[r] <= best * 1.000001) {
+          frozen[r] = 1;
+        }
+      }
+      for (uint32_t id : active) {
+        if (done[id]) continue;
+        const Flow& f = flows_[id];
+        if (frozen[f.src] || frozen[hosts + f.dst]) {
+          done[id] = 1;
+          ideal_rate_[id] = best * eff;
+          --left;
+          cap[f.src] -= best;
+          cap[hosts + f.dst] -= best;
+          --users[f.src];
+          --users[hosts + f.dst];
+        }
+      }
+    }
+    if (cls == -1) {
+      for (uint32_t id : active) result_.ideal_bps += ideal_rate_[id];
+    }
+  }
+  if (result_.ideal_bps == 0) {
+    for (double r : ideal_rate_)
+      result_.ideal_bps = std::max(result_.ideal_bps, r);
+  }
   result_.transport = tc_.name;
   return absl::OkStatus();
 }
@@ -180,7 +202,8 @@ absl::Status Simulator::BuildFaults() {
     }
     if (!v->is_object()) return FaultError("link must be an object");
     if (const json::Value* id = v->Find("id")) {
-      if (id->as_int() < 0 || static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
+      if (id->as_int() < 0 ||
+          static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
         return FaultError("link id out of range");
       }
       *out = static_cast<uint32_t>(id->as_int());
@@ -188,12 +211,14 @@ absl::Status Simulator::BuildFaults() {
     }
     absl::StatusOr<int64_t> plane = v->GetInt("plane", 0);
     if (!plane.ok()) return plane.status();
-    if (*plane < 0 || *plane >= t.num_planes()) return FaultError("plane out of range");
+    if (*plane < 0 || *plane >= t.num_planes())
+      return FaultError("plane out of range");
     if (v->Find("host")) {
       absl::StatusOr<int64_t> h = v->GetInt("host", 0);
       if (!h.ok()) return h.status();
       if (*h < 0 || *h >= t.num_hosts()) return FaultError("host out of range");
-      *out = t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*plane));
+      *out =
+          t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*plane));
       return absl::OkStatus();
     }
     absl::StatusOr<int64_t> a = v->GetInt("t0", 0), b = v->GetInt("t1", 0),
@@ -206,14 +231,17 @@ absl::Status Simulator::BuildFaults() {
         *b >= s.t1_per_plane || *k < 0 || *k >= s.parallel_links) {
       return FaultError("t0/t1/k link selector out of range (clos2 only)");
     }
-    *out = t.fabric_link(static_cast<uint16_t>(*plane), static_cast<uint32_t>(*a),
-                         static_cast<uint32_t>(*b), static_cast<uint32_t>(*k));
+    *out =
+        t.fabric_link(static_cast<uint16_t>(*plane), static_cast<uint32_t>(*a),
+                      static_cast<uint32_t>(*b), static_cast<uint32_t>(*k));
     return absl::OkStatus();
   };
   auto switch_sel = [&](const json::Value* v, uint32_t* out) -> absl::Status {
-    if (v == nullptr || !v->is_object()) return FaultError("switch must be an object");
+    if (v == nullptr || !v->is_object())
+      return FaultError("switch must be an object");
     absl::StatusOr<std::string> tier = v->GetString("tier", "t1");
-    absl::StatusOr<int64_t> plane = v->GetInt("plane", 0), idx = v->GetInt("index", 0);
+    absl::StatusOr<int64_t> plane = v->GetInt("plane", 0),
+                            idx = v->GetInt("index", 0);
     if (!tier.ok()) return tier.status();
     if (!plane.ok()) return plane.status();
     if (!idx.ok()) return idx.status();
@@ -221,7 +249,8 @@ absl::Status Simulator::BuildFaults() {
                              : *tier == "t1" ? routing::NodeKind::kT1
                              : *tier == "t2" ? routing::NodeKind::kT2
                                              : routing::NodeKind::kHost;
-    if (kind == routing::NodeKind::kHost) return FaultError("tier must be t0, t1 or t2");
+    if (kind == routing::NodeKind::kHost)
+      return FaultError("tier must be t0, t1 or t2");
     for (uint32_t n = t.num_hosts(); n < t.num_nodes(); ++n) {
       const routing::Node& nd = t.node(n);
       if (nd.kind == kind && nd.plane == *plane && nd.index == *idx) {
@@ -256,7 +285,8 @@ absl::Status Simulator::BuildFaults() {
       if (*h < 0 || *h >= t.num_hosts() || *p < 0 || *p >= t.num_planes()) {
         return FaultError("nic_port_down host/plane out of range");
       }
-      target = t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*p));
+      target =
+          t.host_link(static_cast<uint32_t>(*h), static_cast<uint16_t>(*p));
       add(Us(*at), FaultType::kLinkDown, target, 0);
       if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkUp, target, 0);
     } else if (*type == "link_flap") {
@@ -272,7 +302,8 @@ absl::Status Simulator::BuildFaults() {
       if (*period <= 0 || *down <= 0 || *down >= *period) {
         return FaultError("link_flap needs 0 < down_us < period_us");
       }
-      for (double x = *start; x < *stop && faults_.size() < 1000000; x += *period) {
+      for (double x = *start; x < *stop && faults_.size() < 1000000;
+           x += *period) {
         add(Us(x), FaultType::kLinkDown, target, 0);
         add(Us(x + *down), FaultType::kLinkUp, target, 0);
       }
@@ -303,7 +334,8 @@ absl::Status Simulator::BuildFaults() {
     } else if (*type == "random_reboots") {
       absl::StatusOr<int64_t> count = f.GetInt("count", 1);
       absl::StatusOr<std::string> tier = f.GetString("tier", "t1");
-      if (!count.ok() || !tier.ok()) return FaultError("random_reboots: bad fields");
+      if (!count.ok() || !tier.ok())
+        return FaultError("random_reboots: bad fields");
       std::vector<uint32_t> cand;
       for (uint32_t n = t.num_hosts(); n < t.num_nodes(); ++n) {
         const routing::NodeKind k = t.node(n).kind;
@@ -320,18 +352,22 @@ absl::Status Simulator::BuildFaults() {
         const size_t j = i + frng.Uniform(cand.size() - i);
         std::swap(cand[i], cand[j]);
         add(Us(*at), FaultType::kSwitchDown, cand[i], 0);
-        add(Us(*at + (*dur >= 0 ? *dur : 100)), FaultType::kSwitchUp, cand[i], 0);
+        add(Us(*at + (*dur >= 0 ? *dur : 100)), FaultType::kSwitchUp, cand[i],
+            0);
       }
     } else if (*type == "link_loss") {
       absl::StatusOr<double> rate = f.GetDouble("rate", 0);
       if (!rate.ok()) return rate.status();
-      if (*rate < 0 || *rate > 1) return FaultError("link_loss rate must be in [0,1]");
+      if (*rate < 0 || *rate > 1)
+        return FaultError("link_loss rate must be in [0,1]");
       const json::Value* links = f.Find("links");
       std::string which = links && links->is_string() ? links->as_string() : "";
-      if (links == nullptr || which == "all" || which == "fabric" || which == "host") {
+      if (links == nullptr || which == "all" || which == "fabric" ||
+          which == "host") {
         if (which.empty()) which = "all";
         for (uint32_t l = 0; l < t.num_links(); ++l) {
-          const bool host = t.link(l).a < t.num_hosts() || t.link(l).b < t.num_hosts();
+          const bool host =
+              t.link(l).a < t.num_hosts() || t.link(l).b < t.num_hosts();
           if (which == "all" || (which == "host") == host) {
             add(Us(*at), FaultType::kLinkLoss, l, *rate);
           }
@@ -346,15 +382,17 @@ absl::Status Simulator::BuildFaults() {
       if (!st.ok()) return st;
       absl::StatusOr<double> frac = f.GetDouble("fraction", 0.1);
       if (!frac.ok()) return frac.status();
-      if (*frac <= 0 || *frac > 1) return FaultError("degrade fraction must be in (0,1]");
+      if (*frac <= 0 || *frac > 1)
+        return FaultError("degrade fraction must be in (0,1]");
       add(Us(*at), FaultType::kLinkRate, target, *frac);
       if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkRate, target, 1.0);
     } else {
       return FaultError("unknown fault type '" + *type + "'");
     }
   }
-  std::stable_sort(faults_.begin(), faults_.end(),
-                   [](const FaultAction& a, const FaultAction& b) { return a.at < b.at; });
+  std::stable_sort(
+      faults_.begin(), faults_.end(),
+      [](const FaultAction& a, const FaultAction& b) { return a.at < b.at; });
   return absl::OkStatus();
 }
 
@@ -465,6 +503,12 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       case kFaultKind:
         ApplyFault(e.time, faults_[e.arg]);
         break;
+      case kWarmupKind:
+        warm_time_ = e.time;
+        warm_bytes_.resize(flows_.size());
+        for (const Flow& f : flows_)
+          warm_bytes_[f.id] = verifier_->delivered(f.id);
+        break;
       case kSampleKind:
         TakeSample(e.time);
         queue_.Push(e.time + sc_.sample_interval, kSampleKind, 0, this);
@@ -494,10 +538,34 @@ void Simulator::Finish(Time now) {
   r.end_time = now;
   r.delivered_bytes = verifier_->total_delivered();
   for (FlowResult& f : r.flows) f.delivered = verifier_->delivered(f.id);
+  // Aggregate goodput: the sum of every flow's goodput (bytes placed over
+  // its active time, until completion or the end of the run) over the sum
+  // of the flows' ideal rates. The makespan variant divides all bytes by
+  // (last completion - first start) and the ideal aggregate rate.
+  double got = 0, want = 0;
+  for (FlowResult& f : r.flows) {
+    want += ideal_rate_[f.id];
+    if (f.start < 0) continue;
+    const Time end = f.finish >= 0 ? f.finish : now;
+    // After a warm-up, flows that were running then are measured from it.
+    const bool warm = warm_time_ >= 0 && f.start <= warm_time_;
+    const Time from = warm ? warm_time_ : f.start;
+    const uint64_t bytes = warm ? f.delivered - warm_bytes_[f.id] : f.delivered;
+    if (end > from) {
+      got += static_cast<double>(bytes) * 8 /
+             (static_cast<double>(end - from) / kSecond);
+    } else if (warm) {
+      want -= ideal_rate_[f.id];  // finished during the warm-up
+    }
+    f.ideal_bps = ideal_rate_[f.id];
+  }
+  r.goodput_fraction = want > 0 ? got / want : 0;
   const double secs =
       static_cast<double>(std::max<Time>(1, now - r.first_start)) / kSecond;
-  const double got = static_cast<double>(r.delivered_bytes) * 8 / secs;
-  r.goodput_fraction = r.ideal_bps > 0 ? got / r.ideal_bps : 0;
+  r.makespan_goodput_fraction =
+      r.ideal_bps > 0
+          ? static_cast<double>(r.delivered_bytes) * 8 / secs / r.ideal_bps
+          : 0;
   const double mtu = tc_.mtu;
   const double eff = mtu / (mtu + driver_->data_header_bytes() +
                             sc_.fabric.wire_overhead_bytes);
@@ -529,7 +597,8 @@ void Simulator::Finish(Time now) {
   }
   // Receiver discards happen after delivery; every other drop before.
   const uint64_t net_drops =
-      r.drops_total - r.drops[static_cast<size_t>(DropReason::kReceiverDiscard)];
+      r.drops_total -
+      r.drops[static_cast<size_t>(DropReason::kReceiverDiscard)];
   if (err.empty() &&
       pool_.allocated() != delivered_packets_ + net_drops + in_net) {
     err = absl::StrFormat(
@@ -551,8 +620,8 @@ void Simulator::Finish(Time now) {
         break;
       }
       if (f.delivered > f.bytes) {
-        err = absl::StrFormat("flow %d placed %d > %d bytes", f.id,
-                              f.delivered, f.bytes);
+        err = absl::StrFormat("flow %d placed %d > %d bytes", f.id, f.delivered,
+                              f.bytes);
         break;
       }
     }

@@ -47,8 +47,9 @@ struct TransportConfig {
   Time probe_interval = 50 * kMicrosecond;
   bool payload_checksum = false;
   // baselines (roce, multiqp)
-  uint32_t qps = 0;           // QPs per connection; 0 = planes (roce), 4*planes (multiqp)
-  Time rto = 0;               // 0: 500 us
+  uint32_t qps =
+      0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)
+  Time rto = 0;  // 0: 500 us
   uint64_t window_bytes = 0;  // per QP in-flight cap; 0: 4 x BDP of a port
   bool dcqcn = true;
   uint32_t ack_every = 4;
@@ -79,11 +80,12 @@ struct ScenarioConfig {
   bool srv6 = true;  // Prism packets: SRv6 carriers (else ECMP on entropy)
   Time duration = 10 * kMillisecond;  // simulated time limit
   Time sample_interval = 0;           // 0: duration / 200
+  Time warmup = 0;  // goodput_fraction measured from first start + warmup
   bool timeseries = true;
   bool check_bytes = true;
-  json::Value workload;   // the "workload" value
-  json::Value faults;     // the "faults" value (array or null)
-  std::string base_dir;   // for relative trace paths
+  json::Value workload;  // the "workload" value
+  json::Value faults;    // the "faults" value (array or null)
+  std::string base_dir;  // for relative trace paths
   std::vector<TransportConfig> transports;
 };
 
@@ -92,19 +94,22 @@ struct FlowResult {
   uint32_t src = 0, dst = 0;
   uint64_t bytes = 0;
   uint64_t delivered = 0;
-  Time start = -1;   // when it started (after its dependencies)
-  Time finish = -1;  // sender completion; -1 if not completed
+  Time start = -1;       // when it started (after its dependencies)
+  Time finish = -1;      // sender completion; -1 if not completed
+  double ideal_bps = 0;  // max-min fair rate at line rate
   std::string group;
   int32_t step = -1;
 };
 
 struct Sample {
   Time t = 0;
-  std::vector<uint64_t> flow_bytes;  // delivered so far, per flow (<= 2048 flows)
-  std::vector<uint64_t> host_bytes;  // received so far, per host (<= 2048 hosts)
+  std::vector<uint64_t>
+      flow_bytes;  // delivered so far, per flow (<= 2048 flows)
+  std::vector<uint64_t>
+      host_bytes;  // received so far, per host (<= 2048 hosts)
   uint64_t total_bytes = 0;
-  uint32_t max_queue = 0;            // deepest data queue in the fabric
-  uint64_t sum_queue = 0;            // bytes queued in switch data queues
+  uint32_t max_queue = 0;  // deepest data queue in the fabric
+  uint64_t sum_queue = 0;  // bytes queued in switch data queues
 };
 
 struct TransportTotals {
@@ -125,11 +130,12 @@ struct TransportTotals {
 struct RunResult {
   std::string transport;
   bool completed = false;
-  Time end_time = 0;          // last completion, or duration
+  Time end_time = 0;  // last completion, or duration
   Time first_start = 0;
-  double goodput_fraction = 0;  // aggregate goodput / ideal
-  double raw_goodput_fraction = 0;  // same, ideal without header overhead
-  double ideal_bps = 0;
+  double goodput_fraction = 0;  // sum of flow goodputs / sum of ideal rates
+  double makespan_goodput_fraction = 0;  // all bytes / makespan / ideal
+  double raw_goodput_fraction = 0;  // goodput vs raw line rate (no headers)
+  double ideal_bps = 0;             // ideal aggregate rate of the first class
   uint64_t delivered_bytes = 0;
   uint64_t total_bytes = 0;
   std::vector<FlowResult> flows;
@@ -187,6 +193,7 @@ class Simulator : public FabricClient {
   static constexpr uint16_t kFlowStartKind = 10;
   static constexpr uint16_t kFaultKind = 11;
   static constexpr uint16_t kSampleKind = 12;
+  static constexpr uint16_t kWarmupKind = 13;
 
   Simulator(const ScenarioConfig& sc, const TransportConfig& tc);
   ~Simulator() override;
@@ -244,6 +251,9 @@ class Simulator : public FabricClient {
   std::unique_ptr<TransportDriver> driver_;
   std::vector<HostAgent*> agents_;
   std::vector<FaultAction> faults_;
+  std::vector<double> ideal_rate_;
+  Time warm_time_ = -1;
+  std::vector<uint64_t> warm_bytes_;
   std::vector<uint32_t> pending_deps_;
   std::vector<std::vector<uint32_t>> dependents_;
   uint32_t flows_done_ = 0;

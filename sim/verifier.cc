@@ -22,8 +22,8 @@ Verifier::Verifier(const std::vector<Flow>* flows, uint32_t mtu,
     per_msg_[i] = static_cast<uint32_t>((f.message_bytes + mtu - 1) / mtu);
     const uint64_t full = f.bytes / f.message_bytes;
     const uint64_t rest = f.bytes % f.message_bytes;
-    packets_[i] = static_cast<uint32_t>(full * per_msg_[i] +
-                                        (rest + mtu - 1) / mtu);
+    packets_[i] =
+        static_cast<uint32_t>(full * per_msg_[i] + (rest + mtu - 1) / mtu);
     bitmap_base_[i] = words;
     words += (static_cast<uint64_t>(per_msg_[i]) * (full + 1) + 63) / 64;
   }

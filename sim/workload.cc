@@ -4,9 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 
 namespace prism::sim {
@@ -41,7 +41,8 @@ absl::Status AddFlow(Ctx& c, uint32_t src, uint32_t dst, int64_t bytes,
     return Bad(absl::StrFormat("host out of range (%d -> %d, %d hosts)", src,
                                dst, c.hosts));
   }
-  if (src == dst) return Bad(absl::StrFormat("flow %d -> %d to itself", src, dst));
+  if (src == dst)
+    return Bad(absl::StrFormat("flow %d -> %d to itself", src, dst));
   if (bytes <= 0 || bytes > (int64_t{1} << 40)) {
     return Bad("bytes must be in 1..2^40");
   }
@@ -115,8 +116,10 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     std::vector<uint32_t> dst(n);
     if (*shift != 0) {
       const int64_t s = ((*shift % n) + n) % n;
-      if (s == 0) return Bad("permutation shift must not be a multiple of hosts");
-      for (uint32_t i = 0; i < n; ++i) dst[i] = static_cast<uint32_t>((i + s) % n);
+      if (s == 0)
+        return Bad("permutation shift must not be a multiple of hosts");
+      for (uint32_t i = 0; i < n; ++i)
+        dst[i] = static_cast<uint32_t>((i + s) % n);
     } else {
       // Random derangement: Sattolo's algorithm gives a single n-cycle.
       for (uint32_t i = 0; i < n; ++i) dst[i] = i;
@@ -126,7 +129,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       }
     }
     for (uint32_t i = 0; i < n; ++i) {
-      absl::Status st = AddFlow(c, i, dst[i], *bytes, *start, *msg, "permutation");
+      absl::Status st =
+          AddFlow(c, i, dst[i], *bytes, *start, *msg, "permutation");
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
@@ -184,7 +188,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
         senders.push_back(static_cast<uint32_t>(s.as_int()));
       }
     } else {
-      if (*ns < 1 || *ns >= n) return Bad("incast senders must be in 1..hosts-1");
+      if (*ns < 1 || *ns >= n)
+        return Bad("incast senders must be in 1..hosts-1");
       // Senders spread over the fabric: hosts n-1, n-2, ...
       for (int64_t s = 0; s < *ns; ++s) {
         senders.push_back(static_cast<uint32_t>(n - 1 - s));
@@ -234,13 +239,11 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
         return Bad(absl::StrFormat("%s:%d: expected start_us,src,dst,bytes",
                                    path, lineno));
       }
-      absl::Status stt = AddFlow(c, static_cast<uint32_t>(s),
-                                 static_cast<uint32_t>(d), b,
-                                 static_cast<Time>(st_us * kMicrosecond), *msg,
-                                 "trace");
+      absl::Status stt =
+          AddFlow(c, static_cast<uint32_t>(s), static_cast<uint32_t>(d), b,
+                  static_cast<Time>(st_us * kMicrosecond), *msg, "trace");
       if (!stt.ok()) {
-        return Bad(absl::StrFormat("%s:%d: %s", path, lineno,
-                                   stt.message()));
+        return Bad(absl::StrFormat("%s:%d: %s", path, lineno, stt.message()));
       }
     }
     return absl::OkStatus();

@@ -1,0 +1,552 @@
+// Unit tests of the simulator core: event queue order and timers, packet
+// pool, fabric mechanics (serialization, propagation, queueing, drop-tail,
+// trimming, ECN, SRv6 and ECMP forwarding, link faults), workloads and
+// scenario validation, and determinism with two simulators in one process.
+#include <algorithm>
+#include <map>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/event_queue.h"
+#include "sim/fabric.h"
+#include "sim/scenario.h"
+#include "sim/workload.h"
+#include "tests/sim/sim_test_util.h"
+
+namespace prism::sim {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MustParse;
+using testing::MustRun;
+
+TEST(EventQueueTest, OrdersByTimeThenSequence) {
+  EventQueue q;
+  q.Push(30, 5, 0, nullptr);
+  q.Push(10, 5, 1, nullptr);
+  q.Push(10, 5, 2, nullptr);
+  q.Push(20, 5, 3, nullptr);
+  q.Push(10, 5, 4, nullptr);
+  std::vector<uint32_t> order;
+  std::vector<Time> times;
+  while (!q.empty()) {
+    Event e = q.Pop();
+    order.push_back(e.arg);
+    times.push_back(e.time);
+  }
+  EXPECT_THAT(order, ::testing::ElementsAre(1, 2, 4, 3, 0));
+  EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+}
+
+TEST(EventQueueTest, ManyRandomEventsPopSorted) {
+  EventQueue q;
+  Rng rng(7);
+  for (int i = 0; i < 20000; ++i) q.Push(rng.Range(0, 1000), 1, i, nullptr);
+  Time last = -1;
+  uint64_t last_seq = 0;
+  while (!q.empty()) {
+    Event e = q.Pop();
+    ASSERT_GE(e.time, last);
+    if (e.time == last) {
+      ASSERT_GT(e.seq, last_seq);
+    }
+    last = e.time;
+    last_seq = e.seq;
+  }
+  EXPECT_EQ(q.popped(), 20000u);
+}
+
+TEST(EventQueueTest, NeverSchedulesIntoThePast) {
+  EventQueue q;
+  q.Push(100, 1, 0, nullptr);
+  q.Pop();
+  q.Push(50, 1, 1, nullptr);
+  EXPECT_EQ(q.Pop().time, 100);
+}
+
+class Recorder : public TimerClient {
+ public:
+  void OnTimer(Time now, uint32_t tag) override { fired.push_back({now, tag}); }
+  std::vector<std::pair<Time, uint32_t>> fired;
+};
+
+void Drain(EventQueue& q) {
+  while (!q.empty()) {
+    Event e = q.Pop();
+    if (e.kind == EventQueue::kTimerKind)
+      static_cast<Timer*>(e.ptr)->Fire(q, e);
+  }
+}
+
+TEST(TimerTest, CancelRearmEarlierAndLater) {
+  EventQueue q;
+  Recorder r;
+  Timer a(&r, 1), b(&r, 2), c(&r, 3), d(&r, 4);
+  a.Arm(q, 100);
+  b.Arm(q, 100);
+  b.Cancel();  // never fires
+  c.Arm(q, 100);
+  c.Arm(q, 300);  // later: fires once at 300
+  d.Arm(q, 500);
+  d.Arm(q, 200);  // earlier: fires once at 200
+  EXPECT_TRUE(a.armed());
+  EXPECT_FALSE(b.armed());
+  Drain(q);
+  EXPECT_THAT(r.fired, ::testing::ElementsAre(std::make_pair(Time{100}, 1u),
+                                              std::make_pair(Time{200}, 4u),
+                                              std::make_pair(Time{300}, 3u)));
+  EXPECT_FALSE(a.armed());
+}
+
+TEST(TimerTest, FrequentLaterRearmDoesNotGrowTheHeap) {
+  EventQueue q;
+  Recorder r;
+  Timer t(&r, 9);
+  for (int i = 1; i <= 1000; ++i) t.Arm(q, 10 * i);
+  EXPECT_EQ(q.size(), 1u);
+  Drain(q);
+  ASSERT_EQ(r.fired.size(), 1u);
+  EXPECT_EQ(r.fired[0].first, 10000);
+}
+
+TEST(PacketPoolTest, ReusesAndCounts) {
+  PacketPool pool;
+  std::vector<SimPacket*> v;
+  for (int i = 0; i < 5000; ++i) v.push_back(pool.Alloc());
+  const size_t cap = pool.capacity();
+  for (SimPacket* p : v) pool.Free(p);
+  for (int i = 0; i < 5000; ++i) pool.Free(pool.Alloc());
+  EXPECT_EQ(pool.capacity(), cap);  // no growth in steady state
+  EXPECT_EQ(pool.live(), 0u);
+  EXPECT_EQ(pool.allocated(), 10000u);
+}
+
+// A fabric harness with a client that records deliveries.
+class FabricHarness : public FabricClient {
+ public:
+  FabricHarness(const routing::TopologySpec& spec, const FabricConfig& cfg) {
+    absl::StatusOr<routing::Topology> t = routing::Topology::Build(spec);
+    EXPECT_TRUE(t.ok()) << t.status();
+    topo = std::make_unique<routing::Topology>(std::move(*t));
+    fabric = std::make_unique<Fabric>(topo.get(), cfg, &q, &pool, 42, this);
+    absl::Status st = fabric->Init();
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  void DeliverToHost(Time now, uint32_t host, SimPacket* p) override {
+    got.push_back({now, host, p->bl_psn, p->trimmed, p->ecn_ce, p->hops});
+    pool.Free(p);
+  }
+  void HostPortIdle(Time, uint32_t, uint16_t) override {}
+  void HostPortStatus(Time, uint32_t host, uint16_t plane, bool up) override {
+    status.push_back({host, plane, up});
+  }
+  SimPacket* Data(uint32_t src, uint32_t dst, uint32_t psn, uint32_t payload,
+                  uint32_t entropy = 1) {
+    SimPacket* p = pool.Alloc();
+    ResetPacket(p);
+    p->src = src;
+    p->dst = dst;
+    p->bl_psn = psn;
+    p->header_len = 64;
+    p->payload = buf;
+    p->payload_len = payload;
+    p->entropy = entropy;
+    return p;
+  }
+  void Run() {
+    while (!q.empty()) fabric->HandleEvent(q.Pop());
+  }
+  struct Got {
+    Time t;
+    uint32_t host;
+    uint32_t psn;
+    bool trimmed;
+    bool ecn;
+    uint8_t hops;
+  };
+  EventQueue q;
+  PacketPool pool;
+  std::unique_ptr<routing::Topology> topo;
+  std::unique_ptr<Fabric> fabric;
+  std::vector<Got> got;
+  struct St {
+    uint32_t host;
+    uint16_t plane;
+    bool up;
+  };
+  std::vector<St> status;
+  uint8_t buf[9000] = {};
+};
+
+routing::TopologySpec SmallClos(uint32_t planes = 1) {
+  routing::TopologySpec s;
+  s.kind = "clos2";
+  s.planes = planes;
+  s.t0_per_plane = 2;
+  s.t1_per_plane = 2;
+  s.hosts_per_t0 = 2;
+  s.host_link_bps = 100'000'000'000ull;
+  s.fabric_link_bps = 100'000'000'000ull;
+  s.host_link_delay = 500 * kNanosecond;
+  s.fabric_link_delay = 1000 * kNanosecond;
+  return s;
+}
+
+TEST(FabricTest, SerializationAndPropagationArithmetic) {
+  FabricConfig cfg;
+  FabricHarness h(SmallClos(), cfg);
+  const uint32_t payload = 4096;
+  const int n = 10;
+  for (int i = 0; i < n; ++i)
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 2, i, payload));
+  h.Run();
+  ASSERT_EQ(h.got.size(), static_cast<size_t>(n));
+  const Time ser = SerializationTime(payload + 64 + cfg.wire_overhead_bytes,
+                                     100'000'000'000ull);
+  // host -> T0 -> T1 -> T0 -> host: 4 links, 4 serializations for the first
+  // packet (store and forward), then one serialization apart.
+  const Time prop = 2 * 500 * kNanosecond + 2 * 1000 * kNanosecond;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(h.got[i].psn, static_cast<uint32_t>(i));
+    EXPECT_EQ(h.got[i].t, prop + 4 * ser + i * ser) << i;
+    EXPECT_EQ(h.got[i].hops, 3);
+  }
+  EXPECT_TRUE(h.fabric->CheckInvariants().ok());
+}
+
+// Two senders at line rate into one receiver port: the bottleneck queue
+// grows by one packet per two serializations; with a drop-tail buffer of B
+// bytes exactly floor(B / size) packets wait and the rest are dropped.
+TEST(FabricTest, QueueingDelayAndDropTailMatchBufferArithmetic) {
+  FabricConfig cfg;
+  cfg.trimming = false;
+  cfg.ecn = false;
+  const uint32_t size = 1000 + 64 + cfg.wire_overhead_bytes;
+  cfg.buffer_bytes = 20 * size;  // room for exactly 20 packets
+  FabricHarness h(SmallClos(), cfg);
+  const int n = 100;
+  for (int i = 0; i < n; ++i) {
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 1, i, 1000));         // same T0
+    h.fabric->HostSend(0, 2, 0, h.Data(2, 1, 1000 + i, 1000));  // via T1
+  }
+  h.Run();
+  const uint64_t drops =
+      h.fabric->drops()[static_cast<size_t>(DropReason::kBufferOverflow)];
+  EXPECT_EQ(h.got.size() + drops, 2u * n);
+  EXPECT_GT(drops, 0u);
+  // The receiver port never idles once busy: deliveries are exactly one
+  // serialization apart, and its queue peaked at the buffer.
+  const Time ser = SerializationTime(size, 100'000'000'000ull);
+  for (size_t i = 1; i < h.got.size(); ++i) {
+    ASSERT_EQ(h.got[i].t - h.got[i - 1].t, ser) << i;
+  }
+  const Port& bottleneck = h.fabric->ports()[h.fabric->host_down_port(1, 0)];
+  EXPECT_LE(bottleneck.max_dq_bytes, cfg.buffer_bytes);
+  EXPECT_GE(bottleneck.max_dq_bytes, cfg.buffer_bytes - size);
+  // Queueing delay of every delivered packet = the time it started
+  // transmission at the bottleneck minus when it arrived there; it is
+  // bounded by buffer / rate and reaches it (within one packet) once full.
+  const Time host_d = 500 * kNanosecond, fab_d = 1000 * kNanosecond;
+  Time max_q = 0;
+  for (const auto& g : h.got) {
+    const bool via_t1 = g.psn >= 1000;
+    const uint32_t i = via_t1 ? g.psn - 1000 : g.psn;
+    const Time arrive =
+        (i + 1) * ser + host_d + (via_t1 ? 2 * (ser + fab_d) : 0);
+    const Time start = g.t - ser - host_d;
+    ASSERT_GE(start, arrive) << g.psn;
+    max_q = std::max(max_q, start - arrive);
+  }
+  const Time full = SerializationTime(cfg.buffer_bytes, 100'000'000'000ull);
+  EXPECT_LE(max_q, full);
+  EXPECT_GE(max_q, full - 2 * ser);
+  EXPECT_TRUE(h.fabric->CheckInvariants().ok());
+  EXPECT_EQ(h.pool.live(), 0u);
+}
+
+TEST(FabricTest, TrimmingForwardsHeadersAtHighPriority) {
+  FabricConfig cfg;
+  cfg.ecn = false;
+  const uint32_t size = 4096 + 64 + cfg.wire_overhead_bytes;
+  cfg.buffer_bytes = 4 * size;
+  FabricHarness h(SmallClos(), cfg);
+  for (int i = 0; i < 50; ++i) {
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 1, i, 4096));
+    h.fabric->HostSend(0, 2, 0, h.Data(2, 1, 1000 + i, 4096));
+  }
+  h.Run();
+  EXPECT_EQ(h.got.size(), 100u);  // nothing lost: trimmed instead
+  size_t trimmed = 0;
+  for (const auto& g : h.got) trimmed += g.trimmed;
+  EXPECT_GT(trimmed, 0u);
+  EXPECT_EQ(trimmed, h.fabric->trims());
+  EXPECT_EQ(h.fabric->total_drops(), 0u);
+  // A trimmed header overtakes queued data: the first trimmed packet arrives
+  // before the data packet that was queued ahead of it.
+  Time first_trim = -1;
+  for (const auto& g : h.got) {
+    if (g.trimmed) {
+      first_trim = g.t;
+      break;
+    }
+  }
+  size_t data_after = 0;
+  for (const auto& g : h.got) data_after += !g.trimmed && g.t > first_trim;
+  EXPECT_GT(data_after, 0u);
+}
+
+TEST(FabricTest, LastHopCanBeExemptFromTrimming) {
+  FabricConfig cfg;
+  cfg.ecn = false;
+  cfg.trim_last_hop = false;
+  const uint32_t size = 4096 + 64 + cfg.wire_overhead_bytes;
+  cfg.buffer_bytes = 4 * size;
+  FabricHarness h(SmallClos(), cfg);
+  for (int i = 0; i < 50; ++i) {
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 1, i, 4096));
+    h.fabric->HostSend(0, 2, 0, h.Data(2, 1, 1000 + i, 4096));
+  }
+  h.Run();
+  EXPECT_EQ(h.fabric->trims(), 0u);
+  EXPECT_GT(h.fabric->drops()[static_cast<size_t>(DropReason::kBufferOverflow)],
+            0u);
+}
+
+TEST(FabricTest, EcnMarksAboveKmax) {
+  FabricConfig cfg;
+  cfg.trimming = false;
+  cfg.ecn_kmin_bytes = 4000;
+  cfg.ecn_kmax_bytes = 8000;
+  cfg.ecn_pmax = 0.5;
+  FabricHarness h(SmallClos(), cfg);
+  for (int i = 0; i < 100; ++i) {
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 1, i, 1000));
+    h.fabric->HostSend(0, 2, 0, h.Data(2, 1, 1000 + i, 1000));
+  }
+  h.Run();
+  size_t marked = 0;
+  for (const auto& g : h.got) marked += g.ecn;
+  EXPECT_GT(marked, 0u);
+  EXPECT_EQ(marked, h.fabric->ecn_marks());
+  // The first packets met an empty queue and are never marked.
+  EXPECT_FALSE(h.got[0].ecn);
+  EXPECT_FALSE(h.got[1].ecn);
+}
+
+TEST(FabricTest, Srv6CarrierFollowsChoiceAndMismatchDrops) {
+  FabricConfig cfg;
+  FabricHarness h(SmallClos(2), cfg);
+  // Two choices on plane 1 take the two different T1s.
+  SimPacket* a = h.Data(0, 2, 1, 100);
+  SimPacket* b = h.Data(0, 2, 2, 100);
+  h.fabric->BuildCarrier(0, 2, 1, 0, a);
+  h.fabric->BuildCarrier(0, 2, 1, 1, b);
+  ASSERT_EQ(a->usid_len, 3);
+  ASSERT_EQ(b->usid_len, 3);
+  EXPECT_EQ(a->usids[0], b->usids[0]);
+  EXPECT_NE(a->usids[1], b->usids[1]);
+  EXPECT_EQ(a->usids[2], b->usids[2]);
+  h.fabric->HostSend(0, 0, 1, a);
+  h.fabric->HostSend(0, 0, 1, b);
+  SimPacket* bad = h.Data(0, 2, 3, 100);
+  h.fabric->BuildCarrier(0, 2, 1, 0, bad);
+  bad->usids[1] ^= 0x7;  // names no neighbour
+  h.fabric->HostSend(0, 0, 1, bad);
+  SimPacket* wrong = h.Data(0, 2, 4, 100);
+  h.fabric->BuildCarrier(0, 2, 1, 0, wrong);
+  wrong->usids[0] ^= 0x1;  // first uSID is not the source T0
+  h.fabric->HostSend(0, 0, 1, wrong);
+  h.Run();
+  ASSERT_EQ(h.got.size(), 2u);
+  EXPECT_EQ(h.fabric->drops()[static_cast<size_t>(DropReason::kNoRoute)], 1u);
+  EXPECT_EQ(h.fabric->drops()[static_cast<size_t>(DropReason::kUsidMismatch)],
+            1u);
+  // The T1 named by each carrier carried one packet.
+  const routing::Topology& t = *h.topo;
+  uint64_t via[2] = {};
+  for (uint32_t k = 0; k < 2; ++k) {
+    const uint32_t l = t.fabric_link(1, 0, k, 0);
+    via[k] = h.fabric->ports()[h.fabric->link_port(l, 0)].c.tx_packets +
+             h.fabric->ports()[h.fabric->link_port(l, 1)].c.tx_packets;
+  }
+  EXPECT_EQ(via[0], 1u);
+  EXPECT_EQ(via[1], 1u);
+}
+
+TEST(FabricTest, EcmpSpreadsEntropyAndAvoidsDownLinksAfterConvergence) {
+  FabricConfig cfg;
+  cfg.routing_convergence = 10 * kMicrosecond;
+  routing::TopologySpec s = SmallClos();
+  s.t1_per_plane = 4;
+  FabricHarness h(s, cfg);
+  for (uint32_t e = 0; e < 400; ++e)
+    h.fabric->HostSend(0, 0, 0, h.Data(0, 2, e, 100, e));
+  h.Run();
+  ASSERT_EQ(h.got.size(), 400u);
+  const routing::Topology& t = *h.topo;
+  for (uint32_t k = 0; k < 4; ++k) {
+    const uint32_t l = t.fabric_link(0, 0, k, 0);
+    EXPECT_GT(h.fabric->ports()[h.fabric->link_port(l, 0)].c.tx_packets, 50u)
+        << k;
+  }
+  // Take T0 0 - T1 0 down: before convergence packets hashed onto it are
+  // lost, after it none are.
+  const uint32_t l0 = t.fabric_link(0, 0, 0, 0);
+  const Time t0 = h.q.now();
+  h.fabric->SetLinkUp(t0, l0, false);
+  for (uint32_t e = 0; e < 400; ++e)
+    h.fabric->HostSend(t0, 0, 0, h.Data(0, 2, e, 100, e));
+  h.Run();
+  const uint64_t lost =
+      h.fabric->drops()[static_cast<size_t>(DropReason::kLinkDown)];
+  EXPECT_GT(lost, 50u);
+  const Time t1 = h.q.now();
+  for (uint32_t e = 0; e < 400; ++e)
+    h.fabric->HostSend(t1, 0, 0, h.Data(0, 2, e, 100, e));
+  h.Run();
+  EXPECT_EQ(h.fabric->drops()[static_cast<size_t>(DropReason::kLinkDown)],
+            lost);
+  EXPECT_EQ(h.got.size(), 1200u - lost);
+}
+
+TEST(FabricTest, HostLinkDownReportsPortStatusAndFlushes) {
+  FabricConfig cfg;
+  FabricHarness h(SmallClos(2), cfg);
+  for (int i = 0; i < 10; ++i)
+    h.fabric->HostSend(0, 0, 1, h.Data(0, 1, i, 4096));
+  h.fabric->SetLinkUp(0, h.topo->host_link(0, 1), false);
+  ASSERT_EQ(h.status.size(), 1u);
+  EXPECT_EQ(h.status[0].host, 0u);
+  EXPECT_EQ(h.status[0].plane, 1);
+  EXPECT_FALSE(h.status[0].up);
+  EXPECT_FALSE(h.fabric->HostPortUp(0, 1));
+  h.fabric->HostSend(0, 0, 1, h.Data(0, 1, 99, 4096));
+  h.Run();
+  EXPECT_TRUE(h.got.empty());
+  const auto& d = h.fabric->drops();
+  EXPECT_EQ(d[static_cast<size_t>(DropReason::kLinkDown)] +
+                d[static_cast<size_t>(DropReason::kLinkDownInFlight)] +
+                d[static_cast<size_t>(DropReason::kNicPortDown)],
+            11u);
+  EXPECT_EQ(h.pool.live(), 0u);
+}
+
+TEST(WorkloadTest, KindsAndValidation) {
+  Rng rng(1);
+  auto build = [&](const std::string& text) {
+    absl::StatusOr<json::Value> v = json::Parse(text);
+    EXPECT_TRUE(v.ok());
+    return BuildWorkload(*v, 16, 4096, rng, "");
+  };
+  auto perm = build(R"({"type":"permutation","bytes":1000})");
+  ASSERT_TRUE(perm.ok());
+  ASSERT_EQ(perm->size(), 16u);
+  std::vector<int> in(16, 0);
+  for (const Flow& f : *perm) {
+    EXPECT_NE(f.src, f.dst);
+    ++in[f.dst];
+  }
+  EXPECT_THAT(in, ::testing::Each(1));
+  auto a2a = build(R"({"type":"all_to_all","bytes":1000,"group_size":4})");
+  ASSERT_TRUE(a2a.ok());
+  EXPECT_EQ(a2a->size(), 16u * 3);
+  for (const Flow& f : *a2a) EXPECT_EQ(f.src / 4, f.dst / 4);
+  auto ring = build(R"({"type":"ring_allreduce","bytes":16000,"steps":3})");
+  ASSERT_TRUE(ring.ok());
+  ASSERT_EQ(ring->size(), 48u);
+  EXPECT_TRUE((*ring)[0].after.empty());
+  EXPECT_THAT((*ring)[16 + 5].after, ::testing::UnorderedElementsAre(5u, 4u));
+  auto inc = build(R"({"type":"incast","senders":7,"dst":0,"bytes":1000,
+                       "victim":{"src":1,"dst":8}})");
+  ASSERT_TRUE(inc.ok());
+  EXPECT_EQ(inc->size(), 8u);
+  EXPECT_EQ(inc->back().group, "victim");
+  EXPECT_THAT(build(R"({"type":"bulk","src":0,"dst":99})").status().message(),
+              HasSubstr("out of range"));
+  EXPECT_THAT(build(R"({"type":"bulk","src":3,"dst":3})").status().message(),
+              HasSubstr("itself"));
+  EXPECT_THAT(build(R"({"type":"nope"})").status().message(),
+              HasSubstr("unknown workload"));
+  EXPECT_FALSE(build(R"({"type":"trace","file":"/nonexistent.csv"})").ok());
+  EXPECT_FALSE(build(R"({"type":"all_to_all","group_size":5})").ok());
+}
+
+constexpr char kTiny[] = R"({
+  "name": "tiny", "seed": 3,
+  "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
+               "t1_per_plane": 2, "hosts_per_t0": 2},
+  "duration_us": 2000,
+  "transports": ["roce", "multiqp"],
+  "workload": {"type": "permutation", "bytes": 200000}
+})";
+
+TEST(ScenarioTest, RejectsBadConfigsClearly) {
+  auto bad = [](const std::string& text) -> std::string {
+    absl::StatusOr<json::Value> v = json::Parse(text);
+    if (!v.ok()) return std::string(v.status().message());
+    absl::StatusOr<ScenarioConfig> sc = ParseScenario(*v, "");
+    EXPECT_FALSE(sc.ok()) << text;
+    return sc.ok() ? "" : std::string(sc.status().message());
+  };
+  const std::string topo = R"("topology": {"kind": "clos2", "planes": 1})";
+  EXPECT_THAT(bad("{" + topo + R"(, "workload": {}, "transports": ["tcp"]})"),
+              HasSubstr("unknown transport"));
+  EXPECT_THAT(bad(R"({"workload": {}})"), HasSubstr("missing topology"));
+  EXPECT_THAT(bad("{" + topo + "}"), HasSubstr("missing workload"));
+  EXPECT_THAT(bad("{" + topo + R"(, "workload": {}, "duration_us": -1})"),
+              HasSubstr("duration_us"));
+  EXPECT_THAT(bad("{" + topo +
+                  R"(, "workload": {}, "fabric": {"forwarding": "ospf"}})"),
+              HasSubstr("forwarding"));
+  EXPECT_THAT(
+      bad("{" + topo +
+          R"(, "workload": {}, "fabric": {"ecn": {"kmin_bytes": 10, "kmax_bytes": 5}}})"),
+      HasSubstr("kmin"));
+  EXPECT_THAT(
+      bad("{" + topo + R"(, "workload": {}, "transports": ["roce", "roce"]})"),
+      HasSubstr("duplicate"));
+  // Bad faults and workloads fail at Init with a clear error.
+  ScenarioConfig sc = MustParse(kTiny);
+  sc.faults =
+      *json::Parse(R"([{"type": "switch_reboot", "switch": {"tier": "t9"}}])");
+  Simulator s(sc, sc.transports[0]);
+  EXPECT_THAT(std::string(s.Init().message()), HasSubstr("tier"));
+  sc.faults =
+      *json::Parse(R"([{"type": "link_down", "link": {"id": 100000}}])");
+  Simulator s2(sc, sc.transports[0]);
+  EXPECT_THAT(std::string(s2.Init().message()), HasSubstr("out of range"));
+}
+
+// Two simulators alive in one process, stepped in the same thread, give the
+// same result for the same seed and a different one for another seed.
+TEST(DeterminismTest, TwoSimulatorsOneProcess) {
+  ScenarioConfig sc = MustParse(kTiny);
+  sc.faults = *json::Parse(
+      R"([{"type": "link_loss", "rate": 0.01, "links": "fabric"}])");
+  Simulator a(sc, sc.transports[0]);
+  Simulator b(sc, sc.transports[0]);
+  ScenarioConfig sc2 = sc;
+  sc2.seed = 4;
+  Simulator c(sc2, sc2.transports[0]);
+  ASSERT_TRUE(a.Init().ok());
+  ASSERT_TRUE(b.Init().ok());
+  ASSERT_TRUE(c.Init().ok());
+  ASSERT_TRUE(a.Run().ok());
+  ASSERT_TRUE(c.Run().ok());
+  ASSERT_TRUE(b.Run().ok());
+  EXPECT_EQ(Digest(a.result()), Digest(b.result()));
+  EXPECT_NE(Digest(a.result()), Digest(c.result()));
+  EXPECT_TRUE(a.result().completed);
+  EXPECT_GT(a.result().drops[static_cast<size_t>(DropReason::kRandomLoss)], 0u);
+  testing::ExpectInvariants(a.result());
+  testing::ExpectInvariants(c.result());
+}
+
+TEST(ScenarioTest, JainIndex) {
+  EXPECT_DOUBLE_EQ(JainIndex({1, 1, 1, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(JainIndex({1, 0, 0, 0}), 0.25);
+}
+
+}  // namespace
+}  // namespace prism::sim
