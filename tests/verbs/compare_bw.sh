@@ -17,22 +17,29 @@ for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
   case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
 done
 [ $GIDX -ge 0 ] || { echo "FAIL: no RoCE v2 IPv4 GID on $DEV"; exit 1; }
+# ib_write_bw runs before and after every Prism run; each ratio uses the mean
+# of its two neighbours (the host is shared, its speed drifts).
 port=18515
-ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port > /tmp/ibwbw.server 2>&1 & spid=$!
-for i in $(seq 1 300); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.1; done
-ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port 127.0.0.1 > /tmp/ibwbw.client 2>&1; crc=$?
-wait $spid; src=$?
-cat /tmp/ibwbw.client
-[ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: ib_write_bw (client rc=$crc server rc=$src)"; cat /tmp/ibwbw.server; exit 1; }
-IB=$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibwbw.client)
-echo "METRIC ib_write_bw_MBps $IB (device $DEV, $SIZE B x $COUNT, 1 RC QP)"
+run_ib() {
+  port=$((port+1))
+  ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port > /tmp/ibwbw.server 2>&1 & spid=$!
+  for i in $(seq 1 300); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.1; done
+  ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port 127.0.0.1 > /tmp/ibwbw.client 2>&1; crc=$?
+  wait $spid; src=$?
+  [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: ib_write_bw (client rc=$crc server rc=$src)"; cat /tmp/ibwbw.client /tmp/ibwbw.server; exit 1; }
+  IB=$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibwbw.client)
+  echo "METRIC ib_write_bw_MBps $IB (device $DEV, $SIZE B x $COUNT, 1 RC QP)"
+}
+run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
 # Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
 # WRITE-with-immediate: 4096 = one RoCE packet at this MTU, as MRC sprays).
-for CHUNK in ${CHUNKS:-4096 16384 32768}; do
-  "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 32 > /tmp/vperf.out 2>&1; prc=$?
+for CHUNK in ${CHUNKS:-4096 32768}; do
+  IB0=$IB
+  "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 128 > /tmp/vperf.out 2>&1; prc=$?
   cat /tmp/vperf.out
   [ $prc = 0 ] || { echo "FAIL: verbs_perf rc=$prc (chunk $CHUNK)"; exit 1; }
   PR=$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vperf.out)
+  run_ib
   echo "METRIC prism_verbs_MBps_chunk$CHUNK $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 $(grep -o '[a-z]* QPs' /tmp/vperf.out | head -1))"
-  echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/$IB}")"
+  echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 done

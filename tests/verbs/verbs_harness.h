@@ -5,6 +5,7 @@
 #ifndef PRISM_TESTS_VERBS_VERBS_HARNESS_H_
 #define PRISM_TESTS_VERBS_VERBS_HARNESS_H_
 
+#include <poll.h>
 #include <time.h>
 
 #include <cstdlib>
@@ -54,6 +55,7 @@ struct Side {
   std::vector<TxPacket> backlog;  // accepted by the engine, refused by dp
   size_t backlog_head = 0;
   std::vector<Completion> completions;
+  int idle_ = 0;
   TxPacket tx[64];
   RxPacket rx[64];
 
@@ -90,6 +92,31 @@ struct Side {
     absl::Status s = dp->RegisterMemory(*mr, addr);
     if (!s.ok()) return s;
     return *mr;
+  }
+
+  // Sleeps on the datapath's completion channel when `idle` iterations in
+  // a row moved nothing (at most until the engine's next timer or 1 ms), so
+  // the loop leaves the CPU to the (soft) NIC.
+  size_t PumpOrSleep(int idle_spins = 64) {
+    const size_t moved = Pump();
+    if (moved > 0 || !backlog.empty()) {
+      idle_ = 0;
+      return moved;
+    }
+    if (++idle_ < idle_spins) return 0;
+    dp->ArmWait();
+    const size_t again = Pump();
+    if (again > 0) {
+      idle_ = 0;
+      return again;
+    }
+    const Time next = engine->NextEventTime();
+    const Time now = NowPs();
+    int ms = 1;
+    if (next != kTimeInfinite && next <= now) ms = 0;
+    pollfd pfd{dp->wait_fd(), POLLIN, 0};
+    if (ms > 0) poll(&pfd, 1, ms);
+    return 0;
   }
 
   // One loop iteration. Returns packets moved (rx + tx).

@@ -35,7 +35,7 @@ struct Args {
   uint16_t qps = 8;
   uint16_t paths = 8;
   uint32_t chunk = 4096;
-  uint32_t depth = 32;
+  uint32_t depth = 128;
   DataQpMode mode = DataQpMode::kAuto;
 };
 
@@ -89,6 +89,12 @@ int Run(const Args& a, bool sender, int fd) {
   Side& me = **s;
   ConnectionOptions co = testing::SlowLinkOptions(a.paths);
   co.congestion = "fixed";
+  // A window (1.5 x BDP) that covers `depth` WRITEs even at the
+  // 10-100 ms RTTs of soft-RoCE under TCG, as ib_write_bw's tx depth does.
+  co.link_rate_bps = 100'000'000'000ull;
+  co.base_rtt = 2 * kMillisecond;
+  co.rto_min = 100 * kMillisecond;
+  co.rto_max = 2 * kSecond;
   co.max_outstanding_messages = 4096;
   DIE_IF(!me.Open(co).ok(), "open failed");
   const uint64_t bytes =
@@ -125,7 +131,7 @@ int Run(const Args& a, bool sender, int fd) {
   if (!sender) {
     uint64_t got = 0;
     while (got < a.count) {
-      me.Pump();
+      me.PumpOrSleep();
       for (const Completion& c : me.completions) {
         got += c.type == CompletionType::kRecvImmediate;
       }
@@ -136,7 +142,7 @@ int Run(const Args& a, bool sender, int fd) {
     }
     // Keep acknowledging until the sender says it is done.
     for (;;) {
-      me.Pump();
+      me.PumpOrSleep();
       char done;
       if (recv(fd, &done, 1, MSG_DONTWAIT) == 1) break;
       DIE_IF(NowPs() - t_start > guard, "receiver: no end");
@@ -165,7 +171,7 @@ int Run(const Args& a, bool sender, int fd) {
       if (!me.engine->PostWrite(NowPs(), me.conn, w).ok()) break;
       ++posted;
     }
-    me.Pump();
+    me.PumpOrSleep();
     for (const Completion& c : me.completions) {
       if (c.type == CompletionType::kWrite) {
         DIE_IF(c.status != absl::StatusCode::kOk, "write failed: %d",

@@ -377,8 +377,34 @@ class VerbsDatapath::Impl {
     if (ctrl_mr_) ibv_dereg_mr(ctrl_mr_);
     if (send_cq_) ibv_destroy_cq(send_cq_);
     if (recv_cq_) ibv_destroy_cq(recv_cq_);
+    DrainChannel();
     if (pd_) ibv_dealloc_pd(pd_);
+    if (channel_) ibv_destroy_comp_channel(channel_);
     if (ctx_) ibv_close_device(ctx_);
+  }
+
+  void ArmWait() {
+    ibv_req_notify_cq(recv_cq_, 0);
+    ibv_req_notify_cq(send_cq_, 0);
+    armed_ = true;
+  }
+
+  // Consumes (and acknowledges) the channel's pending CQ events.
+  void DrainChannel() {
+    if (channel_ == nullptr || !armed_) return;
+    armed_ = false;
+    ibv_cq* cq;
+    void* cq_ctx;
+    unsigned send_ev = 0, recv_ev = 0;
+    while (ibv_get_cq_event(channel_, &cq, &cq_ctx) == 0) {
+      if (cq == send_cq_) {
+        ++send_ev;
+      } else {
+        ++recv_ev;
+      }
+    }
+    if (send_ev) ibv_ack_cq_events(send_cq_, send_ev);
+    if (recv_ev) ibv_ack_cq_events(recv_cq_, recv_ev);
   }
 
   absl::Status Init() {
@@ -470,13 +496,19 @@ class VerbsDatapath::Impl {
     pd_ = ibv_alloc_pd(ctx_);
     if (pd_ == nullptr) return absl::UnavailableError("ibv_alloc_pd failed");
     const int max_cqe = da.max_cqe > 0 ? da.max_cqe : 4096;
+    channel_ = ibv_create_comp_channel(ctx_);
+    if (channel_ == nullptr) {
+      return absl::UnavailableError("ibv_create_comp_channel failed");
+    }
+    const int cfl = fcntl(channel_->fd, F_GETFL);
+    fcntl(channel_->fd, F_SETFL, cfl | O_NONBLOCK);
     send_cq_ =
-        ibv_create_cq(ctx_, std::min(max_cqe, 32768), nullptr, nullptr, 0);
+        ibv_create_cq(ctx_, std::min(max_cqe, 32768), nullptr, channel_, 0);
     recv_cq_ = ibv_create_cq(
         ctx_,
         std::min<int>(max_cqe,
                       static_cast<int>(o_.data_rq_depth + o_.ctrl_depth + 64)),
-        nullptr, nullptr, 0);
+        nullptr, channel_, 0);
     if (send_cq_ == nullptr || recv_cq_ == nullptr) {
       return absl::UnavailableError("ibv_create_cq failed");
     }
@@ -1339,6 +1371,7 @@ class VerbsDatapath::Impl {
 
   size_t RxBurst(RxPacket* pkts, size_t n) {
     n = std::min(n, kMaxBurst);
+    if (armed_) DrainChannel();
     if (!Repost()) st_.rx_drop_unknown.Add();
     if ((++rx_calls_ & 15) == 0) PollAsync();
     PollSendCq();
@@ -1726,6 +1759,8 @@ class VerbsDatapath::Impl {
   NicPlacer placer_;
 
   ibv_context* ctx_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  bool armed_ = false;
   ibv_pd* pd_ = nullptr;
   ibv_cq* send_cq_ = nullptr;
   ibv_cq* recv_cq_ = nullptr;
@@ -1824,6 +1859,8 @@ absl::Status VerbsDatapath::RegisterDmabuf(const MemoryRegion& mr, int fd,
 absl::Status VerbsDatapath::DeregisterMemory(uint32_t lkey) {
   return impl_->DeregisterMemory(lkey);
 }
+int VerbsDatapath::wait_fd() const { return impl_->channel_->fd; }
+void VerbsDatapath::ArmWait() { impl_->ArmWait(); }
 Placer* VerbsDatapath::placer() { return &impl_->placer_; }
 absl::Status VerbsDatapath::ForceQpError(uint32_t peer, uint16_t qp) {
   return impl_->ForceQpError(peer, qp);

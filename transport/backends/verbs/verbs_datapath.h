@@ -197,6 +197,14 @@ class VerbsDatapath : public Datapath {
   // wrote the bytes, memcpy for data that arrived in a buffer.
   Placer* placer();
 
+  // Sleeping without spinning: a descriptor that becomes readable when a
+  // completion arrives (the CQs' completion channel). Protocol: call
+  // ArmWait(), then RxBurst/TxBurst once more; only if that found nothing,
+  // poll() wait_fd() (with the engine's NextEventTime as the timeout). The
+  // next RxBurst consumes the channel's events.
+  int wait_fd() const;
+  void ArmWait();
+
   // Test and operations hook: moves data QP `qp` of `peer` to the error
   // state (as a NIC fault would); it is retired at the next burst.
   absl::Status ForceQpError(uint32_t peer, uint16_t qp);
