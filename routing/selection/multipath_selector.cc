@@ -93,10 +93,12 @@ MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
       paths_(config.num_paths),
       planes_(config.num_planes),
       rng_(config.seed) {
+  for (uint16_t p = 0; p < num_paths_; ++p) ++planes_[PlaneOf(p)].count;
+  for (Plane& pl : planes_) pl.members.reserve(pl.count);
   for (uint16_t p = 0; p < num_paths_; ++p) {
     Plane& pl = planes_[PlaneOf(p)];
-    ++pl.count;
     ++pl.good;
+    MemberAdd(p);
   }
   usable_ = num_paths_;
   for (PathId d : config.denied) {
@@ -176,9 +178,31 @@ void MultipathSelector::ProbeInsert(uint16_t p) {
 
 // ---- state changes ---------------------------------------------------------
 
+void MultipathSelector::MemberAdd(uint16_t p) {
+  std::vector<uint16_t>& m = planes_[PlaneOf(p)].members;
+  paths_[p].slot = static_cast<uint16_t>(m.size());
+  m.push_back(p);  // within the reserved capacity
+}
+
+void MultipathSelector::MemberRemove(uint16_t p) {
+  Plane& pl = planes_[PlaneOf(p)];
+  const uint16_t i = paths_[p].slot;
+  const uint16_t last = pl.members.back();
+  pl.members[i] = last;
+  paths_[last].slot = i;
+  pl.members.pop_back();
+  paths_[p].slot = kNil;
+  if (pl.cursor >= pl.members.size()) pl.cursor = 0;
+}
+
 void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
   Path& x = paths_[p];
   Plane& pl = planes_[PlaneOf(p)];
+  const bool was_member =
+      x.state == PathState::kGood || x.state == PathState::kSkip;
+  const bool is_member = s == PathState::kGood || s == PathState::kSkip;
+  if (was_member && !is_member) MemberRemove(p);
+  if (!was_member && is_member) MemberAdd(p);
   switch (x.state) {  // leave the old state
     case PathState::kGood:
       --pl.good;
@@ -380,30 +404,32 @@ int MultipathSelector::NextPlane() {
 uint16_t MultipathSelector::RotateInPlane(uint16_t plane) {
   Plane& pl = planes_[plane];
   // At most two passes: the first may only turn SKIP paths back to GOOD.
-  for (uint32_t i = 0; i < 2u * pl.count; ++i) {
+  const uint32_t n = static_cast<uint32_t>(pl.members.size());
+  for (uint32_t i = 0; i < 2 * n; ++i) {
     const uint16_t k = pl.cursor;
-    pl.cursor = static_cast<uint16_t>(k + 1 == pl.count ? 0 : k + 1);
-    const uint16_t p = PathAt(plane, k);
+    pl.cursor = static_cast<uint16_t>(k + 1u >= n ? 0 : k + 1);
+    const uint16_t p = pl.members[k];
     if (TakeIfGood(p)) return p;
   }
-  return PathAt(plane, pl.cursor);  // unreachable given the REQUIRES
+  return pl.members[0];  // unreachable given the REQUIRES
 }
 
 uint16_t MultipathSelector::RandomInPlane(uint16_t plane) {
   const Plane& pl = planes_[plane];
-  for (int tries = 0; tries < 8; ++tries) {
-    const uint16_t p =
-        PathAt(plane, static_cast<uint16_t>(rng_.Uniform(pl.count)));
+  const uint32_t n = static_cast<uint32_t>(pl.members.size());
+  // Every member is GOOD or SKIP; a SKIP draw is consumed and redrawn.
+  for (int tries = 0; tries < 4; ++tries) {
+    const uint16_t p = pl.members[rng_.Uniform(n)];
     if (TakeIfGood(p)) return p;
   }
-  // Sparse plane: scan from a random start (two passes, as in rotation).
-  uint16_t k = static_cast<uint16_t>(rng_.Uniform(pl.count));
-  for (uint32_t i = 0; i < 2u * pl.count; ++i) {
-    const uint16_t p = PathAt(plane, k);
+  // Mostly SKIP: scan from a random start (two passes, as in rotation).
+  uint32_t k = static_cast<uint32_t>(rng_.Uniform(n));
+  for (uint32_t i = 0; i < 2 * n; ++i) {
+    const uint16_t p = pl.members[k];
     if (TakeIfGood(p)) return p;
-    k = static_cast<uint16_t>(k + 1 == pl.count ? 0 : k + 1);
+    k = k + 1 == n ? 0 : k + 1;
   }
-  return PathAt(plane, k);  // unreachable given the REQUIRES
+  return pl.members[0];  // unreachable given the REQUIRES
 }
 
 void MultipathSelector::RepsOwe(uint16_t p) {

@@ -95,8 +95,9 @@ class MultipathSelector final : public PathSelector {
     PathState state = PathState::kGood;  // own state, plane status aside
     uint16_t prev = kNil;                // probe list or skip list links
     uint16_t next = kNil;
-    Time due = 0;   // ASSUMED_BAD: when the next probe is due
-    Time srtt = 0;  // smoothed RTT, 0 = unknown
+    uint16_t slot = kNil;  // index in its plane's members, kNil if none
+    Time due = 0;          // ASSUMED_BAD: when the next probe is due
+    Time srtt = 0;         // smoothed RTT, 0 = unknown
   };
   static constexpr int kPathStateBytes = sizeof(Path);
 
@@ -107,11 +108,15 @@ class MultipathSelector final : public PathSelector {
   };
   struct Plane {
     uint16_t count = 0;   // paths on this plane
-    uint16_t cursor = 0;  // rotation index within the plane
+    uint16_t cursor = 0;  // rotation index into members
     uint16_t good = 0;    // GOOD paths
     uint16_t skip = 0;    // SKIP paths
     uint16_t owed = 0;    // reps: EVs that left circulation, to replace
     bool up = true;
+    // GOOD and SKIP paths of this plane (dense, unordered after removals):
+    // what the policies draw from, so a mostly-excluded plane costs O(1).
+    // Reserved to `count` at construction; never reallocates.
+    std::vector<uint16_t> members;
   };
 
   MultipathSelector(const PathSelectorConfig& config, Policy policy);
@@ -122,6 +127,8 @@ class MultipathSelector final : public PathSelector {
   }
   bool CanExclude() const { return usable_ > min_active_; }
 
+  void MemberAdd(uint16_t p);
+  void MemberRemove(uint16_t p);
   // Moves path p to state s, keeping counts and lists consistent.
   void SetState(uint16_t p, PathState s, Time due);
   void Retire(uint16_t p, Time now);

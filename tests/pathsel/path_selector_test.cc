@@ -406,6 +406,29 @@ TEST(PlaneTest, LargePlaneUpIsCheapAndProbesInPathOrder) {
   EXPECT_EQ(s->NextProbe(2 * kMillisecond), -1);
 }
 
+TEST(PlaneTest, MostlyRetiredPlaneStillPicksOnlyUsablePaths) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    auto s = Make(Cfg(65535, 1, policy, 1));
+    for (PathId p = 0; p < 65535; ++p) {
+      if (p != 100 && p != 30000 && p != 65000) {
+        s->OnFeedback(p, PathFeedback::kLost, 0, 0);
+      }
+    }
+    EXPECT_EQ(s->num_usable(), 3u);
+    std::map<int, int> h;
+    for (int i = 0; i < 30000; ++i) ++h[s->NextPath(i)];  // O(1) each
+    ASSERT_EQ(h.size(), 3u) << policy;
+    EXPECT_GT(h[100], 0);
+    EXPECT_GT(h[30000], 0);
+    EXPECT_GT(h[65000], 0);
+    // Restored paths rejoin the draw.
+    s->OnFeedback(7, PathFeedback::kProbeOk, 0, 0);
+    bool seen = false;
+    for (int i = 0; i < 2000 && !seen; ++i) seen = s->NextPath(i) == 7;
+    EXPECT_TRUE(seen) << policy;
+  }
+}
+
 TEST(PlaneTest, AllPlanesDownMeansNoPath) {
   auto s = Make(Cfg(4, 2, "reps"));
   s->OnFeedback(0, PathFeedback::kGood, 0, 0);  // cached EV on a down plane
