@@ -28,7 +28,8 @@
 //
 // Invariants: usable_ == number of GOOD paths on up planes; the probe list
 // holds exactly the ASSUMED_BAD paths on up planes, sorted by due time; the
-// skip list holds exactly the SKIP paths, oldest first.
+// skip list holds exactly the SKIP paths, oldest first; each plane's members
+// array holds exactly its GOOD and SKIP paths (paths_[p].slot = index).
 // Thread safety: none; one connection's thread. No allocation after Create().
 #ifndef PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
 #define PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
