@@ -352,5 +352,41 @@ TEST(VerbsTransferTest, UnknownRemoteKeyFailsTheWrite) {
   for (uint8_t x : dst) ASSERT_EQ(x, 0);
 }
 
+// Device loss: the rxe device is deleted under a live datapath. The
+// datapath reports it through health() and drops (counts) later packets.
+TEST(VerbsTransferTest, DeviceLossIsAClearError) {
+  REQUIRE_RDMA();
+  const std::string dev = EnvOr("PRISM_RXE_DEV_LOSS", "");
+  if (dev.empty()) {
+    GTEST_SKIP() << "PRISM_RXE_DEV_LOSS not set (a deletable rxe device)";
+  }
+  VerbsOptions vo;
+  vo.device = dev;
+  auto d = VerbsDatapath::Create(vo);
+  ASSERT_TRUE(d.ok()) << d.status();
+  VerbsDatapath& dp = **d;
+  ASSERT_TRUE(dp.AddPeer().ok());
+  ASSERT_TRUE(dp.health().ok());
+  // Deleting an rxe device waits until its users close it: in background.
+  const std::string cmd =
+      "(timeout 60 rdma link delete " + dev + " >/dev/null 2>&1 &)";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  RxPacket rx[8];
+  const Time t0 = NowPs();
+  while (dp.health().ok() && NowPs() - t0 < 30 * kSecond) {
+    dp.RxBurst(NowPs(), rx, 8);
+  }
+  ASSERT_FALSE(dp.health().ok()) << "device loss not reported";
+  EXPECT_EQ(dp.health().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(dp.health().message()).find(dev), std::string::npos);
+  printf("health: %s\n", std::string(dp.health().message()).c_str());
+  TxPacket t;
+  t.peer = 1;
+  t.header_len = 12;
+  EXPECT_EQ(dp.TxBurst(NowPs(), &t, 1), 1u);  // consumed and counted
+  EXPECT_EQ(dp.stats().tx_drop_device_lost, 1u);
+  EXPECT_GT(dp.stats().async_events, 0u);
+}
+
 }  // namespace
 }  // namespace prism::verbs

@@ -215,15 +215,16 @@ std::string VerbsStats::ToString() const {
   return absl::StrFormat(
       "tx_data=%u tx_data_bytes=%u tx_ctrl=%u tx_probe=%u tx_descriptors=%u "
       "tx_fallback=%u tx_backpressure=%u tx_drop_dead_path=%u "
-      "tx_drop_unknown_peer=%u tx_drop_malformed=%u tx_post_errors=%u "
+      "tx_drop_unknown_peer=%u tx_drop_device_lost=%u tx_drop_malformed=%u "
+      "tx_post_errors=%u "
       "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u cq_errors=%u qp_errors=%u async_events=%u",
       tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors, tx_fallback,
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
-      tx_drop_malformed, tx_post_errors, rx_data, rx_data_bytes, rx_ctrl,
-      rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
-      rx_drop_unknown, cq_errors, qp_errors, async_events);
+      tx_drop_device_lost, tx_drop_malformed, tx_post_errors, rx_data,
+      rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
+      rx_drop_bad_imm, rx_drop_unknown, cq_errors, qp_errors, async_events);
 }
 
 // ---------------------------------------------------------------- discovery
@@ -946,7 +947,7 @@ class VerbsDatapath::Impl {
   size_t TxBurst(const TxPacket* pkts, size_t n) {
     n = std::min(n, kMaxBurst);
     if (!health_.ok()) {
-      st_.tx_drop_unknown_peer.Add(n);
+      st_.tx_drop_device_lost.Add(n);
       return n;
     }
     if (sends_since_poll_ >= 8) PollSendCq();
@@ -1729,6 +1730,7 @@ class VerbsDatapath::Impl {
     s.tx_backpressure = st_.tx_backpressure.Get();
     s.tx_drop_dead_path = st_.tx_drop_dead_path.Get();
     s.tx_drop_unknown_peer = st_.tx_drop_unknown_peer.Get();
+    s.tx_drop_device_lost = st_.tx_drop_device_lost.Get();
     s.tx_drop_malformed = st_.tx_drop_malformed.Get();
     s.tx_post_errors = st_.tx_post_errors.Get();
     s.rx_data = st_.rx_data.Get();
@@ -1811,9 +1813,10 @@ class VerbsDatapath::Impl {
   struct {
     Counter tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors,
         tx_fallback, tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
-        tx_drop_malformed, tx_post_errors, rx_data, rx_data_bytes, rx_ctrl,
-        rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
-        rx_drop_unknown, cq_errors, qp_errors, async_events;
+        tx_drop_device_lost, tx_drop_malformed, tx_post_errors, rx_data,
+        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
+        rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, cq_errors,
+        qp_errors, async_events;
   } st_;
 };
 

@@ -146,6 +146,7 @@ struct VerbsStats {
   uint64_t tx_backpressure = 0;    // bursts cut short by a full queue
   uint64_t tx_drop_dead_path = 0;  // for a retired QP
   uint64_t tx_drop_unknown_peer = 0;
+  uint64_t tx_drop_device_lost = 0;  // after health() turned bad
   uint64_t tx_drop_malformed = 0;
   uint64_t tx_post_errors = 0;
   uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
