@@ -61,9 +61,11 @@
 // MSN order, so a kRecvImmediate completion for message k is only reported
 // after messages < k are complete.
 //
-// SACKs are coalesced: one per kAckEvery placed packets, one at the end of
-// every OnReceive burst that placed or re-saw data, and one immediately for a
-// packet that opens a gap (out of order) or carried ECN CE. A SACK carries
+// SACKs are coalesced: one per kAckEvery placed packets, one at the latest
+// base_rtt / 4 after the first unacknowledged arrival (delayed-SACK timer,
+// visible in NextEventTime), and one immediately for a packet that opens a
+// gap (out of order), carried ECN CE, or was a duplicate (the sender is
+// retransmitting: tell it at once). A SACK carries
 // the cumulative PSN plus a 256-bit bitmap starting at cum (aligned down to
 // 64) or, when the triggering packet is further ahead, ending at its word.
 // SACK/NACK/PROBE_ACK leave on the path the triggering packet arrived on.
@@ -264,7 +266,7 @@ struct Conn {
   uint16_t trig_path = 0;
   uint64_t trig_ts = 0;
   uint8_t trig_ecn = 0;
-  bool in_touched = false;
+  Time ack_deadline = kTimeInfinite;  // delayed-SACK timer
   uint32_t last_rkey = 0;
   uint32_t last_region = kNil;
   uint64_t last_region_gen = 0;
@@ -302,7 +304,6 @@ class Engine::Impl {
  public:
   explicit Impl(const EngineOptions& o) : opt_(o), rng_(o.seed) {
     placer_ = o.placer != nullptr ? o.placer : &memcpy_placer_;
-    touched_.reserve(64);
   }
 
   // ---------------------------------------------------------------- memory
@@ -552,11 +553,6 @@ class Engine::Impl {
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     for (size_t i = 0; i < n; ++i) ReceiveOne(now, pkts[i]);
-    for (Conn* c : touched_) {
-      c->in_touched = false;
-      if (c->ack_pending > 0) FlushAck(c);
-    }
-    touched_.clear();
   }
 
   // ------------------------------------------------------------- transmit
@@ -588,6 +584,7 @@ class Engine::Impl {
     for (const Conn* c : order_) {
       if (!c->connected || c->failed) continue;
       if (c->ctrl_tail != c->ctrl_head) return last_now_;
+      t = std::min(t, c->ack_deadline);
       if (c->sel->NextProbeTime() < t) t = c->sel->NextProbeTime();
       if (HasSendable(c) && !c->no_path) {
         t = std::min(t, std::max(last_now_, c->next_send_time));
@@ -959,13 +956,6 @@ class Engine::Impl {
     return psn;
   }
 
-  void Touch(Conn* c) {
-    if (!c->in_touched) {
-      c->in_touched = true;
-      touched_.push_back(c);
-    }
-  }
-
   void QueueNack(Conn* c, const wire::DataHeader& h, uint64_t psn64,
                  wire::NackReason reason, bool ecn) {
     CtrlItem* it = c->PushCtrl();
@@ -996,7 +986,7 @@ class Engine::Impl {
           (c->rx_bits[(psn >> 6) & (kWindow / 64 - 1)] >> (psn & 63)) & 1) {
         // Already have it (or cannot have it): just re-acknowledge.
         ++stats_.rx_duplicates;
-        NoteAck(c, h, psn, rx.ecn_ce, false);
+        NoteAck(now, c, h, psn, rx.ecn_ce, true);
         return;
       }
       QueueNack(c, h, psn, wire::NackReason::kTrimmed, rx.ecn_ce);
@@ -1045,7 +1035,7 @@ class Engine::Impl {
     // PSN window and duplicates.
     if (psn < c->rcv_nxt) {
       ++stats_.rx_duplicates;
-      NoteAck(c, h, psn, rx.ecn_ce, false);
+      NoteAck(now, c, h, psn, rx.ecn_ce, true);
       return;
     }
     if (psn >= c->rcv_nxt + kWindow) {
@@ -1057,7 +1047,7 @@ class Engine::Impl {
     const uint64_t bit = uint64_t{1} << (psn & 63);
     if (word & bit) {
       ++stats_.rx_duplicates;
-      NoteAck(c, h, psn, rx.ecn_ce, false);
+      NoteAck(now, c, h, psn, rx.ecn_ce, true);
       return;
     }
     // Message slot.
@@ -1111,7 +1101,7 @@ class Engine::Impl {
       m.complete = true;
       if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
-    NoteAck(c, h, psn, rx.ecn_ce, gap);
+    NoteAck(now, c, h, psn, rx.ecn_ce, gap);
   }
 
   void AdvanceRcvNxt(Conn* c) {
@@ -1155,8 +1145,10 @@ class Engine::Impl {
     }
   }
 
-  void NoteAck(Conn* c, const wire::DataHeader& h, uint64_t psn64, bool ecn,
-               bool immediate) {
+  static Time AckDelay(const Conn* c) { return c->opt.base_rtt / 4; }
+
+  void NoteAck(Time now, Conn* c, const wire::DataHeader& h, uint64_t psn64,
+               bool ecn, bool immediate) {
     ++c->ack_pending;
     c->trig_psn = h.psn;
     c->trig_psn64 = psn64;
@@ -1165,8 +1157,8 @@ class Engine::Impl {
     c->trig_ecn |= ecn ? 1 : 0;
     if (immediate || ecn || c->ack_pending >= kAckEvery) {
       FlushAck(c);
-    } else {
-      Touch(c);
+    } else if (c->ack_deadline == kTimeInfinite) {
+      c->ack_deadline = now + AckDelay(c);
     }
   }
 
@@ -1185,6 +1177,7 @@ class Engine::Impl {
         static_cast<uint16_t>(std::min<uint32_t>(c->ack_pending, 0xFFFF));
     c->ack_pending = 0;
     c->trig_ecn = 0;
+    c->ack_deadline = kTimeInfinite;
   }
 
   // --------------------------------------------------------- sender: acks
@@ -1440,6 +1433,7 @@ class Engine::Impl {
   // ------------------------------------------------------------- timers
   void RunTimers(Time now, Conn* c) {
     if (!c->connected || c->failed) return;
+    if (c->ack_deadline <= now) FlushAck(c);
     if (c->Outstanding() && now - c->last_heard >= c->opt.connection_timeout) {
       FlushWrites(c, absl::StatusCode::kDeadlineExceeded,
                   absl::StatusCode::kDeadlineExceeded, 0);
@@ -1730,7 +1724,6 @@ class Engine::Impl {
   std::vector<Conn*> order_;
   size_t cursor_ = 0;
   ConnId next_conn_id_ = 1;
-  std::vector<Conn*> touched_;
 
   std::vector<Completion> cq_;
   size_t cq_head_ = 0;
