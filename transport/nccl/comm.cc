@@ -195,11 +195,17 @@ struct CommBase : SinkBase {
   void ReleaseConnection() {}
 #endif
 
+  // True while some request of this comm is not complete.
+  virtual bool HasOutstanding() const { return false; }
+
   void Fail(PrismNcclResult r, const char* what, int err) {
     if (!failed) {
-      PRISM_NCCL_WARN("dev %d %s comm: %s%s%s", dev,
-                      kind == CommKind::kSend ? "send" : "recv", what,
-                      err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+      // A peer that closes after all traffic completed is a normal teardown.
+      const bool quiet = r == kPrismNcclRemoteError && !HasOutstanding();
+      PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
+                     kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev,
+                     kind == CommKind::kSend ? "send" : "recv", what,
+                     err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
     }
     failed = true;
     failure = r;
@@ -315,6 +321,13 @@ struct SendComm : CommBase {
   OutItem out[kOutCap];
   int out_head = 0;
   int out_count = 0;
+
+  bool HasOutstanding() const override {
+    for (const Request& r : reqs) {
+      if (r.in_use && !r.done) return true;
+    }
+    return false;
+  }
 
   Request* Alloc() {
     if (nfree == 0) return nullptr;
@@ -507,6 +520,13 @@ struct RecvComm : CommBase {
       out_head = (out_head + 1) % kMaxRequests;
       --out_count;
     }
+  }
+
+  bool HasOutstanding() const override {
+    for (const Request& r : reqs) {
+      if (r.in_use && !r.done) return true;
+    }
+    return false;
   }
 
   void CompleteSlot(Request* r, Slot* s, bool ok) {

@@ -167,6 +167,11 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
   if (auto s = ParseInt(env, "PRISM_SEED", 0, INT64_MAX, &seed); !s.ok()) {
     return s;
   }
+  int64_t rtt = cfg->base_rtt_us;
+  if (auto s = ParseInt(env, "PRISM_BASE_RTT_US", 1, 10000000, &rtt); !s.ok()) {
+    return s;
+  }
+  cfg->base_rtt_us = static_cast<uint32_t>(rtt);
   cfg->link_mtu = static_cast<uint32_t>(mtu);
   cfg->busy_poll = busy != 0;
   cfg->seed = static_cast<uint64_t>(seed);

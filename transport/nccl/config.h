@@ -23,6 +23,7 @@
 //   PRISM_CONGESTION    congestion controller (default nscc)
 //   PRISM_PATH_POLICY   path selection policy (default rotation)
 //   PRISM_BUSY_POLL     1 = the endpoint loop spins instead of sleeping
+//   PRISM_BASE_RTT_US   expected unloaded RTT (default 100)
 //   PRISM_SEED          engine seed (default: random per process)
 //
 // Thread safety: LoadConfig is pure apart from reading the environment and
@@ -78,6 +79,7 @@ struct PluginConfig {
   std::string congestion = "nscc";
   std::string path_policy = "rotation";
   bool busy_poll = false;
+  uint32_t base_rtt_us = 100;
   uint64_t seed = 0;  // 0 = random per process
 };
 

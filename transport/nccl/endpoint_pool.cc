@@ -44,6 +44,7 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     o.connection.num_paths = c.paths;
     o.connection.num_planes = static_cast<uint16_t>(d.plane_addrs.size());
     o.connection.congestion = c.congestion;
+    o.connection.base_rtt = static_cast<Time>(c.base_rtt_us) * kMicrosecond;
     o.connection.path_policy = c.path_policy;
     o.connection.link_rate_bps =
         static_cast<uint64_t>(d.speed_mbps) * 1'000'000ull;
