@@ -62,6 +62,7 @@ struct PathSelectorCounters {
   uint64_t probes_sent = 0;     // NextProbe calls that returned a path
   uint64_t recycled = 0;        // "reps": picks served from the clean-EV cache
   uint64_t bad_input = 0;       // out-of-range path or plane arguments
+  uint64_t plane_down_feedback = 0;  // ECN/trim/loss on a down plane, ignored
 };
 
 class PathSelector {

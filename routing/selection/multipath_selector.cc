@@ -263,6 +263,13 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
   }
   Path& x = paths_[path];
   if (x.state == PathState::kDenied) return;
+  if (!planes_[PlaneOf(path)].up && fb != PathFeedback::kGood &&
+      fb != PathFeedback::kProbeOk) {
+    // Its plane is down: congestion or loss on it is explained by the outage
+    // (late outcomes of packets sent before it), not by the path itself.
+    ++counters_.plane_down_feedback;
+    return;
+  }
   if (rtt > 0) x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
   if (policy_ == Policy::kReps && fb != PathFeedback::kProbeOk) {
     // A clean ACK on a GOOD path puts its EV back in circulation; any other

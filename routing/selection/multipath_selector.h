@@ -13,8 +13,10 @@
 // A plane that is down (SetPlaneUp(plane, false)) makes all of its paths
 // unusable and unprobed without touching their own states; state() reports
 // those paths as kAssumedBad (DENIED stays DENIED). They do not count against
-// the floor. When the plane comes up, its paths resume their own states and
-// its ASSUMED_BAD paths are due for a probe immediately.
+// the floor; ECN/trim/loss/timeout feedback for them is ignored while the
+// plane is down (the outage explains it). When the plane comes up, its paths
+// resume their own states and its ASSUMED_BAD paths are due for a probe
+// immediately.
 //
 // Floor: "usable" = GOOD on an up plane. An exclusion (GOOD -> SKIP or
 // GOOD -> ASSUMED_BAD) that would leave fewer than min_active usable paths is

@@ -318,6 +318,74 @@ TEST(FloorTest, NeverBelowFloorUnderRandomFeedback) {
   }
 }
 
+TEST(InvariantTest, RandomOperationsKeepEveryInvariant) {
+  // Random mixes of picks, feedback, probes and plane flaps, over seeds and
+  // policies; checked after every operation through the public API only.
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      PathSelectorConfig c = Cfg(48, 3, policy, 6);
+      c.seed = seed;
+      c.denied = {5, 17};
+      auto s = Make(c);
+      Rng rng(seed * 1000);
+      Time now = 0;
+      for (int i = 0; i < 4000; ++i) {
+        now += static_cast<Time>(rng.Uniform(20)) * kUs;
+        switch (rng.Uniform(10)) {
+          case 0: {
+            const auto plane = static_cast<uint16_t>(rng.Uniform(3));
+            s->SetPlaneUp(plane, rng.Bernoulli(0.6), now);
+            break;
+          }
+          case 1:
+          case 2: {
+            const int q = s->NextProbe(now);
+            if (q >= 0) {
+              ASSERT_EQ(s->state(static_cast<PathId>(q)),
+                        PathState::kAssumedBad);
+              ASSERT_TRUE(s->plane_up(static_cast<uint16_t>(q % 3)));
+              if (rng.Bernoulli(0.5)) {
+                s->OnFeedback(static_cast<PathId>(q), PathFeedback::kProbeOk,
+                              now, 0);
+              }
+            } else {
+              ASSERT_GT(s->NextProbeTime(), now);
+            }
+            break;
+          }
+          default: {
+            const int p = s->NextPath(now);
+            if (p < 0) {
+              ASSERT_EQ(s->num_usable(), 0u);
+              break;
+            }
+            ASSERT_EQ(s->state(static_cast<PathId>(p)), PathState::kGood);
+            ASSERT_NE(p, 5);
+            ASSERT_NE(p, 17);
+            s->OnFeedback(static_cast<PathId>(p),
+                          static_cast<PathFeedback>(rng.Uniform(6)), now,
+                          static_cast<Time>(rng.Uniform(30)) * kUs);
+          }
+        }
+        uint32_t good = 0, up_eligible = 0;
+        for (PathId p = 0; p < 48; ++p) {
+          good += s->state(p) == PathState::kGood;
+          up_eligible += s->plane_up(p % 3) && p != 5 && p != 17;
+        }
+        ASSERT_EQ(good, s->num_usable());
+        uint32_t per_plane = 0;
+        for (uint16_t pl = 0; pl < 3; ++pl) per_plane += s->plane_usable(pl);
+        ASSERT_EQ(per_plane, good);
+        // With every plane up the floor holds (down planes may dip below it).
+        if (up_eligible == 46) {
+          ASSERT_GE(good, 6u) << policy << " seed " << seed << " op " << i;
+        }
+        ASSERT_EQ(s->state(5), PathState::kDenied);
+      }
+    }
+  }
+}
+
 // ---- planes ---------------------------------------------------------------
 
 TEST(PlaneTest, RetiredPathTrafficStaysInItsPlane) {
@@ -374,6 +442,20 @@ TEST(PlaneTest, PlaneDownExcludesAndStopsProbingThenRestores) {
   EXPECT_EQ(s->NextProbe(up), 2);
   EXPECT_EQ(s->NextProbe(up), 3);
   EXPECT_EQ(s->NextProbe(up), -1);
+}
+
+TEST(PlaneTest, OutcomesOnADownPlaneDoNotRetireItsPaths) {
+  auto s = Make(Cfg(8, 2, "rotation", 1));
+  s->SetPlaneUp(1, false, 0);
+  s->OnFeedback(1, PathFeedback::kTimeout, 5, 0);  // sent before the outage
+  s->OnFeedback(3, PathFeedback::kLost, 5, 0);
+  s->OnFeedback(5, PathFeedback::kTrimmed, 5, 0);
+  EXPECT_EQ(s->counters().plane_down_feedback, 3u);
+  EXPECT_EQ(s->counters().retirements, 0u);
+  s->SetPlaneUp(1, true, 10);
+  for (PathId p : {1, 3, 5, 7}) EXPECT_EQ(s->state(p), PathState::kGood);
+  EXPECT_EQ(s->num_usable(), 8u);
+  EXPECT_EQ(s->NextProbeTime(), kTimeInfinite);
 }
 
 TEST(PlaneTest, PlaneWithEveryPathFailedIsVisible) {
