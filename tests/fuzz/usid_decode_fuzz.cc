@@ -22,7 +22,7 @@ void Check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Ipv6Address a;
-  std::memcpy(a.bytes.data(), data, size < 16 ? size : 16);
+  if (size > 0) std::memcpy(a.bytes.data(), data, size < 16 ? size : 16);
   const uint16_t local =
       size >= 18 ? static_cast<uint16_t>((data[16] << 8) | data[17]) : 0;
 
