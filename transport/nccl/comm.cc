@@ -448,9 +448,8 @@ struct SendComm : CommBase {
   }
 
   void Progress() {
-    Flush();
-    ReadInput();
-    Flush();
+    // Completions first: a peer that closes right after its last ack is
+    // then seen with nothing outstanding.
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     DrainInbox([this](const Completion& c) {
       if (c.type == CompletionType::kConnectionError) {
@@ -472,6 +471,9 @@ struct SendComm : CommBase {
       }
     });
 #endif
+    Flush();
+    ReadInput();
+    Flush();
   }
 };
 
@@ -645,7 +647,6 @@ struct RecvComm : CommBase {
 
   void Progress() {
     Flush();
-    ReadInput();
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     DrainInbox([this](const Completion& c) {
       if (c.type == CompletionType::kConnectionError) {
@@ -667,6 +668,7 @@ struct RecvComm : CommBase {
       CompleteSlot(r, s, c.status == absl::StatusCode::kOk);
     });
 #endif
+    ReadInput();
   }
 };
 
