@@ -14,6 +14,25 @@
 //
 // Thread safety: none. One thread drives one engine.
 //
+// Protocol contract (details: the comment block atop transport/engine/engine.cc):
+// - Each connection numbers DATA packets with a PSN space of its own (32 bits
+//   on the wire, starting at LocalInfo().initial_psn), at most 4096 packets
+//   in flight; packets are sprayed over the path set by the PathSelector and
+//   recovered selectively (SACK bitmap, per-path loss inference, TRIMMED
+//   NACK -> immediate resend on another path, RTO with backoff).
+// - SACKs are coalesced: every 16 packets, at most base_rtt / 4 after the
+//   first unacknowledged arrival (a timer NextEventTime() reports), and at
+//   once on a gap, ECN CE or a duplicate.
+// - kWrite completions are reported in posting order; kRecvImmediate in
+//   message (MSN) order, each only after that message and all earlier ones of
+//   the connection fully arrived.
+// - A NACK BAD_KEY / BAD_RANGE (remote access error, e.g. a deregistered or
+//   too small target region) fails the connection as on an RDMA RC QP: that
+//   WRITE completes with kPermissionDenied / kOutOfRange, the others with
+//   kAborted, then a kConnectionError completion. Otherwise a connection
+//   fails only after connection_timeout without any packet from the peer
+//   while WRITEs are outstanding (kDeadlineExceeded for all).
+//
 // Typical driver loop (one timestamp per iteration):
 //   now = clock();
 //   n = datapath.RxBurst(now, rx, kBurst); engine.OnReceive(now, rx, n);
@@ -153,6 +172,8 @@ class Engine {
                                               uint32_t access);
   // Fails with NotFound for an unknown key. In-flight writes into a region
   // being deregistered are rejected from then on (BAD_KEY).
+  // FailedPrecondition while the region is the source of outstanding local
+  // WRITEs (their payload is read from it until they complete).
   absl::Status DeregisterMemory(uint32_t lkey);
 
   // --- connections --------------------------------------------------------
@@ -176,7 +197,9 @@ class Engine {
   // Runs timers due at `now` and fills up to `max` packets to transmit.
   size_t PollTransmit(Time now, TxPacket* out, size_t max);
   // Earliest time something new can happen without new input (a timer, a
-  // paced send, a probe); kTimeInfinite when idle.
+  // paced send, a probe); kTimeInfinite when idle. When packets are ready to
+  // send now it returns the latest `now` the engine has seen: call
+  // PollTransmit again.
   Time NextEventTime() const;
 
   // --- completions and stats ----------------------------------------------
