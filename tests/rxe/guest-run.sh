@@ -4,8 +4,8 @@
 #   rxe_lo           on lo                          one device, loopback
 #   rxe_a1 / rxe_b1  on veth pair va1/vb1 (198.51.100.1/.2, TEST-NET-2)
 #                    two devices, traffic really crosses the veth
-#   rxe_gone         on dummy0 (192.0.2.1): for the device-loss test to delete
-# Tests see PRISM_RXE=1 and PRISM_RXE_DEV / _DEV_A / _DEV_B / _DEV_LOSS.
+#   rxe_gone         on dummy0 (192.0.2.1): the port-loss test takes dummy0 down
+# Tests see PRISM_RXE=1 and PRISM_RXE_DEV / _DEV_A / _DEV_B / _DEV_LOSS(_NETDEV).
 # Manifest lines: NAME<TAB>TIMEOUT_S<TAB>COMMAND (run with bash -c).
 # Output: PASS/FAIL/SKIP lines on the console and in $RXE_OUT/results.txt,
 # each test's output in $RXE_OUT/NAME.log; METRIC lines are copied through.
@@ -39,7 +39,7 @@ make_path 1
 rdma link add rxe_lo type rxe netdev lo || echo "[guest] rdma link add rxe_lo failed"
 rdma link add rxe_a1 type rxe netdev va1 || echo "[guest] rdma link add rxe_a1 failed"
 rdma link add rxe_b1 type rxe netdev vb1 || echo "[guest] rdma link add rxe_b1 failed"
-# a device the device-loss test may delete
+# a device whose link the port-loss test may take down
 ip link add dummy0 type dummy && ip addr add 192.0.2.1/24 dev dummy0 && ip link set dummy0 up
 rdma link add rxe_gone type rxe netdev dummy0 || echo "[guest] rdma link add rxe_gone failed"
 # wait until the IPv4-mapped GIDs are in the tables
@@ -48,7 +48,7 @@ for t in $(seq 1 50); do
   [ "$n" -ge 4 ] && break; sleep 0.2
 done
 rdma link show
-export PRISM_RXE=1 PRISM_RXE_DEV=rxe_lo PRISM_RXE_DEV_A=rxe_a1 PRISM_RXE_DEV_B=rxe_b1 PRISM_RXE_DEV_LOSS=rxe_gone
+export PRISM_RXE=1 PRISM_RXE_DEV=rxe_lo PRISM_RXE_DEV_A=rxe_a1 PRISM_RXE_DEV_B=rxe_b1 PRISM_RXE_DEV_LOSS=rxe_gone PRISM_RXE_DEV_LOSS_NETDEV=dummy0
 echo "[guest] $(T)s: running tests"
 fail=0
 while IFS=$'\t' read -r name to cmd; do

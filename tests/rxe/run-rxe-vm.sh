@@ -18,7 +18,7 @@
 #   RXE_CACHE   kernel + initramfs cache (default /var/cache/prism-rxe-vm, else
 #               ~/.cache/prism-rxe-vm)
 #   RXE_MEM     guest MiB (default 1536)    RXE_SMP vCPUs (default 2)
-#   RXE_TIMEOUT seconds for the whole VM (default 420)
+#   RXE_TIMEOUT seconds for the whole VM (default 560)
 #   RXE_KPKG    pin the kernel package      RXE_NO_APT=1 never call apt-get
 # Paths must not contain spaces or commas (kernel cmdline / -virtfs syntax).
 set -euo pipefail
@@ -31,7 +31,7 @@ if [ -z "${RXE_CACHE:-}" ]; then
 fi
 RXE_MEM=${RXE_MEM:-1536}
 RXE_SMP=${RXE_SMP:-2}
-RXE_TIMEOUT=${RXE_TIMEOUT:-420}
+RXE_TIMEOUT=${RXE_TIMEOUT:-560}
 log() { echo "[rxe-vm $(date +%T)] $*" >&2; }
 skip() { log "SKIP: $*"; exit 77; }
 mkdir -p "$RXE_CACHE" "$RXE_OUT"; RXE_OUT=$(realpath "$RXE_OUT")

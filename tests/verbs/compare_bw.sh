@@ -6,7 +6,7 @@
 set -u
 PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
-SIZE=${SIZE:-65536}; COUNT=${COUNT:-1000}
+SIZE=${SIZE:-65536}; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
 # GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).

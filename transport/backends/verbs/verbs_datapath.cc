@@ -1325,14 +1325,27 @@ class VerbsDatapath::Impl {
           break;
         }
         case IBV_EVENT_DEVICE_FATAL:
+          fatal_ = true;
           health_ = absl::UnavailableError(absl::StrCat(
               "RDMA device ", name_, " lost (IBV_EVENT_DEVICE_FATAL)"));
           fprintf(stderr, "prism verbs: %s\n",
                   std::string(health_.message()).c_str());
           break;
         case IBV_EVENT_PORT_ERR:
-          fprintf(stderr, "prism verbs: %s port %u down\n", name_.c_str(),
-                  ev.element.port_num);
+          if (ev.element.port_num == port_ && !fatal_) {
+            health_ = absl::UnavailableError(
+                absl::StrCat("RDMA device ", name_, " port ", port_,
+                             " is down (IBV_EVENT_PORT_ERR)"));
+            fprintf(stderr, "prism verbs: %s\n",
+                    std::string(health_.message()).c_str());
+          }
+          break;
+        case IBV_EVENT_PORT_ACTIVE:
+          if (ev.element.port_num == port_ && !fatal_ && !health_.ok()) {
+            health_ = absl::OkStatus();
+            fprintf(stderr, "prism verbs: %s port %u is up again\n",
+                    name_.c_str(), port_);
+          }
           break;
         default:
           break;
@@ -1394,7 +1407,9 @@ class VerbsDatapath::Impl {
     const bool is_ctrl = (wc.wr_id & kRecvCtrlBit) != 0;
     const uint32_t bi = static_cast<uint32_t>(wc.wr_id & 0xFFFFFFFF);
     if (!is_ctrl) repost_data_.push_back(bi);
-    if (is_ctrl && !(wc.status == IBV_WC_SUCCESS && MaybeHold(wc, bi))) {
+    if (is_ctrl) {
+      // A held descriptor frame keeps its buffer until it is handled.
+      if (wc.status == IBV_WC_SUCCESS && MaybeHold(wc, bi)) return;
       repost_ctrl_.push_back(bi);
     }
     if (wc.status != IBV_WC_SUCCESS) {
@@ -1758,6 +1773,7 @@ class VerbsDatapath::Impl {
   uint32_t psn_ = 0;
   uint32_t max_inline_ = 0;
   absl::Status health_;
+  bool fatal_ = false;  // device lost for good
   NicPlacer placer_;
 
   ibv_context* ctx_ = nullptr;

@@ -34,8 +34,9 @@
 //   ForceQpError) is reported (stats, qp_alive(), stderr once) and retired:
 //   packets for its paths are dropped (counted), so the engine sees loss on
 //   those paths and retires them; the connection carries on over the other
-//   QPs. Device loss (IBV_EVENT_DEVICE_FATAL) makes health() an error and
-//   every later packet is dropped and counted.
+//   QPs. Device loss (IBV_EVENT_DEVICE_FATAL) makes health() an error for
+//   good, the port going down (IBV_EVENT_PORT_ERR) until it is active
+//   again; meanwhile every packet offered is dropped and counted.
 //
 // Thread safety: one thread drives the datapath (TxBurst, RxBurst, peers,
 // memory). stats() may be called from any thread (relaxed atomics).
