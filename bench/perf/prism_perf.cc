@@ -89,7 +89,7 @@ void Usage() {
       "                          usid:<carrier> | srh:<seg>,<seg>...\n"
       "  -m, --mtu=BYTES         link MTU (default 9000)\n"
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
-      "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US\n"
+      "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US (4000)\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
@@ -276,7 +276,7 @@ EndpointOptions MakeOptions(const Args& a) {
     o.connection.rto_min =
         static_cast<Time>(a.rto_min_us * prism::kMicrosecond);
   else
-    o.connection.rto_min = 1 * prism::kMillisecond;
+    o.connection.rto_min = 4 * prism::kMillisecond;
   return o;
 }
 

@@ -76,8 +76,13 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
     if (!o.ifnames.empty()) lp.ifname = o.ifnames[i];
     u.planes.push_back(lp);
   }
+  bool source_routed = false;
+  for (const auto& r : o.routes) source_routed |= r != "entropy";
   if (o.tx_mode == "auto") {
-    u.tx_mode = udp::TxMode::kAuto;
+    // Raw IPv6 only where it is needed (uSID checksums, SRHs): UDP sockets
+    // keep the kernel's checksum offload, which raw mode must compute in
+    // software on both ends.
+    u.tx_mode = source_routed ? udp::TxMode::kAuto : udp::TxMode::kSockets;
   } else if (o.tx_mode == "raw") {
     u.tx_mode = udp::TxMode::kRaw;
   } else if (o.tx_mode == "sockets") {

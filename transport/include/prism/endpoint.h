@@ -78,7 +78,9 @@ struct EndpointOptions {
   uint16_t port = 0;
   // Optional interface per plane (SO_BINDTODEVICE), parallel to local_addrs.
   std::vector<std::string> ifnames;
-  // "auto" (raw IPv6 when CAP_NET_RAW, else sockets), "raw", "sockets".
+  // "auto" (raw IPv6 when a route needs it — uSID or SRH — and CAP_NET_RAW
+  // is held, else sockets), "raw" (also gives every path its own UDP source
+  // port and flow label), "sockets".
   std::string tx_mode = "auto";
   // sockets mode: UDP source ports per plane (the entropy set).
   uint16_t sockets_per_plane = 8;
