@@ -31,6 +31,9 @@ constexpr size_t kRegionGoneBytes = 8;
 constexpr uint32_t kDataRecvBuf = 256;           // PROBE SENDs on data QPs
 constexpr uint32_t kPeerInfoMagic = 0x31495650;  // "PVI1"
 constexpr uint16_t kNoQp = 0xFFFF;               // control QP marker
+// An int, not the enum: libibverbs' ibv_reg_mr macro masks it with an
+// enum of another type.
+constexpr int kLocalAccess = IBV_ACCESS_LOCAL_WRITE;
 
 enum FrameType : uint8_t { kFrameDesc = 1, kFrameRegion = 2, kFrameGone = 3 };
 
@@ -518,10 +521,10 @@ class VerbsDatapath::Impl {
         ((wire::kDataHeaderSize + o_.mtu_payload + 255) / 64) * 64);
     data_bufs_.assign(size_t{o_.data_rq_depth} * kDataRecvBuf, 0);
     ctrl_bufs_.assign(size_t{o_.ctrl_depth} * ctrl_buf_, 0);
-    data_mr_ = ibv_reg_mr(pd_, data_bufs_.data(), data_bufs_.size(),
-                          IBV_ACCESS_LOCAL_WRITE);
-    ctrl_mr_ = ibv_reg_mr(pd_, ctrl_bufs_.data(), ctrl_bufs_.size(),
-                          IBV_ACCESS_LOCAL_WRITE);
+    data_mr_ =
+        ibv_reg_mr(pd_, data_bufs_.data(), data_bufs_.size(), kLocalAccess);
+    ctrl_mr_ =
+        ibv_reg_mr(pd_, ctrl_bufs_.data(), ctrl_bufs_.size(), kLocalAccess);
     if (data_mr_ == nullptr || ctrl_mr_ == nullptr) {
       return absl::UnavailableError("ibv_reg_mr (receive buffers) failed");
     }
@@ -642,8 +645,7 @@ class VerbsDatapath::Impl {
       p->qps.push_back(d);
     }
     p->ring.assign(size_t{o_.ctrl_depth} * ctrl_buf_, 0);
-    p->ring_mr =
-        ibv_reg_mr(pd_, p->ring.data(), p->ring.size(), IBV_ACCESS_LOCAL_WRITE);
+    p->ring_mr = ibv_reg_mr(pd_, p->ring.data(), p->ring.size(), kLocalAccess);
     p->txring.assign(kTxRing, TxRec{});
     p->descs.assign(o_.desc_ring, Desc{});
     p->used = true;
