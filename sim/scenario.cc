@@ -381,6 +381,8 @@ json::Value Summarize(const ScenarioConfig& sc,
   for (const RunResult& r : results) {
     Value o = Value::Object();
     o.Set("goodput_fraction", Value::Number(r.goodput_fraction));
+    o.Set("window_us",
+          Value::Number(double(r.window_end - r.window_start) / kMicrosecond));
     o.Set("makespan_goodput_fraction",
           Value::Number(r.makespan_goodput_fraction));
     o.Set("raw_goodput_fraction", Value::Number(r.raw_goodput_fraction));

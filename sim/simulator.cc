@@ -444,11 +444,23 @@ void Simulator::HostPortStatus(Time now, uint32_t host, uint16_t plane,
   agents_[host]->OnPortStatus(now, plane, up);
 }
 
+uint64_t Simulator::InitialClassBytes() const {
+  uint64_t b = 0;
+  for (const Flow& f : flows_) {
+    if (f.after.empty()) b += verifier_->delivered(f.id);
+  }
+  return b;
+}
+
 void Simulator::FlowCompleted(Time now, uint32_t flow) {
   FlowResult& r = result_.flows[flow];
   if (r.finish >= 0) return;
   r.finish = now;
   ++flows_done_;
+  if (flows_[flow].after.empty() && win_end_ < 0) {
+    win_end_ = now;
+    win_end_bytes_ = InitialClassBytes();
+  }
   for (uint32_t d : dependents_[flow]) {
     if (--pending_deps_[d] == 0) {
       queue_.Push(std::max(now, flows_[d].start), kFlowStartKind, d, this);
@@ -508,6 +520,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         warm_bytes_.resize(flows_.size());
         for (const Flow& f : flows_)
           warm_bytes_[f.id] = verifier_->delivered(f.id);
+        win_start_bytes_ = InitialClassBytes();
         break;
       case kSampleKind:
         TakeSample(e.time);
@@ -538,34 +551,29 @@ void Simulator::Finish(Time now) {
   r.end_time = now;
   r.delivered_bytes = verifier_->total_delivered();
   for (FlowResult& f : r.flows) f.delivered = verifier_->delivered(f.id);
-  // Aggregate goodput: the sum of every flow's goodput (bytes placed over
-  // its active time, until completion or the end of the run) over the sum
-  // of the flows' ideal rates. The makespan variant divides all bytes by
-  // (last completion - first start) and the ideal aggregate rate.
-  double got = 0, want = 0;
-  for (FlowResult& f : r.flows) {
-    want += ideal_rate_[f.id];
-    if (f.start < 0) continue;
-    const Time end = f.finish >= 0 ? f.finish : now;
-    // After a warm-up, flows that were running then are measured from it.
-    const bool warm = warm_time_ >= 0 && f.start <= warm_time_;
-    const Time from = warm ? warm_time_ : f.start;
-    const uint64_t bytes = warm ? f.delivered - warm_bytes_[f.id] : f.delivered;
-    if (end > from) {
-      got += static_cast<double>(bytes) * 8 /
-             (static_cast<double>(end - from) / kSecond);
-    } else if (warm) {
-      want -= ideal_rate_[f.id];  // finished during the warm-up
-    }
-    f.ideal_bps = ideal_rate_[f.id];
-  }
-  r.goodput_fraction = want > 0 ? got / want : 0;
+  // Aggregate goodput (docs/simulator.md): bytes the flows that start
+  // together (no dependencies) delivered while all of them were active --
+  // from first start + warm-up until the first of them completed (or the
+  // run ended) -- over that time and their ideal aggregate rate. When that
+  // window is empty the makespan figure is used.
+  const Time w0 = warm_time_ >= 0 ? warm_time_ : r.first_start;
+  const Time w1 = win_end_ >= 0 ? win_end_ : now;
+  const uint64_t b1 = win_end_ >= 0 ? win_end_bytes_ : InitialClassBytes();
   const double secs =
       static_cast<double>(std::max<Time>(1, now - r.first_start)) / kSecond;
   r.makespan_goodput_fraction =
       r.ideal_bps > 0
           ? static_cast<double>(r.delivered_bytes) * 8 / secs / r.ideal_bps
           : 0;
+  if (w1 - w0 >= kMicrosecond && r.ideal_bps > 0 && b1 >= win_start_bytes_) {
+    r.goodput_fraction = static_cast<double>(b1 - win_start_bytes_) * 8 /
+                         (static_cast<double>(w1 - w0) / kSecond) / r.ideal_bps;
+  } else {
+    r.goodput_fraction = r.makespan_goodput_fraction;
+  }
+  r.window_start = w0;
+  r.window_end = w1;
+  for (FlowResult& f : r.flows) f.ideal_bps = ideal_rate_[f.id];
   const double mtu = tc_.mtu;
   const double eff = mtu / (mtu + driver_->data_header_bytes() +
                             sc_.fabric.wire_overhead_bytes);

@@ -132,8 +132,9 @@ struct RunResult {
   bool completed = false;
   Time end_time = 0;  // last completion, or duration
   Time first_start = 0;
-  double goodput_fraction = 0;  // sum of flow goodputs / sum of ideal rates
-  double makespan_goodput_fraction = 0;  // all bytes / makespan / ideal
+  double goodput_fraction = 0;  // aggregate goodput in the window / ideal
+  Time window_start = 0, window_end = 0;  // measurement window
+  double makespan_goodput_fraction = 0;   // all bytes / makespan / ideal
   double raw_goodput_fraction = 0;  // goodput vs raw line rate (no headers)
   double ideal_bps = 0;             // ideal aggregate rate of the first class
   uint64_t delivered_bytes = 0;
@@ -252,7 +253,11 @@ class Simulator : public FabricClient {
   std::vector<HostAgent*> agents_;
   std::vector<FaultAction> faults_;
   std::vector<double> ideal_rate_;
+  uint64_t InitialClassBytes() const;
   Time warm_time_ = -1;
+  uint64_t win_start_bytes_ = 0;
+  Time win_end_ = -1;
+  uint64_t win_end_bytes_ = 0;
   std::vector<uint64_t> warm_bytes_;
   std::vector<uint32_t> pending_deps_;
   std::vector<std::vector<uint32_t>> dependents_;
