@@ -57,6 +57,27 @@ TEST(JsonTest, IntegersAreExact) {
   EXPECT_FALSE(MustParse("1e2").is_integer());
 }
 
+TEST(JsonTest, AsIntSaturatesNonIntegers) {
+  EXPECT_EQ(MustParse("1e300").as_int(), INT64_MAX);
+  EXPECT_EQ(MustParse("-1e300").as_int(), INT64_MIN);
+  EXPECT_EQ(MustParse("-2.75").as_int(), -2);
+  EXPECT_EQ(Value::Number(0.0 / 0.0).as_int(), 0);
+}
+
+TEST(JsonTest, LargeObjectParsesInLinearTime) {
+  std::string text = "{";
+  for (int i = 0; i < 100000; ++i) {
+    if (i) text += ",";
+    text += "\"k" + std::to_string(i) + "\":" + std::to_string(i);
+  }
+  text += "}";
+  Value v = MustParse(text);  // quadratic member insertion would take minutes
+  ASSERT_EQ(v.members().size(), 100000u);
+  EXPECT_EQ(v.members()[99999].second.as_int(), 99999);
+  EXPECT_THAT(ErrorOf(text.substr(0, text.size() - 1) + ",\"k5\":1}"),
+              HasSubstr("duplicate key \"k5\""));
+}
+
 TEST(JsonTest, ObjectsKeepOrder) {
   Value v = MustParse(R"({"z":1,"a":{"b":[1,2,{}]},"m":null})");
   ASSERT_TRUE(v.is_object());

@@ -38,6 +38,10 @@ locale_t CLocale() {
   return loc;
 }
 
+}  // namespace
+
+namespace internal {
+
 class Parser {
  public:
   explicit Parser(std::string_view text) : text_(text) {}
@@ -156,7 +160,8 @@ class Parser {
       SkipWs();
       Value v;
       if (absl::Status st = ParseValue(depth, &v); !st.ok()) return st;
-      obj.Set(std::move(key), std::move(v));
+      // Keys are unique (checked above): append in O(1); Set() would scan.
+      obj.members_.emplace_back(std::move(key), std::move(v));
       SkipWs();
       if (Peek() == ',') {
         ++pos_;
@@ -388,6 +393,10 @@ class Parser {
   std::string_view text_;
   size_t pos_ = 0;
 };
+
+}  // namespace internal
+
+namespace {
 
 void AppendEscaped(const std::string& s, std::string* out) {
   out->push_back('"');
@@ -632,7 +641,7 @@ Value& Value::Set(std::string key, Value v) {
 }
 
 absl::StatusOr<Value> Parse(std::string_view text) {
-  return Parser(text).ParseDocument();
+  return internal::Parser(text).ParseDocument();
 }
 
 absl::StatusOr<Value> ParseFile(const std::string& path) {

@@ -19,6 +19,10 @@
 
 namespace prism::json {
 
+namespace internal {
+class Parser;  // json.cc; appends object members it has already checked
+}  // namespace internal
+
 class Value {
  public:
   enum class Type : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
@@ -41,8 +45,15 @@ class Value {
 
   bool as_bool() const { return bool_; }
   double as_double() const { return number_; }
-  // Exact when the literal was an integer; otherwise the truncated double.
-  int64_t as_int() const { return is_int_ ? int_ : static_cast<int64_t>(number_); }
+  // Exact when the literal was an integer; otherwise the truncated double
+  // (saturated to the int64 range, 0 for NaN, so the cast is always defined).
+  int64_t as_int() const {
+    if (is_int_) return int_;
+    if (!(number_ == number_)) return 0;
+    if (number_ >= 9223372036854775807.0) return INT64_MAX;
+    if (number_ <= -9223372036854775808.0) return INT64_MIN;
+    return static_cast<int64_t>(number_);
+  }
   bool is_integer() const { return is_int_; }
   const std::string& as_string() const { return string_; }
   const std::vector<Value>& items() const { return items_; }
@@ -64,6 +75,8 @@ class Value {
   Value& Set(std::string key, Value v);
 
  private:
+  friend class internal::Parser;
+
   Type type_ = Type::kNull;
   bool bool_ = false;
   bool is_int_ = false;
