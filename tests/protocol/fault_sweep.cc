@@ -7,7 +7,10 @@
 // error, within a virtual-time budget. A failing seed prints a one-line
 // replay command.
 //
-// Usage: prism_fault_sweep [--seeds=A:B] [--seed=N] [--verbose]
+// Usage: prism_fault_sweep [--seeds=A:B] [--seed=N] [--cc=fixed|nscc]
+//                          [--max_mib=M] [--verbose]
+// --max_mib caps the bytes per seed (default 40); the quick "unit" sweep
+// uses a small cap so it stays fast under ASan.
 //   (gtest flags are accepted too). Default: --seeds=0:20.
 #include <algorithm>
 #include <cinttypes>
@@ -30,9 +33,10 @@ namespace {
 uint64_t g_seed_begin = 0;
 uint64_t g_seed_end = 20;
 bool g_verbose = false;
+const char* g_cc = "fixed";
 
 constexpr size_t kPatternBytes = (16u << 20) + 4096;
-constexpr uint64_t kMaxBytesPerSeed = 40u << 20;
+uint64_t g_max_bytes_per_seed = 40u << 20;
 constexpr Time kVirtualBudget = 20 * kSecond;
 
 const std::vector<uint8_t>& Pattern() {
@@ -156,7 +160,7 @@ std::string RunSeed(uint64_t seed) {
   ConnectionOptions co;
   co.num_paths = plan.paths;
   co.num_planes = plan.planes;
-  co.congestion = "fixed";
+  co.congestion = g_cc;
   co.payload_checksum = plan.crc;
   co.max_outstanding_messages = plan.max_outstanding;
   const auto [c0, c1] = h.Connect(0, 1, co, co);
@@ -184,7 +188,7 @@ std::string RunSeed(uint64_t seed) {
     } else {
       m.len = LogUniform(r, 2 << 20, 16 << 20);
     }
-    if (all + m.len > kMaxBytesPerSeed) m.len = r.Uniform(4096);
+    if (all + m.len > g_max_bytes_per_seed) m.len = r.Uniform(4096);
     all += m.len;
     m.src_off = r.Uniform(kPatternBytes - m.len + 1);
     m.dst_off = total[m.dir];
@@ -415,6 +419,10 @@ int main(int argc, char** argv) {
       prism::g_seed_begin = std::strtoull(a + 7, nullptr, 10);
       prism::g_seed_end = prism::g_seed_begin + 1;
       prism::g_verbose = true;
+    } else if (std::strncmp(a, "--max_mib=", 10) == 0) {
+      prism::g_max_bytes_per_seed = std::strtoull(a + 10, nullptr, 10) << 20;
+    } else if (std::strncmp(a, "--cc=", 5) == 0) {
+      prism::g_cc = a + 5;
     } else if (std::strcmp(a, "--verbose") == 0 || std::strcmp(a, "-v") == 0) {
       prism::g_verbose = true;
     } else {
