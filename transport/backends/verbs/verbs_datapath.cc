@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "transport/backends/verbs/descriptor_table.h"
 #include "transport/wire/packet.h"
 
 namespace prism::verbs {
@@ -25,7 +26,7 @@ constexpr uint32_t kTxRing = 8192;       // >= the engine's PSN window (4096)
 constexpr uint16_t kCtrlMagic = 0x5650;  // bytes 0x50 0x56 ("PV")
 constexpr uint8_t kCtrlVersion = 1;
 constexpr size_t kFrameHeader = 8;
-constexpr size_t kDescBytes = 40;
+constexpr size_t kDescBytes = kDescriptorBytes;
 constexpr size_t kRegionBytes = 32;
 constexpr size_t kRegionGoneBytes = 8;
 constexpr uint32_t kDataRecvBuf = 256;           // PROBE SENDs on data QPs
@@ -36,9 +37,6 @@ constexpr uint16_t kNoQp = 0xFFFF;               // control QP marker
 constexpr int kLocalAccess = IBV_ACCESS_LOCAL_WRITE;
 
 enum FrameType : uint8_t { kFrameDesc = 1, kFrameRegion = 2, kFrameGone = 3 };
-
-// Descriptor flags.
-enum DescFlags : uint16_t { kDescImm = 1u << 0, kDescCrc = 1u << 1 };
 
 // wr_id layout: kind (2 bits) | peer (14 bits) | qp (16 bits) | value (32).
 enum WrKind : uint64_t { kWrData = 1, kWrCtrl = 2 };
@@ -125,20 +123,6 @@ struct RemoteRegion {
   uint32_t vrkey = 0;  // the peer NIC's rkey
 };
 
-struct Desc {
-  bool valid = false;
-  uint32_t msn = 0;
-  uint32_t first_psn = 0;
-  uint32_t npkts = 0;
-  uint32_t msg_len = 0;
-  uint32_t dst_conn = 0;
-  uint32_t rkey = 0;
-  uint32_t imm = 0;
-  uint32_t mtu = 0;
-  uint64_t base = 0;
-  uint16_t flags = 0;
-};
-
 struct TxRec {
   uint32_t psn = 0;
   uint16_t path = 0;
@@ -181,11 +165,7 @@ struct Peer {
   uint32_t described_msn = 0;
   std::vector<TxRec> txring;
   // receiver state
-  std::vector<Desc> descs;
-  bool have_desc = false;
-  uint32_t first_msn = 0;
-  uint32_t newest_msn = 0;
-  uint32_t hint_msn = 0;
+  std::unique_ptr<DescriptorTable> descs;
 };
 
 struct PendingWrite {
@@ -647,7 +627,7 @@ class VerbsDatapath::Impl {
     p->ring.assign(size_t{o_.ctrl_depth} * ctrl_buf_, 0);
     p->ring_mr = ibv_reg_mr(pd_, p->ring.data(), p->ring.size(), kLocalAccess);
     p->txring.assign(kTxRing, TxRec{});
-    p->descs.assign(o_.desc_ring, Desc{});
+    p->descs = std::make_unique<DescriptorTable>(o_.desc_ring);
     p->used = true;
     if (p->ring_mr == nullptr) {
       DestroyPeer(p);
@@ -1108,19 +1088,9 @@ class VerbsDatapath::Impl {
     uint8_t* b = p->frame_buf;
     const uint16_t count = Get16(b + 4);
     uint8_t* d = b + kFrameHeader + size_t{count} * kDescBytes;
-    Put32(d + 0, h.msn);
-    Put32(d + 4, first_psn);
-    Put32(d + 8, h.msg_len);
-    Put32(d + 12, h.dst_conn);
-    Put32(d + 16, h.rkey);
-    Put32(d + 20, h.immediate);
-    Put64(d + 24, h.remote_addr - h.msg_offset);
-    Put32(d + 32, o_.mtu_payload);
-    uint16_t f = 0;
-    if (h.flags & wire::kFlagHasImmediate) f |= kDescImm;
-    if (h.flags & wire::kFlagPayloadCrc) f |= kDescCrc;
-    Put16(d + 36, f);
-    Put16(d + 38, 0);
+    MessageDescriptor md = DescriptorFromHeader(h, o_.mtu_payload);
+    md.first_psn = first_psn;
+    EncodeDescriptor(md, d);
     Put16(b + 4, static_cast<uint16_t>(count + 1));
     p->frame_wr->sg_list->length += kDescBytes;
     p->described = true;
@@ -1545,31 +1515,12 @@ class VerbsDatapath::Impl {
     const uint8_t* d = b + kFrameHeader;
     for (uint16_t i = 0; i < count; ++i, d += item) {
       if (type == kFrameDesc) {
-        Desc x;
-        x.valid = true;
-        x.msn = Get32(d);
-        x.first_psn = Get32(d + 4);
-        x.msg_len = Get32(d + 8);
-        x.dst_conn = Get32(d + 12);
-        x.rkey = Get32(d + 16);
-        x.imm = Get32(d + 20);
-        x.base = Get64(d + 24);
-        x.mtu = Get32(d + 32);
-        x.flags = Get16(d + 36);
-        if (x.mtu == 0) {
+        MessageDescriptor x;
+        if (!DecodeDescriptor(d, &x)) {
           st_.rx_drop_unknown.Add();
           continue;
         }
-        x.npkts = std::max<uint32_t>(
-            1,
-            static_cast<uint32_t>((uint64_t{x.msg_len} + x.mtu - 1) / x.mtu));
-        p->descs[x.msn & (o_.desc_ring - 1)] = x;
-        if (!p->have_desc) {
-          p->have_desc = true;
-          p->first_msn = p->newest_msn = p->hint_msn = x.msn;
-        } else if (static_cast<int32_t>(x.msn - p->newest_msn) > 0) {
-          p->newest_msn = x.msn;
-        }
+        p->descs->Insert(x);
         st_.rx_descriptors.Add();
         if (npending_ > 0) pending_dirty_ = true;
       } else if (type == kFrameRegion) {
@@ -1587,66 +1538,20 @@ class VerbsDatapath::Impl {
     }
   }
 
-  const Desc* FindDesc(Peer* p, uint32_t psn) {
-    if (!p->have_desc) return nullptr;
-    const uint32_t mask = o_.desc_ring - 1;
-    auto contains = [&](uint32_t msn) -> const Desc* {
-      const Desc& d = p->descs[msn & mask];
-      if (d.valid && d.msn == msn && psn - d.first_psn < d.npkts) return &d;
-      return nullptr;
-    };
-    if (const Desc* d = contains(p->hint_msn)) return d;
-    if (const Desc* d = contains(p->hint_msn + 1)) {
-      p->hint_msn = d->msn;
-      return d;
-    }
-    // Binary search over the described range (first_psn grows with msn).
-    const uint32_t span =
-        std::min<uint32_t>(p->newest_msn - p->first_msn + 1, o_.desc_ring);
-    uint32_t lo = p->newest_msn - span + 1, hi = p->newest_msn;  // inclusive
-    for (int guard = 0; guard < 40 && static_cast<int32_t>(hi - lo) >= 0;
-         ++guard) {
-      const uint32_t mid = lo + (hi - lo) / 2;
-      const Desc& d = p->descs[mid & mask];
-      if (!d.valid || d.msn != mid) break;  // hole: fall back to a scan
-      const int32_t diff = static_cast<int32_t>(psn - d.first_psn);
-      if (diff < 0) {
-        if (mid == lo) return nullptr;
-        hi = mid - 1;
-      } else if (static_cast<uint32_t>(diff) >= d.npkts) {
-        lo = mid + 1;
-      } else {
-        p->hint_msn = mid;
-        return &d;
-      }
-      if (static_cast<int32_t>(hi - lo) < 0) return nullptr;
-    }
-    for (uint32_t k = 0; k < span; ++k) {
-      if (const Desc* d = contains(p->newest_msn - k)) {
-        p->hint_msn = d->msn;
-        return d;
-      }
-    }
-    return nullptr;
-  }
-
   // Builds the DATA header of a NIC-placed packet. Returns false when its
   // descriptor is not known yet (the caller keeps it pending); true when the
   // packet was handed out or dropped.
   bool Resolve(Peer* p, uint16_t qi, uint32_t psn, uint32_t len, RxPacket* pkts,
                size_t* out) {
-    const Desc* d = FindDesc(p, psn);
+    const MessageDescriptor* d = p->descs->Find(psn);
     if (d == nullptr) return false;
-    const uint32_t idx = psn - d->first_psn;
-    const uint64_t off = uint64_t{idx} * d->mtu;
-    const uint32_t expect = static_cast<uint32_t>(std::min<uint64_t>(
-        d->mtu, d->msg_len - std::min<uint64_t>(off, d->msg_len)));
-    if (off > d->msg_len || len != expect) {
+    wire::DataHeader h;
+    if (!RebuildDataHeader(*d, psn, len, qi, &h)) {
       st_.rx_drop_bad_imm.Add();
       return true;
     }
     const LocalRegion* lr = LocalByRkey(d->rkey);
-    const uint64_t addr = d->base + off;
+    const uint64_t addr = h.remote_addr;
     if (lr == nullptr || addr < lr->emr.addr || len > lr->emr.length ||
         addr - lr->emr.addr > lr->emr.length - len) {
       st_.rx_drop_unknown.Add();
@@ -1654,30 +1559,11 @@ class VerbsDatapath::Impl {
     }
     const uint8_t* placed =
         reinterpret_cast<const uint8_t*>(lr->va + (addr - lr->emr.addr));
-    wire::DataHeader h;
-    h.dst_conn = d->dst_conn;
-    h.psn = psn;
-    h.msn = d->msn;
-    h.msg_offset = static_cast<uint32_t>(off);
-    h.msg_len = d->msg_len;
-    h.remote_addr = addr;
-    h.rkey = d->rkey;
-    h.payload_len = static_cast<uint16_t>(len);
-    h.path_id = qi;
-    h.flags = 0;
-    if (idx == 0) h.flags |= wire::kFlagFirstOfMessage;
-    if (idx + 1 == d->npkts) h.flags |= wire::kFlagLastOfMessage;
-    if (d->flags & kDescImm) {
-      h.flags |= wire::kFlagHasImmediate;
-      h.immediate = d->imm;
-    }
-    if (d->flags & kDescCrc) {
+    if (h.flags & wire::kFlagPayloadCrc) {
       // RoCE's ICRC covered these bytes on the wire; the engine's check then
       // verifies what the NIC placed.
-      h.flags |= wire::kFlagPayloadCrc;
       h.payload_crc = wire::Crc32c(placed, len);
     }
-    h.send_ts = 0;  // the sender's datapath restores it in the SACK echo
     uint8_t* hb = hdrs_[*out];
     if (wire::EncodeData(h, hb, sizeof(hdrs_[0])) == 0) {
       st_.rx_drop_bad_imm.Add();
