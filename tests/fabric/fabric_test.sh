@@ -151,7 +151,16 @@ for mode in srh usid; do
   for i in "${!hops[@]}"; do
     for t in $(seq 200); do grep -q "Capturing on" "$WORK/ts.$mode.$i.err" 2>/dev/null && break; sleep 0.1; done
   done
-  send $mode $X 1
+  # "Capturing on" can come a moment before the filter is live: keep sending
+  # one datagram every 0.2 s until every capture has its packet.
+  sleep 0.3
+  for t in $(seq 100); do
+    send $mode $X 1
+    sleep 0.2
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive == 0 ]] && break
+  done
   for p in "${pids[@]}"; do wait "$p"; done
   for i in "${!hops[@]}"; do
     line=$(head -1 "$WORK/ts.$mode.$i")
