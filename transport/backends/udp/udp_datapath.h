@@ -30,6 +30,7 @@
 // - ECN: data packets are sent ECN-capable (ECT(0)); the receive sockets
 //   request IPV6_RECVTCLASS and RxPacket::ecn_ce is set for CE.
 // - Control packets (TrafficClass::kControl) carry DSCP `control_dscp`.
+// - RxPacket::peer is 0: the engine finds the connection from the header.
 //
 // Invariants: no allocation and no blocking in TxBurst/RxBurst. TxBurst
 // accepts a prefix of its input; the rest is back-pressure (socket buffer
