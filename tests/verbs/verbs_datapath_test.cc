@@ -304,7 +304,7 @@ TEST(VerbsTransferTest, RcFallbackMode) {
 TEST(VerbsTransferTest, WritesOvertakingTheirDescriptors) {
   REQUIRE_RDMA();
   RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/false,
-              /*defer=*/4);
+              /*defer=*/16);
 }
 
 // A WRITE to a key the peer never registered: the sender datapath has no
