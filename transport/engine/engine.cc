@@ -1501,6 +1501,7 @@ class Engine::Impl {
     }
     // Data: retransmissions first, then new packets, window permitting.
     const size_t kQuantum = 64;
+    const uint64_t rate = c->cc->pacing_rate_bps();  // 0: window only
     size_t data = 0;
     while (n < max && data < kQuantum) {
       if (c->next_send_time > now) break;
@@ -1578,7 +1579,6 @@ class Engine::Impl {
                out[n]);
       ++n;
       ++data;
-      const uint64_t rate = c->cc->pacing_rate_bps();
       if (rate > 0) {
         c->next_send_time =
             std::max(c->next_send_time, now) +
