@@ -1,0 +1,183 @@
+// Regression checks on the --quick variants of the prism_bench suites
+// (bench/scenarios/bench_suites.h): each test runs one suite in-process,
+// round-trips its JSON through the serializer and parser (as prism_bench
+// writes it), and asserts the acceptance figures of issue 6 with looser
+// bounds, so a regression in failover, loss recovery, incast isolation or
+// spraying cannot land silently. The bounds and the full-size figures are
+// in docs/benchmarks.md.
+#include <cstdio>
+#include <string>
+
+#include "bench/scenarios/bench_suites.h"
+#include "gtest/gtest.h"
+
+namespace prism::bench {
+namespace {
+
+json::Value RunQuick(const std::string& suite) {
+  SuiteOptions opt;
+  opt.quick = true;
+  opt.seed = 1;
+  absl::StatusOr<json::Value> r = RunSuite(suite, opt);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return json::Value();
+  std::printf("%s\n", FormatTable(*r).c_str());
+  // What prism_bench writes is what the checks read.
+  absl::StatusOr<json::Value> back = json::Parse(json::Serialize(*r, 2));
+  EXPECT_TRUE(back.ok()) << back.status();
+  return back.ok() ? *back : json::Value();
+}
+
+const json::Value& Scenario(const json::Value& res, const std::string& name) {
+  static const json::Value kNull;
+  const json::Value* scs = res.Find("scenarios");
+  if (scs == nullptr) return kNull;
+  for (const json::Value& s : scs->items()) {
+    const json::Value* n = s.Find("name");
+    if (n != nullptr && n->is_string() && n->as_string() == name) return s;
+  }
+  ADD_FAILURE() << "no scenario " << name;
+  return kNull;
+}
+
+const json::Value& T(const json::Value& scenario,
+                     const std::string& transport) {
+  static const json::Value kNull;
+  const json::Value* tr = scenario.Find("transports");
+  const json::Value* t = tr ? tr->Find(transport) : nullptr;
+  if (t == nullptr) {
+    ADD_FAILURE() << "no transport " << transport;
+    return kNull;
+  }
+  return *t;
+}
+
+double Num(const json::Value& t, const std::string& key) {
+  const json::Value* v = t.Find(key);
+  if (v == nullptr || !v->is_number()) {
+    ADD_FAILURE() << key << " missing or not a number";
+    return -1;
+  }
+  return v->as_double();
+}
+
+bool Bool(const json::Value& t, const std::string& key) {
+  const json::Value* v = t.Find(key);
+  if (v == nullptr || !v->is_bool()) {
+    ADD_FAILURE() << key << " missing or not a bool";
+    return false;
+  }
+  return v->as_bool();
+}
+
+// Every transport of every scenario kept the simulator's invariants (bytes
+// exactly once and intact, packet accounting, queue limits).
+void ExpectInvariants(const json::Value& res) {
+  const json::Value* scs = res.Find("scenarios");
+  ASSERT_NE(scs, nullptr);
+  ASSERT_FALSE(scs->items().empty());
+  for (const json::Value& s : scs->items()) {
+    for (const auto& [name, t] : s.Find("transports")->members()) {
+      const json::Value* inv = t.Find("invariants");
+      ASSERT_NE(inv, nullptr);
+      EXPECT_EQ(inv->as_string(), "ok")
+          << s.Find("name")->as_string() << "/" << name;
+    }
+  }
+}
+
+TEST(BenchQuick, UnknownSuiteIsAnError) {
+  absl::StatusOr<json::Value> r = RunSuite("no-such-suite", SuiteOptions{});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BenchQuick, PortLoss) {
+  const json::Value res = RunQuick("port-loss");
+  ExpectInvariants(res);
+  for (const char* sc : {"sender-port", "receiver-port"}) {
+    SCOPED_TRACE(sc);
+    const json::Value& s = Scenario(res, sc);
+    const json::Value& p = T(s, "prism");
+    EXPECT_TRUE(Bool(p, "completed"));
+    EXPECT_GE(Num(p, "goodput_before_fraction"), 0.85);
+    EXPECT_GE(Num(p, "goodput_after_fraction"), 0.85);  // bar: 0.90
+    const json::Value* rec = p.Find("recovery_us");
+    ASSERT_NE(rec, nullptr);
+    ASSERT_TRUE(rec->is_number()) << "Prism never recovered to 90% of 7/8";
+    EXPECT_LE(rec->as_double(), 75);  // bar: 50 us
+    EXPECT_EQ(Num(p, "connection_errors"), 0);
+  }
+  // The single-path baseline's failed-plane share cannot move: it stalls
+  // until the port is back, so the flow completes only after that.
+  const json::Value& s = Scenario(res, "sender-port");
+  const json::Value& r = T(s, "roce");
+  EXPECT_TRUE(Bool(r, "finished_after_port_up"));
+  EXPECT_GE(Num(r, "stall_us"), 50);
+  EXPECT_GT(Num(r, "completion_us"), Num(T(s, "prism"), "completion_us"));
+}
+
+TEST(BenchQuick, RandomLoss) {
+  const json::Value res = RunQuick("random-loss");
+  ExpectInvariants(res);
+  const double p3 =
+      Num(T(Scenario(res, "loss-0.001"), "prism"), "goodput_fraction");
+  const double p2 =
+      Num(T(Scenario(res, "loss-0.01"), "prism"), "goodput_fraction");
+  EXPECT_GE(p3, 0.85);  // bar: 0.90
+  EXPECT_GE(p2, 0.45);  // bar: 0.50
+  EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.001"), "prism"), "completed"));
+  EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.01"), "prism"), "completed"));
+  // Go-back-N collapses as loss grows, and far below Prism at 1%.
+  const double r2 =
+      Num(T(Scenario(res, "loss-0.01"), "roce"), "goodput_fraction");
+  const double r1 =
+      Num(T(Scenario(res, "loss-0.05"), "roce"), "goodput_fraction");
+  EXPECT_LT(r2, 0.5);
+  EXPECT_LT(r1, 0.2);
+  EXPECT_LT(r2, p2);
+}
+
+TEST(BenchQuick, Incast) {
+  const json::Value res = RunQuick("incast");
+  ExpectInvariants(res);
+  const json::Value& p = T(Scenario(res, "7-to-1"), "prism");
+  EXPECT_TRUE(Bool(p, "completed"));
+  EXPECT_GE(Num(p, "victim_fair_share_fraction"), 0.90);  // bar: 0.95
+}
+
+TEST(BenchQuick, Permutation) {
+  const json::Value res = RunQuick("permutation");
+  ExpectInvariants(res);
+  const json::Value& s = Scenario(res, "permutation-32");
+  for (const char* t : {"prism-oblivious", "prism-reps", "prism-p2c"}) {
+    SCOPED_TRACE(t);
+    EXPECT_TRUE(Bool(T(s, t), "completed"));
+    EXPECT_GE(Num(T(s, t), "goodput_fraction"), 0.90);  // bar: 0.95
+  }
+  // ECMP hashing collisions keep the single-path baseline well below.
+  EXPECT_LT(Num(T(s, "roce"), "goodput_fraction"), 0.8);
+}
+
+TEST(BenchQuick, LinkFlaps) {
+  const json::Value res = RunQuick("link-flaps");
+  ExpectInvariants(res);
+  const json::Value& p = T(Scenario(res, "all-to-all-16"), "prism");
+  EXPECT_TRUE(Bool(p, "completed"));
+  EXPECT_EQ(Num(p, "connection_errors"), 0);
+  // Bar: loss of throughput no larger than the capacity taken away.
+  EXPECT_LE(Num(p, "throughput_loss_fraction"),
+            Num(p, "capacity_removed_fraction") + 0.05);
+}
+
+TEST(BenchQuick, T1Reboot) {
+  const json::Value res = RunQuick("t1-reboot");
+  ExpectInvariants(res);
+  const json::Value& p = T(Scenario(res, "ring-allreduce-16"), "prism");
+  EXPECT_TRUE(Bool(p, "completed"));
+  EXPECT_EQ(Num(p, "connection_errors"), 0);
+  EXPECT_LE(Num(p, "throughput_loss_fraction"),
+            Num(p, "capacity_removed_fraction") + 0.10);
+}
+
+}  // namespace
+}  // namespace prism::bench
