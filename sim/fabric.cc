@@ -263,6 +263,9 @@ void Fabric::HandleEvent(const Event& e) {
     case kPortDoneKind:
       PortDone(e.time, e.arg);
       break;
+    case kWireKind:
+      WireArrive(e.time, e.arg);
+      break;
     case kConvergeKind:
       RecomputeRoutes(static_cast<uint16_t>(e.arg));
       break;
@@ -528,8 +531,17 @@ void Fabric::StartTx(Time now, uint32_t id) {
   } else {
     p->last_port = id;
     p->epoch = pt.epoch;
+    p->wire_time = pt.busy_until + pt.delay;
     ++on_wire_;
-    q_->Push(pt.busy_until + pt.delay, kArriveKind, pt.to, p);
+    // Arrivals on one port are in transmission order, so the heap holds
+    // one event per busy wire rather than one per packet in flight.
+    if (pt.wire_tail) {
+      pt.wire_tail->next = p;
+    } else {
+      pt.wire_head = p;
+      q_->Push(p->wire_time, kWireKind, id, this);
+    }
+    pt.wire_tail = p;
   }
   // A NIC port needs to know when it is free (to pull more); a switch port
   // only when something waits.
@@ -537,6 +549,20 @@ void Fabric::StartTx(Time now, uint32_t id) {
     pt.done_pending = true;
     q_->Push(pt.busy_until, kPortDoneKind, id, this);
   }
+}
+
+void Fabric::WireArrive(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  SimPacket* p = pt.wire_head;
+  if (p == nullptr) return;
+  pt.wire_head = p->next;
+  if (pt.wire_head == nullptr) {
+    pt.wire_tail = nullptr;
+  } else {
+    q_->Push(pt.wire_head->wire_time, kWireKind, id, this);
+  }
+  p->next = nullptr;
+  Arrive(now, pt.to, p);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {

@@ -97,6 +97,9 @@ struct Port {
   SimPacket* dq_tail = nullptr;
   SimPacket* cq_head = nullptr;
   SimPacket* cq_tail = nullptr;
+  // Packets on the wire, in arrival order (FIFO: one event at a time).
+  SimPacket* wire_head = nullptr;
+  SimPacket* wire_tail = nullptr;
   uint32_t dq_bytes = 0;
   uint32_t cq_bytes = 0;
   uint32_t q_packets = 0;
@@ -135,6 +138,7 @@ class Fabric {
   static constexpr uint16_t kArriveKind = 1;
   static constexpr uint16_t kPortDoneKind = 2;
   static constexpr uint16_t kConvergeKind = 3;
+  static constexpr uint16_t kWireKind = 4;
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,
          EventQueue* queue, PacketPool* pool, uint64_t seed,
@@ -233,6 +237,7 @@ class Fabric {
   void Enqueue(Time now, uint32_t port, SimPacket* p);
   void StartTx(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
+  void WireArrive(Time now, uint32_t port);
   void Flush(uint32_t port);
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);

@@ -57,6 +57,7 @@ struct SimPacket {
   uint32_t bl_flow = 0;
   uint32_t bl_psn = 0;
   Time sent_at = 0;
+  Time wire_time = 0;  // arrival time at the far end while on a wire
   uint8_t header[TxPacket::kMaxHeaderBytes];
 };
 

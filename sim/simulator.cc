@@ -504,6 +504,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       case Fabric::kArriveKind:
       case Fabric::kPortDoneKind:
       case Fabric::kConvergeKind:
+      case Fabric::kWireKind:
         fabric_->HandleEvent(e);
         break;
       case kFlowStartKind: {

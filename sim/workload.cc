@@ -143,13 +143,17 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     if (*gs < 2 || *gs > n || n % *gs != 0) {
       return Bad("all_to_all group_size must be in 2..hosts and divide hosts");
     }
+    // Groups are strided (host i is in group i mod (n / group_size)) so a
+    // group spans T0s, as expert-parallel groups span nodes.
     const uint32_t g = static_cast<uint32_t>(*gs);
+    const uint32_t stride = n / g;
     for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t base = i / g * g;
+      const uint32_t pos = i / stride, grp = i % stride;
       for (uint32_t k = 1; k < g; ++k) {
-        // Each source starts with a different destination (i + k).
-        absl::Status st = AddFlow(c, i, base + (i - base + k) % g, *bytes,
-                                  *start, *msg, "all_to_all");
+        // Each source starts with a different destination (pos + k).
+        const uint32_t dst = ((pos + k) % g) * stride + grp;
+        absl::Status st =
+            AddFlow(c, i, dst, *bytes, *start, *msg, "all_to_all");
         if (!st.ok()) return st;
       }
     }

@@ -7,7 +7,8 @@
 //   bulk            explicit list of {src, dst, bytes, start_us}
 //   permutation     every host sends to a distinct other host (random
 //                   derangement from the seed, or a fixed shift)
-//   all_to_all      every host sends `bytes` to every other host (MoE style)
+//   all_to_all      every host sends `bytes` to every other host of its
+//                   group (MoE style; group_size, strided across T0s)
 //   ring_allreduce  `steps` ring steps of bytes/hosts each; step k of host i
 //                   starts when its own step k-1 and its predecessor's step
 //                   k-1 have completed
