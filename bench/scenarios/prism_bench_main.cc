@@ -125,8 +125,12 @@ int main(int argc, char** argv) {
   std::printf("%s", prism::bench::FormatTable(*res).c_str());
   std::printf("\n%.1f s wall. Results: %s\n", wall, path.c_str());
   if (plot) {
+    // Debian's interpreter has python3-matplotlib; a python3 earlier on PATH
+    // (pyenv, venv) may not.
+    const char* py =
+        access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
     const std::string cmd =
-        absl::StrFormat("python3 '%s' '%s'", PRISM_BENCH_PLOT_SCRIPT, path);
+        absl::StrFormat("%s '%s' '%s'", py, PRISM_BENCH_PLOT_SCRIPT, path);
     std::fflush(stdout);
     const int rc = std::system(cmd.c_str());
     if (rc != 0)
