@@ -763,6 +763,9 @@ T* AsComm(void* p, CommKind kind) {
 int SupportedPtrTypes() { return kPrismNcclPtrHost; }
 
 void ReleaseIdleResources() {
+  PRISM_NCCL_INFO("rejected so far: %llu protocol errors, %llu API misuses",
+                  static_cast<unsigned long long>(g_protocol_errors.load()),
+                  static_cast<unsigned long long>(g_api_errors.load()));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
 #endif
