@@ -68,6 +68,7 @@ struct Args {
   bool busy_poll = false;
   bool immediate = false;
   bool zero_checksum = false;
+  bool gso = false;
   std::string bind = "::";
 };
 
@@ -110,6 +111,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kImm,
     kBusy,
     kZero,
+    kGso,
     kBind,
     kPathStats,
     kJson
@@ -136,6 +138,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"immediate", no_argument, nullptr, kImm},
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
+      {"gso", no_argument, nullptr, kGso},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -227,6 +230,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kZero:
         a->zero_checksum = true;
         break;
+      case kGso:
+        a->gso = true;
+        break;
       case kBind:
         a->bind = optarg;
         break;
@@ -265,6 +271,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.link_mtu = a.link_mtu;
   o.routes = a.routes;
   o.accept_zero_checksum = a.zero_checksum;
+  o.gso = a.gso;
   o.busy_poll = a.busy_poll;
   o.connection.num_paths = a.paths;
   o.connection.num_planes = a.planes;

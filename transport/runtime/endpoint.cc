@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
   u.sockets_per_plane = o.sockets_per_plane;
   u.link_mtu = o.link_mtu;
   u.accept_zero_checksum = o.accept_zero_checksum;
+  u.gso = o.gso;
   std::vector<udp::Route> routes;
   for (const auto& r : o.routes) {
     auto route = udp::ParseRoute(r);

@@ -17,6 +17,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
 #ifndef UDP_NO_CHECK6_TX
 #define UDP_NO_CHECK6_TX 101
 #endif
@@ -186,10 +189,10 @@ std::string UdpStats::ToString() const {
       "tx_packets=%d tx_bytes=%d tx_backpressure=%d tx_errors=%d "
       "tx_drop_unknown_peer=%d tx_drop_too_big=%d rx_packets=%d rx_bytes=%d "
       "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d tx_syscalls=%d "
-      "rx_syscalls=%d",
+      "rx_syscalls=%d tx_gso_batches=%d",
       tx_packets, tx_bytes, tx_backpressure, tx_errors, tx_drop_unknown_peer,
       tx_drop_too_big, rx_packets, rx_bytes, rx_ecn_ce, rx_truncated, rx_errors,
-      tx_syscalls, rx_syscalls);
+      tx_syscalls, rx_syscalls, tx_gso_batches);
 }
 
 // A precomputed route to a peer: the network header template raw mode
@@ -220,6 +223,11 @@ struct UdpDatapath::Impl {
   uint16_t order[kMaxTxBurst];    // slot -> packet index
   uint16_t sock_of[kMaxTxBurst];  // packet -> flat socket index
   bool sent[kMaxTxBurst];
+  // GSO: compacted messages (one per run of equal-size packets).
+  mmsghdr gmsgs[kMaxTxBurst];
+  iovec giov[2 * kMaxTxBurst];
+  alignas(cmsghdr) uint8_t gctl[kMaxTxBurst][CMSG_SPACE(sizeof(uint16_t))];
+  uint16_t gfirst[kMaxTxBurst], gcount[kMaxTxBurst];
   // Receive slots.
   std::vector<mmsghdr> rmsgs;
   std::vector<iovec> riov;
@@ -248,6 +256,7 @@ absl::StatusOr<std::unique_ptr<UdpDatapath>> UdpDatapath::Create(
 
 absl::Status UdpDatapath::Init(const UdpOptions& o) {
   opt_ = o;
+  gso_ = o.gso;
   if (o.planes.empty() || o.planes.size() > kMaxPlanes)
     return absl::InvalidArgumentError(
         absl::StrCat("UdpOptions: need 1..", kMaxPlanes, " planes"));
@@ -504,6 +513,7 @@ UdpStats UdpDatapath::stats() const {
   s.rx_truncated = ld(c_.rx_truncated);
   s.rx_errors = ld(c_.rx_errors);
   s.tx_syscalls = ld(c_.tx_syscalls);
+  s.tx_gso_batches = ld(c_.tx_gso_batches);
   s.rx_syscalls = ld(c_.rx_syscalls);
   return s;
 }
@@ -650,6 +660,95 @@ size_t UdpDatapath::TxRaw(const TxPacket* pkts, size_t n) {
   return accepted;
 }
 
+namespace {
+size_t MsgBytes(const msghdr& h) {
+  size_t t = 0;
+  for (size_t i = 0; i < h.msg_iovlen; ++i) t += h.msg_iov[i].iov_len;
+  return t;
+}
+}  // namespace
+
+// Sends slots [b, e) of one socket, merging runs of data packets to the
+// same destination whose sizes are equal (the last may be shorter) into
+// one UDP GSO message (UDP_SEGMENT): one pass through the stack per run.
+// Returns false on back-pressure. A GSO send the kernel refuses (EIO: the
+// egress device lacks checksum offload; EINVAL) turns GSO off for good and
+// leaves the run unsent, to be offered again.
+bool UdpDatapath::SendGso(int fd, size_t b, size_t e, uint64_t* bytes,
+                          uint64_t* sent) {
+  Impl& m = *impl_;
+  size_t ng = 0, gi = 0;
+  for (size_t i = b; i < e;) {
+    const msghdr& first = m.msgs[i].msg_hdr;
+    const size_t seg = MsgBytes(first);
+    size_t j = i + 1, total = seg;
+    if (first.msg_controllen == 0) {  // data class: no per-packet cmsg
+      while (j < e && j - i < 64) {
+        const msghdr& h = m.msgs[j].msg_hdr;
+        const size_t len = MsgBytes(h);
+        if (h.msg_controllen != 0 || len > seg || total + len > 65000 ||
+            memcmp(&m.dst[j], &m.dst[i], sizeof(sockaddr_in6)) != 0)
+          break;
+        total += len;
+        ++j;
+        if (len < seg) break;  // a shorter one ends the run
+      }
+    }
+    mmsghdr& g = m.gmsgs[ng];
+    g.msg_hdr = first;
+    g.msg_len = 0;
+    if (j - i > 1) {
+      g.msg_hdr.msg_iov = m.giov + gi;
+      size_t cnt = 0;
+      for (size_t k = i; k < j; ++k)
+        for (size_t v = 0; v < m.msgs[k].msg_hdr.msg_iovlen; ++v)
+          m.giov[gi + cnt++] = m.msgs[k].msg_hdr.msg_iov[v];
+      gi += cnt;
+      g.msg_hdr.msg_iovlen = cnt;
+      g.msg_hdr.msg_control = m.gctl[ng];
+      g.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+      cmsghdr* c = CMSG_FIRSTHDR(&g.msg_hdr);
+      c->cmsg_level = IPPROTO_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t gs = static_cast<uint16_t>(seg);
+      memcpy(CMSG_DATA(c), &gs, sizeof(gs));
+    }
+    m.gfirst[ng] = static_cast<uint16_t>(i);
+    m.gcount[ng] = static_cast<uint16_t>(j - i);
+    ++ng;
+    i = j;
+  }
+  size_t k = 0;
+  while (k < ng) {
+    Bump(c_.tx_syscalls);
+    int r = sendmmsg(fd, m.gmsgs + k, ng - k, MSG_DONTWAIT);
+    if (r > 0) {
+      for (int q = 0; q < r; ++q) {
+        const size_t g = k + q;
+        *bytes += m.gmsgs[g].msg_len;
+        *sent += m.gcount[g];
+        if (m.gcount[g] > 1) Bump(c_.tx_gso_batches);
+        for (size_t x = 0; x < m.gcount[g]; ++x)
+          m.sent[m.order[m.gfirst[g] + x]] = true;
+      }
+      k += r;
+      continue;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS))
+      return false;
+    if (m.gcount[k] > 1 && (errno == EIO || errno == EINVAL)) {
+      gso_ = false;  // not supported on this path: plain sends from now on
+      return true;
+    }
+    Bump(c_.tx_errors);
+    for (size_t x = 0; x < m.gcount[k]; ++x)
+      m.sent[m.order[m.gfirst[k] + x]] = true;  // dropped: consumed
+    ++k;
+  }
+  return true;
+}
+
 size_t UdpDatapath::TxSockets(const TxPacket* pkts, size_t n) {
   Impl& m = *impl_;
   const size_t np = local_.size();
@@ -726,6 +825,10 @@ size_t UdpDatapath::TxSockets(const TxPacket* pkts, size_t n) {
     size_t b = start[s];
     const size_t e = start[s + 1];
     const int fd = tx_fd_[s / nsock][s % nsock];
+    if (gso_ && e - b >= 2) {
+      if (!SendGso(fd, b, e, &bytes, &sent)) pressure = true;
+      continue;
+    }
     while (b < e) {
       Bump(c_.tx_syscalls);
       int r = sendmmsg(fd, m.msgs + b, e - b, MSG_DONTWAIT);

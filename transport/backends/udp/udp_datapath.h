@@ -123,6 +123,10 @@ struct UdpOptions {
   bool accept_zero_checksum = false;  // UDP_NO_CHECK6_RX on receive sockets
   uint16_t rx_burst = 64;  // receive buffers (max packets per RxBurst)
   int socket_buffer_bytes = 8 << 20;  // SO_{SND,RCV}BUF(FORCE)
+  // sockets mode: merge runs of equal-size data packets to one destination
+  // into one UDP GSO send (UDP_SEGMENT). Turned off by itself when the
+  // kernel refuses it (no checksum offload on the egress device).
+  bool gso = false;
 };
 
 struct UdpStats {
@@ -139,6 +143,7 @@ struct UdpStats {
   uint64_t rx_errors = 0;
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
+  uint64_t tx_gso_batches = 0;    // UDP GSO messages (>= 2 packets each)
   std::string ToString() const;
 };
 
@@ -187,6 +192,7 @@ class UdpDatapath : public Datapath {
   absl::StatusOr<std::unique_ptr<Peer>> BuildPeer(const PeerConfig& peer);
   size_t TxRaw(const TxPacket* pkts, size_t n);
   size_t TxSockets(const TxPacket* pkts, size_t n);
+  bool SendGso(int fd, size_t b, size_t e, uint64_t* bytes, uint64_t* sent);
 
   UdpOptions opt_;
   size_t mtu_ = 0;
@@ -200,12 +206,13 @@ class UdpDatapath : public Datapath {
   std::vector<bool> reserved_;                // index = id - 1
   std::unique_ptr<Impl> impl_;                // preallocated buffers
   size_t rx_next_plane_ = 0;
+  bool gso_ = false;
 
   struct Counters {
     std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0},
         tx_errors{0}, tx_drop_unknown_peer{0}, tx_drop_too_big{0},
         rx_packets{0}, rx_bytes{0}, rx_ecn_ce{0}, rx_truncated{0}, rx_errors{0},
-        tx_syscalls{0}, rx_syscalls{0};
+        tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0};
   };
   Counters c_;
 };

@@ -90,6 +90,9 @@ struct EndpointOptions {
   // routes[p % routes.size()]: "entropy", "usid:<carrier>" or
   // "srh:<seg>,<seg>,..." (the peer's plane address is the final segment).
   std::vector<std::string> routes;
+  // sockets mode: UDP GSO for runs of equal-size data packets (falls back
+  // to plain sends by itself where the kernel refuses it).
+  bool gso = false;
   // Accept UDP packets with a zero checksum (needed by sockets-mode uSID).
   bool accept_zero_checksum = false;
 
