@@ -29,14 +29,14 @@ $(ASAN)/CMakeCache.txt:
 	  -DPRISM_BUILD_BENCH=OFF
 
 asan: deps $(ASAN)/CMakeCache.txt
-	cmake --build $(ASAN) -j $(JOBS)
+	cmake --build $(ASAN) -j $(JOBS) --target prism_unit_tests
 
 $(FUZZ)/CMakeCache.txt:
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPRISM_FUZZ=ON -DPRISM_BUILD_BENCH=OFF
 
 fuzz: deps $(FUZZ)/CMakeCache.txt
-	cmake --build $(FUZZ) -j $(JOBS)
+	cmake --build $(FUZZ) -j $(JOBS) --target prism_fuzzers
 
 test-main: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_J) -LE fuzz
