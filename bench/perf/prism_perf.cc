@@ -63,6 +63,7 @@ struct Args {
   uint64_t rate_gbps = 100;
   double rto_min_us = 0;
   double base_rtt_us = 100;
+  double probe_us = 1000;
   bool path_stats = false;
   bool json = false;
   bool busy_poll = false;
@@ -92,8 +93,10 @@ void Usage() {
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US (4000)\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
+      "  --probe-interval=US     probe period of retired paths (1000)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
+      "  --gso                   UDP GSO for runs of equal-size packets\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -108,6 +111,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kRate,
     kRto,
     kBaseRtt,
+    kProbe,
     kImm,
     kBusy,
     kZero,
@@ -135,6 +139,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"rate", required_argument, nullptr, kRate},
       {"rto-min", required_argument, nullptr, kRto},
       {"base-rtt", required_argument, nullptr, kBaseRtt},
+      {"probe-interval", required_argument, nullptr, kProbe},
       {"immediate", no_argument, nullptr, kImm},
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
@@ -221,6 +226,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         if (!absl::SimpleAtod(optarg, &a->base_rtt_us) || a->base_rtt_us <= 0)
           return false;
         break;
+      case kProbe:
+        if (!absl::SimpleAtod(optarg, &a->probe_us) || a->probe_us <= 0)
+          return false;
+        break;
       case kImm:
         a->immediate = true;
         break;
@@ -277,6 +286,8 @@ EndpointOptions MakeOptions(const Args& a) {
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;
   o.connection.link_rate_bps = a.rate_gbps * 1'000'000'000ull;
+  o.connection.probe_interval =
+      static_cast<Time>(a.probe_us * prism::kMicrosecond);
   o.connection.base_rtt =
       static_cast<Time>(a.base_rtt_us * prism::kMicrosecond);
   if (a.rto_min_us > 0)

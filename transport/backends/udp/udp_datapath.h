@@ -143,7 +143,7 @@ struct UdpStats {
   uint64_t rx_errors = 0;
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
-  uint64_t tx_gso_batches = 0;    // UDP GSO messages (>= 2 packets each)
+  uint64_t tx_gso_batches = 0;  // UDP GSO messages (>= 2 packets each)
   std::string ToString() const;
 };
 
@@ -197,7 +197,7 @@ class UdpDatapath : public Datapath {
   UdpOptions opt_;
   size_t mtu_ = 0;
   int raw_fd_ = -1;
-  std::vector<int> raw_plane_fd_;  // raw sockets per send group
+  std::vector<int> raw_plane_fd_;        // raw sockets per send group
   std::vector<int> rx_fd_;               // per plane
   std::vector<std::vector<int>> tx_fd_;  // per plane: source-port set
   std::vector<std::vector<uint16_t>> tx_port_;
