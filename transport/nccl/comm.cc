@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <vector>
 
 #include "transport/base/random.h"
 #include "transport/nccl/log.h"
@@ -141,6 +142,7 @@ struct CommBase : SinkBase {
   // Prism data path: the device's endpoint and this comm's connection.
   DeviceEndpoint* dep = nullptr;
   ConnId conn = kInvalidConn;
+  std::vector<uint32_t> deferred_lkeys;  // deregMr with WRITEs in flight
   // Completions routed here by DeviceEndpoint::Poll (bounded: one per
   // outstanding WRITE or received slot).
   static constexpr int kInboxCap = 2 * kMaxRequests * kMaxRecvs;
@@ -188,6 +190,13 @@ struct CommBase : SinkBase {
     if (dep == nullptr) return;
     dep->RemoveRoute(conn);
     (void)dep->ep()->CloseConnection(conn);
+    for (uint32_t lkey : deferred_lkeys) {
+      if (absl::Status s = dep->ep()->DeregisterMemory(lkey); !s.ok()) {
+        PRISM_NCCL_WARN("deregMr after close: %s",
+                        std::string(s.message()).c_str());
+      }
+    }
+    deferred_lkeys.clear();
     dep->Release();
     dep = nullptr;
   }
@@ -1216,7 +1225,11 @@ PrismNcclResult DeregMr(void* comm, void* mhandle) {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   if (c->dep != nullptr && mh->lkey != 0) {
     if (absl::Status s = c->dep->ep()->DeregisterMemory(mh->lkey); !s.ok()) {
-      PRISM_NCCL_WARN("deregMr: %s", std::string(s.message()).c_str());
+      // Still the source of WRITEs in flight (NCCL is tearing down with
+      // requests outstanding): deregister after the connection is closed.
+      PRISM_NCCL_INFO("deregMr deferred to close: %s",
+                      std::string(s.message()).c_str());
+      c->deferred_lkeys.push_back(mh->lkey);
     }
   }
 #endif
