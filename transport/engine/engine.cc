@@ -37,7 +37,8 @@
 // packet. Anything else is recovered by the RTO: srtt + 4 * rttvar from echoed
 // timestamps, clamped to [rto_min, rto_max], doubled per consecutive timeout
 // without progress; when it fires every transmission older than the RTO is
-// retransmitted and its path gets kTimeout.
+// retransmitted and its path gets kTimeout. (The timer is the backed-off
+// RTO; the age that makes a transmission "timed out" is the plain one.)
 //
 // Failure. A NACK BAD_KEY / BAD_RANGE for a PSN in flight is a remote access
 // error (as on an RDMA RC queue pair): the WRITE completes with
@@ -283,11 +284,15 @@ struct Conn {
   TxSlot& Slot(uint64_t psn) { return slots[psn & kWindowMask]; }
   TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
   const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
-  Time Rto() const {
-    Time base =
+  // RTO without backoff: srtt + 4 rttvar clamped to [rto_min, rto_max].
+  Time RtoBase() const {
+    const Time base =
         srtt == 0 ? std::max(opt.rto_min, 3 * opt.base_rtt) : srtt + 4 * rttvar;
-    base = std::clamp(base, opt.rto_min, opt.rto_max);
-    Time r = base;
+    return std::clamp(base, opt.rto_min, opt.rto_max);
+  }
+  // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
+  Time Rto() const {
+    Time r = RtoBase();
     for (int i = 0; i < backoff && r < opt.rto_max; ++i) r *= 2;
     return std::min(r, opt.rto_max);
   }
@@ -1442,9 +1447,13 @@ class Engine::Impl {
     if (c->all_head == kNil) return;
     const Time rto = c->Rto();
     if (c->slots[c->all_head].sent_time + rto > now) return;
-    // Every transmission older than the RTO is presumed lost.
+    // The (backed-off) timer fired: every transmission older than the
+    // un-backed-off RTO is presumed lost. (With the backed-off value here,
+    // packets sent just after the oldest one would be stranded: each firing
+    // doubles the age they must reach while they fill the window.)
+    const Time age = c->RtoBase();
     while (c->all_head != kNil &&
-           c->slots[c->all_head].sent_time + rto <= now) {
+           c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
       ++c->paths[path].st.lost_packets;
