@@ -261,7 +261,7 @@ TEST(CcSimTest, EightFlowsConvergeToFairShareNearTargetDelay) {
     EXPECT_LE(p99_q, 4 * target_q_us);
   } else {
     // Regression floors at the measured figures (a known miss).
-    EXPECT_GE(min_jain_after, 0.88)        // measured 0.91;
+    EXPECT_GE(min_jain_after, 0.88);       // measured 0.91
     EXPECT_LE(mean_q, 3.0 * target_q_us);  // measured 2.4x
     EXPECT_LE(p99_q, 16.0 * target_q_us);  // measured 14x
   }
