@@ -270,7 +270,11 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
     ++counters_.plane_down_feedback;
     return;
   }
-  if (rtt > 0) x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
+  if (rtt > 0) {
+    x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
+    typical_rtt_ =
+        typical_rtt_ == 0 ? rtt : typical_rtt_ + (rtt - typical_rtt_) / 8;
+  }
   if (policy_ == Policy::kReps && fb != PathFeedback::kProbeOk) {
     // A clean ACK on a GOOD path puts its EV back in circulation; any other
     // data outcome takes it out, and its plane is owed a replacement.
@@ -496,8 +500,13 @@ int MultipathSelector::NextPath(Time /*now*/) {
       for (int i = 0; i < 2 && b == a && planes_[pl].good > 1; ++i) {
         b = RandomInPlane(pl);
       }
-      // Unknown RTT (0) counts as best, so unexplored paths get tried.
-      p = paths_[b].srtt < paths_[a].srtt ? b : a;
+      // A path with no RTT sample yet compares as the connection's typical
+      // RTT: it beats a known-slow path and loses to a known-fast one. (When
+      // paths outnumber the packets per RTT, as with 256 paths, "unknown =
+      // best" made p2c mostly blind exploration.)
+      const Time ra = paths_[a].srtt != 0 ? paths_[a].srtt : typical_rtt_;
+      const Time rb = paths_[b].srtt != 0 ? paths_[b].srtt : typical_rtt_;
+      p = rb < ra ? b : a;
       break;
     }
     case Policy::kRandom:

@@ -171,6 +171,9 @@ class MultipathSelector final : public PathSelector {
   uint8_t reps_count_ = 0;
   uint32_t reps_owed_total_ = 0;  // sum of planes_[].owed
   uint32_t p2c_picks_ = 0;
+  // p2c: EWMA (gain 1/8) of every RTT sample of the connection; a path with
+  // no sample of its own compares as this typical RTT (0 before any sample).
+  Time typical_rtt_ = 0;
   PathSelectorCounters counters_;
 };
 

@@ -644,9 +644,16 @@ TEST(P2cTest, UnknownRttIsTriedAndSrttIsSmoothed) {
   EXPECT_EQ(s.srtt(0), 72 * kUs);              // 80 + (16 - 80) / 8
   s.OnFeedback(0, PathFeedback::kGood, 0, 0);  // no sample: unchanged
   EXPECT_EQ(s.srtt(0), 72 * kUs);
+  // Paths 1-3 have no sample: they compare as the typical RTT (EWMA of all
+  // samples: 80, then 72 us). Path 1 slower than that loses to them, path 2
+  // faster wins against them.
+  s.OnFeedback(1, PathFeedback::kGood, 0, 400 * kUs);  // typical ~113 us
+  s.OnFeedback(2, PathFeedback::kGood, 0, 20 * kUs);   // typical ~101 us
   std::vector<int> h(4, 0);
-  for (int i = 0; i < 4000; ++i) ++h[s.NextPath(0)];
-  EXPECT_LT(h[0], h[1]);  // paths with no sample yet win ties with it
+  for (int i = 0; i < 8000; ++i) ++h[s.NextPath(0)];
+  EXPECT_LT(h[1], h[3]);  // known-slow loses to unknown
+  EXPECT_GT(h[2], h[3]);  // known-fast beats unknown
+  EXPECT_GT(h[0], h[3]);  // path 0 (72 us) is faster than typical too
 }
 
 // A tiny packet model: 8 paths, each a FIFO serving one packet per tick
