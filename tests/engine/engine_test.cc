@@ -4,7 +4,10 @@
 // plane status, API misuse, determinism.
 #include "prism/engine.h"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -214,8 +217,67 @@ TEST(Engine, SackCoalescesOnePerSixteenPackets) {
   EXPECT_EQ(p.b->connection_stats(p.cb)->tx_sacks, 3u);
 }
 
-TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
+TEST(Engine, TailLossIsResentByAProbeAfterAboutTwoRttsNotTheRto) {
   Pair p;
+  ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < 7; ++i) Deliver(*p.b, 1000, pk[i]);  // last lost
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  EXPECT_EQ(p.a->connection_stats(p.ca)->inflight_bytes, 4096u);
+  // PTO from the last progress (2 ns): 2 base_rtt without an RTT sample,
+  // else max(2 srtt + base_rtt / 4, base_rtt); far below rto_min (50 us).
+  const Time srtt = p.a->connection_stats(p.ca)->srtt;
+  const Time pto = srtt == 0
+                       ? 20 * kMicrosecond
+                       : std::max(2 * srtt + 2500 * 1000, 10 * kMicrosecond);
+  const Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 2000 + pto);
+  EXPECT_LT(t, 50 * kMicrosecond);
+  EXPECT_TRUE(OfType(Poll(*p.a, t - 1), wire::PacketType::kData).empty());
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[7].pkt.data.psn);
+  EXPECT_NE(re[0].path, pk[7].path);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.tail_loss_probes, 1u);
+  EXPECT_EQ(st.rto_events, 0u);
+  Deliver(*p.b, t + 1000, re[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 2000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(p.src.size() > 0 &&
+                std::memcmp(p.src.data(), p.dst.data(), 8 * 4096) == 0,
+            true);
+}
+
+TEST(Engine, TailLossProbeFiresAtMostTwicePerStallThenTheRto) {
+  ConnectionOptions o = Pair::Defaults();
+  o.probe_interval = 10 * kSecond;
+  Pair p(o);
+  ASSERT_TRUE(p.Write(0, 1, 0, 100, 0).ok());
+  ASSERT_EQ(Poll(*p.a, 0).size(), 1u);
+  // Everything is dropped: two probes (at 2 base_rtt, no RTT sample yet),
+  // then the RTO's schedule.
+  std::vector<Time> sends;
+  for (int i = 0; i < 4; ++i) {
+    const Time t = p.a->NextEventTime();
+    ASSERT_EQ(OfType(Poll(*p.a, t), wire::PacketType::kData).size(), 1u);
+    sends.push_back(t);
+  }
+  EXPECT_EQ(sends[0], 20 * kMicrosecond);
+  EXPECT_EQ(sends[1], 40 * kMicrosecond);
+  EXPECT_EQ(sends[2], 40 * kMicrosecond + 50 * kMicrosecond);  // RTO
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.tail_loss_probes, 2u);
+  EXPECT_EQ(st.rto_events, 2u);
+}
+
+TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
+  ConnectionOptions o = Pair::Defaults();
+  o.tail_loss_probe = false;  // the RTO path is under test
+  Pair p(o);
   ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
   auto pk = Poll(*p.a, 0);
   ASSERT_EQ(pk.size(), 8u);
@@ -317,6 +379,7 @@ TEST(Engine, RtoBacksOffExponentiallyUpToRtoMax) {
   o.rto_min = 50 * kMicrosecond;
   o.rto_max = 1 * kMillisecond;
   o.probe_interval = 10 * kSecond;  // keep probes out of the way
+  o.tail_loss_probe = false;        // the RTO itself is under test
   Pair p(o);
   ASSERT_TRUE(p.Write(0, 1, 0, 100, 0).ok());
   ASSERT_EQ(Poll(*p.a, 0).size(), 1u);
@@ -775,6 +838,128 @@ TEST(Engine, StatsPrint) {
   PathStats p;
   p.state = 2;
   EXPECT_NE(p.ToString().find("state=ASSUMED_BAD"), std::string::npos);
+}
+
+// --- ConnectionOptions::max_inflight_packets
+
+TEST(Engine, MaxInflightPacketsIsValidated) {
+  Engine e(EngineOptions{});
+  for (uint32_t bad : {0u, 1u, 128u, 255u, 300u, 4095u, 131072u}) {
+    ConnectionOptions o = Pair::Defaults();
+    o.max_inflight_packets = bad;
+    auto c = e.CreateConnection(o);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.status().message().find("max_inflight_packets"),
+              std::string::npos);
+  }
+  for (uint32_t good : {256u, 1024u, 4096u, 65536u}) {
+    ConnectionOptions o = Pair::Defaults();
+    o.max_inflight_packets = good;
+    ASSERT_TRUE(e.CreateConnection(o).ok()) << good;
+  }
+  ConnectionOptions d;
+  EXPECT_EQ(d.max_inflight_packets, 4096u);
+}
+
+// Moves packets between the pair until `done` or `rounds` exchanges; returns
+// the largest number of DATA packets the sender emitted in one poll.
+size_t Shuttle(Pair& p, Time& now, int rounds) {
+  size_t max_burst = 0;
+  for (int r = 0; r < rounds; ++r) {
+    auto pk = Poll(*p.a, now);
+    max_burst = std::max(max_burst, OfType(pk, wire::PacketType::kData).size());
+    for (auto& c : pk) Deliver(*p.b, now + 1000, c);
+    now += 5 * kMicrosecond;
+    for (auto& c : Poll(*p.b, now)) Deliver(*p.a, now + 1000, c);
+    now += 5 * kMicrosecond;
+  }
+  return max_burst;
+}
+
+// Heap bytes one connected connection holds (glibc mallinfo2; 0 when the
+// allocator is replaced, e.g. under ASan).
+size_t ConnectionHeapBytes(uint32_t window, uint32_t max_msgs) {
+  EngineOptions eo;
+  Engine a(eo), b(eo);
+  ConnectionOptions o = Pair::Defaults();
+  o.max_inflight_packets = window;
+  o.max_outstanding_messages = max_msgs;
+  const ConnId cb = *b.CreateConnection(o);
+  constexpr int kConns = 16;
+  const struct mallinfo2 m0 = mallinfo2();
+  const size_t before = m0.uordblks + m0.hblkhd;
+  for (int i = 0; i < kConns; ++i) {
+    const ConnId ca = *a.CreateConnection(o);
+    EXPECT_TRUE(a.Connect(ca, b.LocalInfo(cb)).ok());
+  }
+  const struct mallinfo2 m1 = mallinfo2();
+  const size_t after = m1.uordblks + m1.hblkhd;
+  return after > before ? (after - before) / kConns : 0;
+}
+
+TEST(Engine, SmallerWindowShrinksPerConnectionMemory) {
+  const size_t big = ConnectionHeapBytes(4096, 4096);
+  if (big == 0) GTEST_SKIP() << "allocator statistics unavailable";
+  const size_t w1024 = ConnectionHeapBytes(1024, 4096);
+  const size_t small = ConnectionHeapBytes(256, 4096);
+  const size_t tiny = ConnectionHeapBytes(256, 256);
+  std::printf(
+      "per-connection heap (256 paths): window 4096: %zu B, 1024: %zu "
+      "B, 256: %zu B, 256 + 256 messages: %zu B\n",
+      big, w1024, small, tiny);
+  EXPECT_LT(small, big / 2);
+  EXPECT_LT(tiny, small);
+  EXPECT_LT(w1024, big);
+}
+
+TEST(Engine, SmallWindowBoundsPacketsInFlightAndStillDelivers) {
+  ConnectionOptions o = Pair::Defaults();
+  o.max_inflight_packets = 256;
+  Pair p(o, 256);  // 1 MiB = 4096 packets, 16 windows (under the cwnd)
+  ASSERT_TRUE(p.Write(0, 1, 0, 1 << 20, 0).ok());
+  auto first = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+  EXPECT_EQ(first.size(), 256u);
+  for (auto& c : first) Deliver(*p.b, 1000, c);
+  Time now = 10 * kMicrosecond;
+  for (auto& c : Poll(*p.b, now)) Deliver(*p.a, now, c);
+  EXPECT_LE(Shuttle(p, now, 40), 256u);
+  EXPECT_EQ(p.src, p.dst);
+  auto cpl = Drain(*p.a);
+  ASSERT_EQ(cpl.size(), 1u);
+  EXPECT_EQ(cpl[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(p.a->connection_stats(p.ca)->rto_events, 0u);
+  EXPECT_EQ(p.b->stats().rx_drop_out_of_window, 0u);
+}
+
+TEST(Engine, SenderUsesTheSmallerOfItsAndThePeersWindow) {
+  EngineOptions ea;
+  ea.seed = 1;
+  ea.mtu_payload = 256;
+  EngineOptions eb = ea;
+  eb.seed = 2;
+  Pair p(Pair::Defaults(), 256);
+  // Rebuild b's side with a 512-packet window.
+  p.b = std::make_unique<Engine>(eb);
+  ConnectionOptions ob = Pair::Defaults();
+  ob.max_inflight_packets = 512;
+  p.cb = *p.b->CreateConnection(ob);
+  p.a = std::make_unique<Engine>(ea);
+  p.ca = *p.a->CreateConnection(Pair::Defaults());
+  ASSERT_EQ(p.b->LocalInfo(p.cb).max_inflight_packets, 512u);
+  ASSERT_TRUE(p.a->Connect(p.ca, p.b->LocalInfo(p.cb)).ok());
+  ASSERT_TRUE(p.b->Connect(p.cb, p.a->LocalInfo(p.ca)).ok());
+  p.smr = *p.a->RegisterMemory(p.src.data(), p.src.size(), kAccessLocal);
+  p.dmr = *p.b->RegisterMemory(p.dst.data(), p.dst.size(), kAccessRemoteWrite);
+  ASSERT_TRUE(p.Write(0, 1, 0, 1 << 20, 0).ok());
+  auto first = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+  EXPECT_EQ(first.size(), 512u);
+  for (auto& c : first) Deliver(*p.b, 1000, c);
+  Time now = 10 * kMicrosecond;
+  for (auto& c : Poll(*p.b, now)) Deliver(*p.a, now, c);
+  EXPECT_LE(Shuttle(p, now, 30), 512u);
+  EXPECT_EQ(p.src, p.dst);
+  EXPECT_EQ(p.b->stats().rx_drop_out_of_window, 0u);
 }
 
 }  // namespace

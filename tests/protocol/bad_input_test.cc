@@ -92,7 +92,8 @@ class BadInput : public ::testing::Test {
     return s.rx_drop_malformed + s.rx_drop_bad_magic + s.rx_drop_bad_version +
            s.rx_drop_bad_checksum + s.rx_drop_payload_corrupt +
            s.rx_drop_unknown_conn + s.rx_drop_bad_key + s.rx_drop_bad_range +
-           s.rx_drop_out_of_window + s.rx_drop_placement;
+           s.rx_drop_out_of_window + s.rx_drop_placement +
+           s.rx_drop_inband_setup;
   }
 
   std::unique_ptr<Engine> a_, b_;
@@ -277,6 +278,28 @@ TEST_F(BadInput, UnknownConnectionIdsAreDropped) {
   const auto s = b_->stats();
   EXPECT_EQ(s.rx_drop_unknown_conn, 9u);
   EXPECT_EQ(Drops(s), 9u);
+  ExpectMemoryUntouched();
+}
+
+TEST_F(BadInput, InbandConnectIsCountedAsSetupNotMalformed) {
+  for (bool ack : {false, true}) {
+    wire::ConnectHeader h;
+    h.dst_conn = ack ? cb_ : 0;
+    h.src_conn = 77;
+    h.num_paths = 16;
+    h.num_planes = 1;
+    h.mtu_payload = 4096;
+    h.nonce = 5;
+    std::vector<uint8_t> p(wire::kMaxHeaderSize);
+    p.resize(wire::EncodeConnect(h, ack, p.data(), p.size()));
+    ASSERT_FALSE(p.empty());
+    Inject(p);
+  }
+  const auto s = b_->stats();
+  EXPECT_EQ(s.rx_drop_inband_setup, 2u);
+  EXPECT_EQ(s.rx_drop_malformed, 0u);
+  EXPECT_EQ(Drops(s), 2u);
+  EXPECT_NE(s.ToString().find("rx_drop_inband_setup=2"), std::string::npos);
   ExpectMemoryUntouched();
 }
 

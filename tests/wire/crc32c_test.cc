@@ -92,5 +92,18 @@ TEST(Crc32c, DetectsEverySingleBitErrorIn4KiB) {
   }
 }
 
+TEST(Crc32c, Zero4At4EqualsCrcOfTheBufferWithThoseBytesZeroed) {
+  Rng rng(99);
+  for (size_t len = 8; len < 200; ++len) {
+    std::vector<uint8_t> b(len);
+    for (auto& x : b) x = static_cast<uint8_t>(rng.Next32());
+    std::vector<uint8_t> z = b;
+    std::memset(z.data() + 4, 0, 4);
+    const uint32_t want = Crc32cSoftware(z.data(), z.size());
+    EXPECT_EQ(Crc32cZero4At4(b.data(), b.size()), want) << len;
+    EXPECT_EQ(Crc32c(z.data(), z.size()), want) << len;
+  }
+}
+
 }  // namespace
 }  // namespace prism::wire

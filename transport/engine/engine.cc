@@ -13,10 +13,11 @@
 // [first_psn, first_psn + npkts), npkts = max(1, ceil(len / mtu)). A packet's
 // PSN therefore never changes; retransmissions reuse it.
 //
-// Sender. A ring of kWindow TxSlots indexed by psn % kWindow covers
-// [snd_una, snd_una + kWindow); no PSN beyond that is ever sent, which also
-// bounds the receiver's window. Each slot in flight is linked in two
-// intrusive doubly-linked lists: the connection's send-time order (the head
+// Sender. A ring of W TxSlots (W = ConnectionOptions::max_inflight_packets,
+// a power of two) indexed by psn % W covers [snd_una, snd_una + W); no PSN
+// beyond snd_una + min(W, peer's W) is ever sent, which also bounds the
+// receiver's window (the receiver's own W). Each slot in flight is linked in
+// two intrusive doubly-linked lists: the connection's send-time order (the head
 // is the oldest transmission: the RTO timer) and its path's send order (for
 // per-path loss inference). Lost packets go to a retransmit ring and are sent
 // before new data. Payload is never copied: TxPacket::payload points into the
@@ -56,7 +57,7 @@
 // overflow-safe (BAD_RANGE),
 // payload CRC32C when present/required (CORRUPT), PSN window (duplicate below
 // rcv_nxt or already in the received bitmap -> suppressed and re-acked;
-// beyond rcv_nxt + kWindow -> OUT_OF_WINDOW), message slot consistency; then
+// beyond rcv_nxt + W -> OUT_OF_WINDOW), message slot consistency; then
 // the Placer writes it. Each message's bytes are counted; a message is
 // complete when all its bytes arrived, and messages are retired strictly in
 // MSN order, so a kRecvImmediate completion for message k is only reported
@@ -94,14 +95,18 @@
 namespace prism {
 namespace {
 
-constexpr uint64_t kWindow = 4096;  // PSNs in flight / receive window
-constexpr uint64_t kWindowMask = kWindow - 1;
-constexpr uint64_t kRetxRing = 2 * kWindow;  // retransmit queue entries
+// Windows are per connection (ConnectionOptions::max_inflight_packets, a
+// power of two in [kMinWindow, kMaxWindow]); the retransmit ring holds
+// 2 * window entries and the control ring min(kCtrlRing, window).
+constexpr uint64_t kMinWindow = 256;  // >= wire::kSackBitmapBits
+constexpr uint64_t kMaxWindow = 1u << 16;
 constexpr uint32_t kNil = 0xFFFFFFFFu;
 constexpr uint32_t kAckEvery = 16;
 constexpr uint32_t kDupThresh = 3;
 constexpr size_t kCtrlRing = 1024;
 constexpr int kMaxBackoff = 16;
+constexpr uint8_t kMaxTlp = 2;        // tail-loss probes per stall
+constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
 
 enum SlotState : uint8_t { kFree = 0, kInFlight, kLost, kAcked };
@@ -227,6 +232,14 @@ struct Conn {
   std::unique_ptr<congestion::Controller> cc;
   ConnectionStats st;
 
+  // --- window geometry (fixed at Connect)
+  uint64_t win = 0;           // local window: tx slots, receive window
+  uint64_t win_mask = 0;      // win - 1
+  uint64_t rx_word_mask = 0;  // win / 64 - 1
+  uint64_t snd_win = 0;       // send limit: min(win, peer's window)
+  uint64_t retx_size = 0;     // 2 * win
+  uint64_t ctrl_size = 0;     // min(kCtrlRing, win)
+
   // --- sender
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
@@ -247,6 +260,8 @@ struct Conn {
   uint64_t cwnd = 0;
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
+  Time last_progress = 0;  // last time a SACK acked something new
+  uint8_t tlp_fired = 0;   // tail-loss probes since then
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -279,9 +294,12 @@ struct Conn {
   uint32_t plane_seq = 0;
   uint32_t peer_plane_seq = 0;
   uint32_t peer_planes_down = 0;
+  Time plane_resend_at = kTimeInfinite;  // next repeat of our PLANE_STATUS
+  Time plane_resend_gap = 0;
+  uint8_t plane_repeats_left = 0;
 
   bool Outstanding() const { return msg_una != post_msn; }
-  TxSlot& Slot(uint64_t psn) { return slots[psn & kWindowMask]; }
+  TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
   TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
   const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
   // RTO without backoff: srtt + 4 rttvar clamped to [rto_min, rto_max].
@@ -290,16 +308,29 @@ struct Conn {
         srtt == 0 ? std::max(opt.rto_min, 3 * opt.base_rtt) : srtt + 4 * rttvar;
     return std::clamp(base, opt.rto_min, opt.rto_max);
   }
+  // Tail-loss probe timeout: max(2 srtt + SACK delay, base_rtt); before the
+  // first RTT sample 2 base_rtt.
+  Time Pto() const {
+    if (srtt == 0) return 2 * opt.base_rtt;
+    return std::max(2 * srtt + opt.base_rtt / 4, opt.base_rtt);
+  }
+  // When the tail-loss probe fires (kTimeInfinite: not armed).
+  Time TlpTime() const {
+    if (!opt.tail_loss_probe || tlp_fired >= kMaxTlp || all_head == kNil) {
+      return kTimeInfinite;
+    }
+    return std::max(last_progress, slots[all_head].sent_time) + Pto();
+  }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
     Time r = RtoBase();
     for (int i = 0; i < backoff && r < opt.rto_max; ++i) r *= 2;
     return std::min(r, opt.rto_max);
   }
-  bool CtrlFull() const { return ctrl_tail - ctrl_head >= kCtrlRing; }
+  bool CtrlFull() const { return ctrl_tail - ctrl_head >= ctrl_size; }
   CtrlItem* PushCtrl() {
     if (CtrlFull()) return nullptr;
-    return &ctrl[(ctrl_tail++) % kCtrlRing];
+    return &ctrl[(ctrl_tail++) % ctrl_size];
   }
 };
 
@@ -396,6 +427,13 @@ class Engine::Impl {
       return absl::InvalidArgumentError(
           "max_outstanding_messages must be in [1, 2^20]");
     }
+    if (o.max_inflight_packets < kMinWindow ||
+        o.max_inflight_packets > kMaxWindow ||
+        (o.max_inflight_packets & (o.max_inflight_packets - 1)) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_inflight_packets must be a power of two in [", kMinWindow, ", ",
+          kMaxWindow, "], got ", o.max_inflight_packets));
+    }
     // Validate the policy names now (with the local path count).
     auto sel = MakeSelector(o, o.num_paths, o.num_planes, 1);
     if (!sel.ok()) return sel.status();
@@ -426,6 +464,7 @@ class Engine::Impl {
     info.mtu_payload = opt_.mtu_payload;
     info.payload_checksum = c->opt.payload_checksum;
     info.initial_psn = c->initial_psn;
+    info.max_inflight_packets = c->opt.max_inflight_packets;
     return info;
   }
 
@@ -462,23 +501,32 @@ class Engine::Impl {
     c->tx_crc = c->opt.payload_checksum || remote.payload_checksum;
     c->rx_crc_required = c->tx_crc;
     // Sender state.
-    c->slots.assign(kWindow, TxSlot{});
+    c->win = c->opt.max_inflight_packets;
+    c->win_mask = c->win - 1;
+    c->rx_word_mask = c->win / 64 - 1;
+    c->snd_win = c->win;
+    if (remote.max_inflight_packets != 0) {
+      c->snd_win = std::min<uint64_t>(c->win, remote.max_inflight_packets);
+    }
+    c->retx_size = 2 * c->win;
+    c->ctrl_size = std::min<uint64_t>(kCtrlRing, c->win);
+    c->slots.assign(c->win, TxSlot{});
     c->paths.assign(np, PathInfo{});
     uint32_t cap = 1;
     while (cap < c->opt.max_outstanding_messages) cap <<= 1;
     c->msgs.assign(cap, TxMsg{});
     c->msg_mask = cap - 1;
     c->max_msgs = c->opt.max_outstanding_messages;
-    c->retx.assign(kRetxRing, 0);
+    c->retx.assign(c->retx_size, 0);
     c->dirty_paths.reserve(np);
     const uint64_t start = (uint64_t{1} << 32) + c->initial_psn;
     c->next_assign_psn = c->snd_una = c->snd_nxt = start;
     c->cwnd = c->cc->window_bytes();
     // Receiver state.
-    c->rx_bits.assign(kWindow / 64, 0);
-    c->rx_msgs.assign(kWindow, RxMsg{});
+    c->rx_bits.assign(c->win / 64, 0);
+    c->rx_msgs.assign(c->win, RxMsg{});
     c->rcv_nxt = c->rcv_high = (uint64_t{1} << 32) + remote.initial_psn;
-    c->ctrl.assign(kCtrlRing, CtrlItem{});
+    c->ctrl.assign(c->ctrl_size, CtrlItem{});
     c->connected = true;
     return absl::OkStatus();
   }
@@ -596,7 +644,9 @@ class Engine::Impl {
       }
       if (c->all_head != kNil) {
         t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
+        t = std::min(t, c->TlpTime());
       }
+      t = std::min(t, c->plane_resend_at);
       if (c->Outstanding()) {
         t = std::min(t, c->last_heard + c->opt.connection_timeout);
       }
@@ -674,7 +724,19 @@ class Engine::Impl {
     if (before == c->planes_down_local) return absl::OkStatus();
     ApplyPlane(c, plane, up, now);
     ++c->plane_seq;
-    // Tell the peer, once over every plane that is up on both sides.
+    // Tell the peer over every plane that is up on both sides, then repeat
+    // it kPlaneRepeats times with doubling gaps from the RTO (there is no
+    // acknowledgement on the wire; the receiver ignores repeats by seq).
+    QueuePlaneStatus(c);
+    c->plane_repeats_left = kPlaneRepeats;
+    c->plane_resend_gap = c->RtoBase();
+    c->plane_resend_at = now + c->plane_resend_gap;
+    return absl::OkStatus();
+  }
+
+ private:
+  // ------------------------------------------------------------ helpers
+  void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
       if ((c->planes_down_local | c->peer_planes_down) & (1u << p)) continue;
       CtrlItem* it = c->PushCtrl();
@@ -685,11 +747,7 @@ class Engine::Impl {
       it->psn = c->plane_seq;
       it->planes_down = c->planes_down_local;
     }
-    return absl::OkStatus();
   }
-
- private:
-  // ------------------------------------------------------------ helpers
   void Observe(Time now) {
     if (now > last_now_) last_now_ = now;
   }
@@ -781,17 +839,17 @@ class Engine::Impl {
 
   // Slot in flight -> lost: out of the lists, queued for retransmission.
   void MarkLost(Conn* c, uint64_t psn, bool front) {
-    const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+    const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
     TxSlot& s = c->slots[idx];
     UnlinkSlot(c, idx);
     s.state = kLost;
     c->inflight_bytes -= s.len;
-    if (c->retx_tail - c->retx_head >= kRetxRing) CompactRetx(c);
+    if (c->retx_tail - c->retx_head >= c->retx_size) CompactRetx(c);
     if (front && c->retx_head != c->retx_tail) {
       --c->retx_head;
-      c->retx[c->retx_head % kRetxRing] = psn;
+      c->retx[c->retx_head % c->retx_size] = psn;
     } else {
-      c->retx[(c->retx_tail++) % kRetxRing] = psn;
+      c->retx[(c->retx_tail++) % c->retx_size] = psn;
     }
   }
 
@@ -800,9 +858,9 @@ class Engine::Impl {
   void CompactRetx(Conn* c) {
     uint64_t w = c->retx_head;
     for (uint64_t r = c->retx_head; r != c->retx_tail; ++r) {
-      const uint64_t psn = c->retx[r % kRetxRing];
+      const uint64_t psn = c->retx[r % c->retx_size];
       if (psn >= c->snd_una && c->Slot(psn).state == kLost) {
-        c->retx[(w++) % kRetxRing] = psn;
+        c->retx[(w++) % c->retx_size] = psn;
       }
     }
     c->retx_tail = w;
@@ -854,7 +912,7 @@ class Engine::Impl {
       case wire::PacketType::kConnect:
       case wire::PacketType::kConnectAck:
         // In-band setup is not handled by the engine (out-of-band Connect()).
-        ++stats_.rx_drop_malformed;
+        ++stats_.rx_drop_inband_setup;
         return;
     }
     Conn* c = Find(dst);
@@ -954,10 +1012,10 @@ class Engine::Impl {
   }
 
   uint64_t PsnOfSlot(Conn* c, uint32_t idx) const {
-    // The slot ring covers [snd_una, snd_una + kWindow).
-    const uint64_t base = c->snd_una & ~kWindowMask;
+    // The slot ring covers [snd_una, snd_una + win).
+    const uint64_t base = c->snd_una & ~c->win_mask;
     uint64_t psn = base + idx;
-    if (psn < c->snd_una) psn += kWindow;
+    if (psn < c->snd_una) psn += c->win;
     return psn;
   }
 
@@ -987,8 +1045,8 @@ class Engine::Impl {
     const uint64_t psn = Ext(c->rcv_nxt, h.psn);
     if (trimmed) {
       ++c->st.rx_trimmed;
-      if (psn < c->rcv_nxt || psn >= c->rcv_nxt + kWindow ||
-          (c->rx_bits[(psn >> 6) & (kWindow / 64 - 1)] >> (psn & 63)) & 1) {
+      if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win ||
+          (c->rx_bits[(psn >> 6) & (c->rx_word_mask)] >> (psn & 63)) & 1) {
         // Already have it (or cannot have it): just re-acknowledge.
         ++stats_.rx_duplicates;
         NoteAck(now, c, h, psn, rx.ecn_ce, true);
@@ -1043,12 +1101,12 @@ class Engine::Impl {
       NoteAck(now, c, h, psn, rx.ecn_ce, true);
       return;
     }
-    if (psn >= c->rcv_nxt + kWindow) {
+    if (psn >= c->rcv_nxt + c->win) {
       ++stats_.rx_drop_out_of_window;
       QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
       return;
     }
-    uint64_t& word = c->rx_bits[(psn >> 6) & (kWindow / 64 - 1)];
+    uint64_t& word = c->rx_bits[(psn >> 6) & (c->rx_word_mask)];
     const uint64_t bit = uint64_t{1} << (psn & 63);
     if (word & bit) {
       ++stats_.rx_duplicates;
@@ -1058,9 +1116,9 @@ class Engine::Impl {
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     const uint64_t base_addr = h.remote_addr - h.msg_offset;
-    RxMsg& m = c->rx_msgs[h.msn & kWindowMask];
+    RxMsg& m = c->rx_msgs[h.msn & c->win_mask];
     const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
-    if (md < 0 || md >= static_cast<int32_t>(kWindow) ||
+    if (md < 0 || md >= static_cast<int32_t>(c->win) ||
         (m.active && m.msn != h.msn)) {
       ++stats_.rx_drop_out_of_window;
       QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
@@ -1111,7 +1169,7 @@ class Engine::Impl {
 
   void AdvanceRcvNxt(Conn* c) {
     for (;;) {
-      uint64_t& w = c->rx_bits[(c->rcv_nxt >> 6) & (kWindow / 64 - 1)];
+      uint64_t& w = c->rx_bits[(c->rcv_nxt >> 6) & (c->rx_word_mask)];
       const unsigned sh = static_cast<unsigned>(c->rcv_nxt & 63);
       const uint64_t rest = ~(w >> sh);  // zero bits from rcv_nxt up
       if (rest == 0) {
@@ -1132,7 +1190,7 @@ class Engine::Impl {
 
   void DeliverInOrder(Conn* c) {
     for (;;) {
-      RxMsg& m = c->rx_msgs[c->rcv_msn_next & kWindowMask];
+      RxMsg& m = c->rx_msgs[c->rcv_msn_next & c->win_mask];
       if (!m.active || m.msn != c->rcv_msn_next || !m.complete) return;
       if (m.has_imm) {
         Completion cpl;
@@ -1189,7 +1247,7 @@ class Engine::Impl {
   void AckSlot(Conn* c, uint64_t psn, uint64_t trig, uint16_t echo_path,
                uint64_t echo_ts, bool ecn, Time rtt, Time now,
                congestion::AckEvent& ev) {
-    const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+    const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
     TxSlot& s = c->slots[idx];
     if (s.state != kInFlight && s.state != kLost) return;
     PathInfo& p = c->paths[s.path];
@@ -1220,6 +1278,8 @@ class Engine::Impl {
     // (kLost: acked before its retransmission left; the retx entry is
     // skipped when popped.)
     s.state = kAcked;
+    c->last_progress = now;
+    c->tlp_fired = 0;
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
@@ -1444,8 +1504,38 @@ class Engine::Impl {
                   absl::StatusCode::kDeadlineExceeded, 0);
       return;
     }
+    if (c->plane_resend_at <= now) {
+      QueuePlaneStatus(c);
+      ++c->st.plane_status_repeats;
+      if (--c->plane_repeats_left == 0) {
+        c->plane_resend_at = kTimeInfinite;
+      } else {
+        c->plane_resend_gap = std::min(2 * c->plane_resend_gap, c->opt.rto_max);
+        c->plane_resend_at = now + c->plane_resend_gap;
+      }
+    }
     if (c->all_head == kNil) return;
     const Time rto = c->Rto();
+    if (c->TlpTime() <= now &&
+        c->TlpTime() < c->slots[c->all_head].sent_time + rto) {
+      // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
+      // while data is in flight, well before the RTO. Every transmission
+      // older than a PTO is presumed lost and resent (on another path); the
+      // paths get kLost. At most kMaxTlp times per stall, then the RTO.
+      const Time pto = c->Pto();
+      while (c->all_head != kNil &&
+             c->slots[c->all_head].sent_time + pto <= now) {
+        const uint32_t idx = c->all_head;
+        const uint16_t path = c->slots[idx].path;
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, PsnOfSlot(c, idx), false);
+        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+      }
+      ++c->tlp_fired;
+      ++c->st.tail_loss_probes;
+      c->no_path = false;
+      return;
+    }
     if (c->slots[c->all_head].sent_time + rto > now) return;
     // The (backed-off) timer fired: every transmission older than the
     // un-backed-off RTO is presumed lost. (With the backed-off value here,
@@ -1472,15 +1562,15 @@ class Engine::Impl {
   bool HasSendable(const Conn* c) const {
     uint32_t len;
     if (c->retx_head != c->retx_tail) {
-      const uint64_t psn = c->retx[c->retx_head % kRetxRing];
-      const TxSlot& s = c->slots[psn & kWindowMask];
+      const uint64_t psn = c->retx[c->retx_head % c->retx_size];
+      const TxSlot& s = c->slots[psn & c->win_mask];
       if (psn < c->snd_una || s.state != kLost) return true;  // stale: pop
       const TxMsg& m = c->Msg(s.msn);
       len = std::min<uint32_t>(c->mtu, m.len - s.pkt_idx * c->mtu);
     } else {
       if (c->send_msn == c->post_msn) return false;
       const TxMsg& m = c->Msg(c->send_msn);
-      if (m.first_psn + c->send_idx >= c->snd_una + kWindow) return false;
+      if (m.first_psn + c->send_idx >= c->snd_una + c->snd_win) return false;
       len = std::min<uint32_t>(c->mtu, m.len - c->send_idx * c->mtu);
     }
     return c->inflight_bytes == 0 || c->inflight_bytes + len <= c->cwnd;
@@ -1491,7 +1581,7 @@ class Engine::Impl {
     size_t n = 0;
     // Control packets.
     while (n < max && c->ctrl_head != c->ctrl_tail) {
-      const CtrlItem& it = c->ctrl[(c->ctrl_head++) % kCtrlRing];
+      const CtrlItem& it = c->ctrl[(c->ctrl_head++) % c->ctrl_size];
       EmitCtrl(now, c, it, out[n]);
       ++n;
     }
@@ -1517,7 +1607,7 @@ class Engine::Impl {
       uint64_t psn;
       bool retx = false;
       if (c->retx_head != c->retx_tail) {
-        psn = c->retx[c->retx_head % kRetxRing];
+        psn = c->retx[c->retx_head % c->retx_size];
         if (c->Slot(psn).state != kLost || psn < c->snd_una) {
           ++c->retx_head;  // acked meanwhile
           continue;
@@ -1527,9 +1617,9 @@ class Engine::Impl {
         if (c->send_msn == c->post_msn) break;
         const TxMsg& m = c->Msg(c->send_msn);
         psn = m.first_psn + c->send_idx;
-        if (psn >= c->snd_una + kWindow) break;
+        if (psn >= c->snd_una + c->snd_win) break;
       }
-      const uint32_t idx = static_cast<uint32_t>(psn & kWindowMask);
+      const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
       TxSlot& s = c->slots[idx];
       uint32_t msn, pkt_idx;
       if (retx) {
@@ -1654,13 +1744,13 @@ class Engine::Impl {
           base = (it.psn64 & ~uint64_t{63}) - (wire::kSackBitmapBits - 64);
         }
         h.bitmap_base = static_cast<uint32_t>(base);
-        // Ring positions at or beyond rcv_nxt + kWindow alias live bits of
+        // Ring positions at or beyond rcv_nxt + win alias live bits of
         // PSNs one window lower: report them as zero (a SACK may be read
         // long after it was sent, when those PSNs are in the sender's window).
-        const uint64_t limit = c->rcv_nxt + kWindow;
+        const uint64_t limit = c->rcv_nxt + c->win;
         for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
           const uint64_t lo = base + 64 * w;
-          uint64_t bits = c->rx_bits[((base >> 6) + w) & (kWindow / 64 - 1)];
+          uint64_t bits = c->rx_bits[((base >> 6) + w) & (c->rx_word_mask)];
           if (lo >= limit) {
             bits = 0;
           } else if (lo + 64 > limit) {

@@ -54,6 +54,7 @@ std::string EngineStats::ToString() const {
   Add(&s, "rx_drop_out_of_window", rx_drop_out_of_window);
   Add(&s, "rx_drop_placement", rx_drop_placement);
   Add(&s, "rx_duplicates", rx_duplicates);
+  Add(&s, "rx_drop_inband_setup", rx_drop_inband_setup);
   Add(&s, "connections", connections);
   Add(&s, "memory_regions", memory_regions);
   return s;
@@ -66,6 +67,8 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "retransmitted_packets", retransmitted_packets);
   Add(&s, "retransmitted_bytes", retransmitted_bytes);
   Add(&s, "rto_events", rto_events);
+  Add(&s, "tail_loss_probes", tail_loss_probes);
+  Add(&s, "plane_status_repeats", plane_status_repeats);
   Add(&s, "trims_received", trims_received);
   Add(&s, "nacks_received", nacks_received);
   Add(&s, "sacks_received", sacks_received);

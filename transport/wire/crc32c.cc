@@ -1,6 +1,7 @@
 #include "transport/wire/crc32c.h"
 
 #include <array>
+#include <atomic>
 
 #include "transport/wire/packet.h"
 
@@ -117,11 +118,53 @@ __attribute__((target("sse4.2"))) uint32_t HardwareImpl(const uint8_t* p,
   return ~static_cast<uint32_t>(c);
 }
 
+__attribute__((target("sse4.2"))) uint32_t HardwareZero4At4(const uint8_t* p,
+                                                            size_t len) {
+  uint64_t c = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(p) & 0xFFFFFFFFull);
+  return HardwareImpl(p + 8, len - 8, ~static_cast<uint32_t>(c));
+}
+
 bool DetectSse42() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("sse4.2");
 }
 #endif
+
+uint32_t SoftwareZero4At4(const uint8_t* p, size_t len) {
+  uint8_t first[8] = {p[0], p[1], p[2], p[3], 0, 0, 0, 0};
+  return Crc32cSoftware(p + 8, len - 8, Crc32cSoftware(first, 8));
+}
+
+using CrcFn = uint32_t (*)(const uint8_t*, size_t, uint32_t);
+using HdrFn = uint32_t (*)(const uint8_t*, size_t);
+
+// Resolved on first use (a static initializer elsewhere may call Crc32c
+// before ours runs); afterwards one relaxed load and an indirect call.
+uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc);
+uint32_t ResolveHdr(const uint8_t* p, size_t len);
+std::atomic<CrcFn> g_crc{&ResolveCrc};
+std::atomic<HdrFn> g_hdr{&ResolveHdr};
+
+void Resolve() {
+#if PRISM_CRC32C_X86
+  if (DetectSse42()) {
+    g_crc.store(&HardwareImpl, std::memory_order_relaxed);
+    g_hdr.store(&HardwareZero4At4, std::memory_order_relaxed);
+    return;
+  }
+#endif
+  g_crc.store(&Crc32cSoftware, std::memory_order_relaxed);
+  g_hdr.store(&SoftwareZero4At4, std::memory_order_relaxed);
+}
+
+uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc) {
+  Resolve();
+  return g_crc.load(std::memory_order_relaxed)(p, len, crc);
+}
+uint32_t ResolveHdr(const uint8_t* p, size_t len) {
+  Resolve();
+  return g_hdr.load(std::memory_order_relaxed)(p, len);
+}
 
 }  // namespace
 
@@ -160,10 +203,11 @@ uint32_t Crc32cHardware(const uint8_t* data, size_t len, uint32_t crc) {
 }
 
 uint32_t Crc32c(const uint8_t* data, size_t len, uint32_t crc) {
-#if PRISM_CRC32C_X86
-  if (Crc32cHardwareAvailable()) return HardwareImpl(data, len, crc);
-#endif
-  return Crc32cSoftware(data, len, crc);
+  return g_crc.load(std::memory_order_relaxed)(data, len, crc);
+}
+
+uint32_t Crc32cZero4At4(const uint8_t* data, size_t len) {
+  return g_hdr.load(std::memory_order_relaxed)(data, len);
 }
 
 }  // namespace prism::wire

@@ -27,6 +27,11 @@ bool Crc32cHardwareAvailable();
 // falls back to the software version.
 uint32_t Crc32cHardware(const uint8_t* data, size_t len, uint32_t crc = 0);
 
+// CRC32C of `len` bytes (len >= 8) with bytes [4, 8) taken as zero: the
+// header checksum (its field sits at offset 4), in one pass without a copy.
+// Same dispatch as Crc32c() (resolved once, then one indirect call).
+uint32_t Crc32cZero4At4(const uint8_t* data, size_t len);
+
 }  // namespace prism::wire
 
 #endif  // PRISM_WIRE_CRC32C_H_

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "transport/wire/crc32c.h"
+
 namespace prism::wire {
 namespace {
 
@@ -82,11 +84,10 @@ static_assert((kKnownDataFlags &
 constexpr uint8_t kMaxNackReason = static_cast<uint8_t>(NackReason::kCorrupt);
 
 // CRC32C of `hdr_len` header bytes with the checksum field taken as zero.
+// One pass (Crc32cZero4At4 treats bytes [4, 8) as zero).
+static_assert(kHeaderCrcOffset == 4);
 uint32_t HeaderCrc(const uint8_t* p, size_t hdr_len) {
-  static constexpr uint8_t kZero[4] = {0, 0, 0, 0};
-  uint32_t c = Crc32c(p, kHeaderCrcOffset);
-  c = Crc32c(kZero, 4, c);
-  return Crc32c(p + kHeaderCrcOffset + 4, hdr_len - kHeaderCrcOffset - 4, c);
+  return Crc32cZero4At4(p, hdr_len);
 }
 
 void PutCommon(uint8_t* p, PacketType type, uint32_t dst_conn) {

@@ -106,6 +106,12 @@ struct ConnectionOptions {
   // measured RTT and clamped to these, doubling on consecutive timeouts.
   Time rto_min = 50 * kMicrosecond;
   Time rto_max = 100 * kMillisecond;
+  // Tail-loss probe: when nothing new has been acked for a PTO =
+  // max(2 srtt + base_rtt / 4, base_rtt) (2 base_rtt before an RTT sample)
+  // while data is in flight, every transmission older than the PTO is
+  // retransmitted on another path (at most twice per stall, then the RTO
+  // takes over). A failure then costs about two RTTs instead of rto_min.
+  bool tail_loss_probe = true;
   // ASSUMED_BAD paths are probed this often.
   Time probe_interval = 50 * kMicrosecond;
   // The connection fails only when no packet from the peer has been received
@@ -117,6 +123,16 @@ struct ConnectionOptions {
   // Max unacknowledged WRITE messages per connection; PostWrite returns
   // ResourceExhausted beyond this.
   uint32_t max_outstanding_messages = 4096;
+  // Window in packets: sizes the sender's slot ring (and its retransmit ring,
+  // 2x), the receive window and its bitmap/message rings. A power of two in
+  // [256, 65536]; CreateConnection returns InvalidArgument otherwise. The
+  // sender never has more than min(this, the peer's value when it is given
+  // in ConnectionInfo) packets beyond the cumulative ack, so with a datapath
+  // that does not carry ConnectionInfo::max_inflight_packets use the same
+  // value on both ends. Memory per connection: see docs/wire-format.md
+  // ("Engine memory"). The window caps one connection at window * mtu / RTT
+  // (4096 x 4 KiB over 10 us = 13 Tb/s; 256 -> 0.8 Tb/s).
+  uint32_t max_inflight_packets = 4096;
 };
 
 // What a peer needs to know to talk to a connection; exchanged out of band
@@ -130,6 +146,10 @@ struct ConnectionInfo {
   // First PSN this side sends (random per connection, from the engine seed).
   // The receiver starts its window here. Filled in by LocalInfo().
   uint32_t initial_psn = 0;
+  // The peer's ConnectionOptions::max_inflight_packets (0: unknown, assume
+  // ours). Filled in by LocalInfo(); the sender sends at most min(ours,
+  // this) packets beyond the cumulative ack.
+  uint32_t max_inflight_packets = 0;
 };
 
 struct WriteRequest {

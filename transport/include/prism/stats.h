@@ -29,6 +29,11 @@ struct EngineStats {
   uint64_t rx_drop_out_of_window = 0; // PSN outside the receive window
   uint64_t rx_drop_placement = 0;     // Placer::Place failed
   uint64_t rx_duplicates = 0;         // already received (suppressed, re-acked)
+  // Well-formed in-band CONNECT / CONNECT_ACK: the engine does not run the
+  // wire setup exchange (connections are set up with Connect() from a
+  // ConnectionInfo exchanged out of band, e.g. transport/runtime's blob), so
+  // these are dropped here and not counted as malformed.
+  uint64_t rx_drop_inband_setup = 0;
   uint32_t connections = 0;
   uint32_t memory_regions = 0;
 
@@ -41,6 +46,8 @@ struct ConnectionStats {
   uint64_t retransmitted_packets = 0;
   uint64_t retransmitted_bytes = 0;
   uint64_t rto_events = 0;           // retransmission timeouts fired
+  uint64_t tail_loss_probes = 0;     // PTO firings (early retransmits)
+  uint64_t plane_status_repeats = 0; // PLANE_STATUS re-sends (see engine.h)
   uint64_t trims_received = 0;       // TRIMMED NACKs received (as sender)
   uint64_t nacks_received = 0;       // all NACKs received
   uint64_t sacks_received = 0;
