@@ -101,7 +101,9 @@ if [ ! -s "$VMLINUZ" ] || [ ! -s "$INITRD" ] || [ "$(cat "$INITRD.stamp" 2>/dev/
 export PATH=/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 up() { cut -d' ' -f1 /proc/uptime; }
-for kv in $(cat /proc/cmdline); do case "$kv" in rxe_out=*) OUTD=${kv#rxe_out=};; esac; done
+SHARES=""
+for kv in $(cat /proc/cmdline); do case "$kv" in rxe_out=*) OUTD=${kv#rxe_out=};;
+  rxe_share*=*) SHARES="$SHARES ${kv#rxe_share}";; esac; done
 die() { echo "[init] FATAL: $*"; poweroff -f; }
 for m in virtio_pci 9pnet_virtio 9p; do modprobe $m || die "modprobe $m"; done
 O=trans=virtio,version=9p2000.L,msize=512000
@@ -110,6 +112,10 @@ R=/newroot
 mount -t proc proc $R/proc; mount -t sysfs sys $R/sys; mount -t devtmpfs dev $R/dev
 mkdir -p $R/dev/pts $R/dev/shm; mount -t devpts devpts $R/dev/pts; mount -t tmpfs tmpfs $R/dev/shm
 for d in /run /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $R$d; done
+# Project folders under /tmp, /run or /var/tmp are hidden by the tmpfs mounts
+# above: they come back as their own 9p shares (tag N -> path), read-write.
+for s in $SHARES; do n=${s%%=*}; p=${s#*=}; mkdir -p "$R$p"
+  mount -t 9p -o $O,rw,cache=mmap "proj$n" "$R$p" || die "9p proj$n -> $p"; done
 mkdir -p "$R$OUTD" 2>/dev/null
 mount -t 9p -o $O,rw,cache=mmap out "$R$OUTD" || die "9p out -> $OUTD"
 mkdir -p $R/run/rxe-kroot/lib/modules; mount --bind /lib/modules $R/run/rxe-kroot/lib/modules
@@ -147,12 +153,24 @@ cp "$MANIFEST" "$RXE_OUT/.manifest"
 rm -f "$RXE_OUT/.guest-rc" "$RXE_OUT/results.txt"
 
 # ---------------------------------------------------------------- 5. boot
+# The guest mounts fresh tmpfs on /tmp /run /var/tmp: a source or build tree
+# living there (a CI clone in /tmp, say) is shared explicitly.
+SRC_DIR=$(cd "$HERE/../.." && pwd)
+BUILD_DIR=$(cd "$(dirname "$MANIFEST")/.." && pwd)
+SHARE_ARGS=(); SHARE_CMDLINE=""; n=0
+for d in "$SRC_DIR" "$BUILD_DIR"; do
+  case "$d/" in /tmp/*|/run/*|/var/tmp/*) ;; *) continue;; esac
+  [ "$d" = "$BUILD_DIR" ] && case "$BUILD_DIR/" in "$SRC_DIR"/*) [ $n -gt 0 ] && continue;; esac
+  SHARE_ARGS+=(-virtfs "local,path=$d,mount_tag=proj$n,security_model=none,multidevs=remap")
+  SHARE_CMDLINE="$SHARE_CMDLINE rxe_share$n=$d"; n=$((n + 1))
+done
 log "booting $KV (tcg, ${RXE_SMP} vCPU, ${RXE_MEM} MiB), console -> $RXE_OUT/console.log"
 set +e
 timeout -k 10 "$RXE_TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
   -smp "$RXE_SMP" -m "$RXE_MEM" -nographic -no-reboot -nic none \
   -kernel "$VMLINUZ" -initrd "$INITRD" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=3 rxe_out=$RXE_OUT" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=3 rxe_out=$RXE_OUT$SHARE_CMDLINE" \
+  "${SHARE_ARGS[@]}" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
   -virtfs "local,path=$RXE_OUT,mount_tag=out,security_model=none,multidevs=remap" \
   < /dev/null 2>&1 | tr -d '\r' > "$RXE_OUT/console.log"
