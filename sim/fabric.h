@@ -92,32 +92,36 @@ struct PortCounters {
   uint64_t drops = 0;
 };
 
+// Field order: what every hop touches (wire FIFO, queue heads, busy time,
+// far node, epoch) shares the first cache line; counters and cold state
+// follow.
 struct Port {
-  SimPacket* dq_head = nullptr;
-  SimPacket* dq_tail = nullptr;
-  SimPacket* cq_head = nullptr;
-  SimPacket* cq_tail = nullptr;
   // Packets on the wire, in arrival order (FIFO: one event at a time).
   SimPacket* wire_head = nullptr;
   SimPacket* wire_tail = nullptr;
+  SimPacket* dq_head = nullptr;
+  SimPacket* cq_head = nullptr;
+  SimPacket* dq_tail = nullptr;
+  SimPacket* cq_tail = nullptr;
+  Time busy_until = 0;
+  uint32_t to = 0;
+  uint32_t epoch = 0;  // incremented when the link goes down
+  // Second line: queue state and link parameters.
+  uint64_t rate_bps = 0;
+  Time delay = 0;
   uint32_t dq_bytes = 0;
   uint32_t cq_bytes = 0;
   uint32_t q_packets = 0;
-  uint32_t max_dq_bytes = 0;
-  uint32_t max_cq_bytes = 0;
-  uint32_t from = 0;
-  uint32_t to = 0;
-  uint32_t link = 0;
-  uint32_t epoch = 0;  // incremented when the link goes down
-  uint64_t rate_bps = 0;
-  uint64_t nominal_bps = 0;
-  Time delay = 0;
-  Time busy_until = 0;
   float loss = 0;
   bool up = true;
   bool done_pending = false;
   bool host_port = false;  // from a host (NIC port)
   bool last_hop = false;   // T0 -> host
+  uint32_t from = 0;
+  uint32_t max_dq_bytes = 0;
+  uint32_t max_cq_bytes = 0;
+  uint32_t link = 0;
+  uint64_t nominal_bps = 0;
   PortCounters c;
 };
 

@@ -21,6 +21,19 @@ constexpr uint32_t kRxTag = 2;
 
 class PrismDriver;
 
+// Sets the engine window when the engine has the option
+// (ConnectionOptions::max_inflight_packets); returns false when it does not,
+// so a configured window is reported instead of silently ignored.
+template <typename Options>
+bool SetWindow(Options& co, uint32_t window) {
+  if constexpr (requires { co.max_inflight_packets = window; }) {
+    co.max_inflight_packets = window;
+    return true;
+  } else {
+    return false;
+  }
+}
+
 struct FlowState {
   uint32_t conn = 0;  // local ConnId at the source
   uint32_t rkey = 0;  // region at the destination
@@ -150,6 +163,11 @@ class PrismDriver : public TransportDriver {
     co.rto_min = tc_.rto_min;
     co.probe_interval = tc_.probe_interval;
     co.payload_checksum = tc_.payload_checksum;
+    if (tc_.max_messages > 0) co.max_outstanding_messages = tc_.max_messages;
+    if (tc_.window_packets > 0 && !SetWindow(co, tc_.window_packets)) {
+      return absl::UnimplementedError(
+          "window_packets: this engine has no ConnectionOptions window option");
+    }
     for (const auto& [a, b] : pairs) {
       co.peer = b;
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);

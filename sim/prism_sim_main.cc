@@ -37,7 +37,8 @@ int Usage() {
       "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
       "[--quiet] [--transport NAME] [--no-plot]\n"
       "       prism_sim --bench [--hosts N] [--planes P] "
-      "[--duration_us T] [--transport NAME] [--out DIR]\n"
+      "[--duration_us T] [--transport NAME] [--window N]\n"
+      "                 [--max-messages N] [--out DIR]\n"
       "       prism_sim --bench-scale [--transport NAME] [--out DIR]\n");
   return 2;
 }
@@ -78,7 +79,16 @@ void PrintTable(const std::vector<RunResult>& rs) {
 
 std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
                           const std::string& transport, uint32_t group,
-                          bool scale) {
+                          bool scale, uint32_t window, uint32_t max_messages) {
+  // Engine window / message cap (0: engine defaults; bench-scale: 256).
+  if (scale && window == 0) window = 256;
+  if (scale && max_messages == 0) max_messages = 256;
+  std::string extra;
+  if (window) extra += absl::StrFormat(", \"window_packets\": %d", window);
+  if (max_messages) {
+    extra +=
+        absl::StrFormat(", \"max_outstanding_messages\": %d", max_messages);
+  }
   if (scale) {
     // The full MRC fabric: 8 planes of 512-port switches, two tiers:
     // 512 T0 (256 hosts down, 256 up) and 256 T1 per plane, 131,072 hosts.
@@ -91,12 +101,12 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
   "fabric": {"forwarding": "srv6"},
   "duration_us": %g,
   "timeseries": false,
-  "transport_defaults": {"num_paths": 64, "mtu": 4096},
+  "transport_defaults": {"num_paths": 64, "mtu": 4096%s},
   "transports": ["%s"],
   "workload": {"type": "ring_allreduce", "bytes": %d, "steps": 1,
                "message_bytes": 65536}
 })",
-                           dur_us, transport, 131072ll * 65536);
+                           dur_us, extra, transport, 131072ll * 65536);
   }
   const uint32_t per_t0 = 16;
   const uint32_t t0 = std::max<uint32_t>(1, hosts / per_t0);
@@ -109,11 +119,12 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
   "fabric": {"forwarding": "srv6"},
   "duration_us": %g,
   "timeseries": false,
-  "transport_defaults": {"num_paths": 128},
+  "transport_defaults": {"num_paths": 128%s},
   "transports": ["%s"],
   "workload": {"type": "all_to_all", "bytes": 1048576, "group_size": %d}
 })",
-                         planes, t0, per_t0, per_t0, dur_us, transport, group);
+                         planes, t0, per_t0, per_t0, dur_us, extra, transport,
+                         group);
 }
 
 }  // namespace
@@ -123,7 +134,7 @@ int main(int argc, char** argv) {
   bool quiet = false, plot = true, bench = false, bench_scale = false;
   bool have_seed = false;
   uint64_t seed = 0;
-  uint32_t hosts = 1024, planes = 8, group = 8;
+  uint32_t hosts = 1024, planes = 8, group = 8, window = 0, max_messages = 0;
   double dur_us = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -151,6 +162,11 @@ int main(int argc, char** argv) {
       uint32_t x;
       if (!v || !absl::SimpleAtoi(v, &x) || x == 0) return Usage();
       (a == "--hosts" ? hosts : a == "--planes" ? planes : group) = x;
+    } else if (a == "--window" || a == "--max-messages") {
+      const char* v = next();
+      uint32_t x;
+      if (!v || !absl::SimpleAtoi(v, &x)) return Usage();
+      (a == "--window" ? window : max_messages) = x;
     } else if (a == "--duration_us") {
       const char* v = next();
       if (!v || !absl::SimpleAtod(v, &dur_us) || dur_us <= 0) return Usage();
@@ -174,7 +190,8 @@ int main(int argc, char** argv) {
   if (bench || bench_scale) {
     const std::string text = BenchScenario(
         hosts, planes, dur_us > 0 ? dur_us : (bench_scale ? 50 : 200),
-        only.empty() ? "prism" : only, group, bench_scale);
+        only.empty() ? "prism" : only, group, bench_scale, window,
+        max_messages);
     absl::StatusOr<prism::json::Value> v = prism::json::Parse(text);
     if (!v.ok()) {
       std::fprintf(stderr, "bench scenario: %s\n",
@@ -241,7 +258,9 @@ int main(int argc, char** argv) {
       std::printf(
           "bench %s: %s hosts=%u flows=%zu simulated=%.1fus wall=%.2fs (incl. "
           "setup %.2fs) packets=%llu packet_hops=%llu events=%llu "
-          "packets/s=%.0f hops/s=%.0f events/s=%.0f peak_rss=%.0fMiB\n",
+          "packets/s=%.0f hops/s=%.0f events/s=%.0f cpu=%.2fs (setup cpu "
+          "%.2fs) packets/cpu-s=%.0f hops/cpu-s=%.0f events/cpu-s=%.0f "
+          "peak_rss=%.0fMiB\n",
           sc->name.c_str(), r.transport.c_str(),
           sc->topology.planes
               ? sc->topology.t0_per_plane * sc->topology.hosts_per_t0
@@ -254,6 +273,10 @@ int main(int argc, char** argv) {
           r.wall_seconds > 0 ? double(r.packets_created) / r.wall_seconds : 0,
           r.wall_seconds > 0 ? double(r.packet_hops) / r.wall_seconds : 0,
           r.wall_seconds > 0 ? double(r.events) / r.wall_seconds : 0,
+          r.cpu_seconds, r.setup_cpu_seconds,
+          r.cpu_seconds > 0 ? double(r.packets_created) / r.cpu_seconds : 0,
+          r.cpu_seconds > 0 ? double(r.packet_hops) / r.cpu_seconds : 0,
+          r.cpu_seconds > 0 ? double(r.events) / r.cpu_seconds : 0,
           PeakRssMiB());
     }
   }

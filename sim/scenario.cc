@@ -105,6 +105,16 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   t->probe_interval = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(t->payload_checksum,
                   v.GetBool("payload_checksum", t->payload_checksum));
+  PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
+  if (x != 0 && (x < 256 || x > 65536 || (x & (x - 1)) != 0)) {
+    return Bad("window_packets must be 0 or a power of two in 256..65536");
+  }
+  t->window_packets = static_cast<uint32_t>(x);
+  PRISM_ASSIGN_OR(x, v.GetInt("max_outstanding_messages", t->max_messages));
+  if (x < 0 || x > (1 << 20)) {
+    return Bad("max_outstanding_messages must be in 0..1048576");
+  }
+  t->max_messages = static_cast<uint32_t>(x);
   PRISM_ASSIGN_OR(x, v.GetInt("qps", t->qps));
   if (x < 0 || x > 4096) return Bad("qps must be in 0..4096");
   t->qps = static_cast<uint32_t>(x);
@@ -315,6 +325,12 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
       x.Set("rto_min_us", Value::Number(double(t2.rto_min) / kMicrosecond));
       x.Set("probe_interval_us",
             Value::Number(double(t2.probe_interval) / kMicrosecond));
+      if (t2.window_packets) {
+        x.Set("window_packets", Value::Int(t2.window_packets));
+      }
+      if (t2.max_messages) {
+        x.Set("max_outstanding_messages", Value::Int(t2.max_messages));
+      }
     } else {
       x.Set("qps", Value::Int(t2.qps));
       x.Set("rto_us", Value::Number(double(t2.rto) / kMicrosecond));

@@ -46,6 +46,12 @@ struct TransportConfig {
   Time rto_min = 50 * kMicrosecond;
   Time probe_interval = 50 * kMicrosecond;
   bool payload_checksum = false;
+  // Engine window in packets (ConnectionOptions::max_inflight_packets, a
+  // power of two in [256, 65536]) and outstanding-message cap
+  // (max_outstanding_messages); 0 = the engine's default. Small values cut
+  // the engine's per-connection memory for very large fabrics.
+  uint32_t window_packets = 0;
+  uint32_t max_messages = 0;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)
@@ -152,8 +158,10 @@ struct RunResult {
   uint64_t events = 0;
   uint64_t duplicates = 0;
   uint64_t mismatches = 0;
-  std::string invariant_error;  // empty: all invariants held
-  double wall_seconds = 0;
+  std::string invariant_error;   // empty: all invariants held
+  double wall_seconds = 0;       // Run(): wall clock (measurement only)
+  double cpu_seconds = 0;        // Run(): this thread's CPU time
+  double setup_cpu_seconds = 0;  // Init(): this thread's CPU time
 };
 
 class Simulator;
@@ -235,6 +243,7 @@ class Simulator : public FabricClient {
                       bool up) override;
 
  private:
+  absl::Status InitImpl();
   absl::Status BuildFaults();
   void ApplyFault(Time now, const FaultAction& a);
   void TakeSample(Time now);
