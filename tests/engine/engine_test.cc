@@ -822,6 +822,40 @@ std::string RunScenario(uint64_t seed) {
          h.net().stats().ToString() + "|" + std::to_string(h.now());
 }
 
+TEST(Engine, LostPlaneStatusIsRepeatedWithBackoffThenStops) {
+  ConnectionOptions o = Pair::Defaults();  // 256 paths, 4 planes
+  o.probe_interval = 10 * kSecond;
+  Pair p(o);
+  ASSERT_TRUE(p.a->SetPlaneUp(p.ca, 1, false, 0).ok());
+  auto first = OfType(Poll(*p.a, 0), wire::PacketType::kPlaneStatus);
+  EXPECT_EQ(first.size(), 3u);  // over planes 0, 2, 3; all lost
+  EXPECT_EQ(p.b->path_stats(p.cb, 1)->state, 0u);
+  // First repeat one RTO (50 us, no RTT sample) later; deliver it.
+  Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 50 * kMicrosecond);
+  auto again = OfType(Poll(*p.a, t), wire::PacketType::kPlaneStatus);
+  ASSERT_EQ(again.size(), 3u);
+  Deliver(*p.b, t + 1000, again[0]);
+  for (PathId pth : {1, 5, 9, 253}) {
+    EXPECT_EQ(p.b->path_stats(p.cb, pth)->state, 2u) << pth;
+  }
+  // Further repeats (same seq) are ignored by the peer, gaps double, and
+  // they stop after 8.
+  std::vector<Time> at = {t};
+  for (int i = 0; i < 20; ++i) {
+    t = p.a->NextEventTime();
+    if (t == kTimeInfinite) break;
+    auto ps = OfType(Poll(*p.a, t), wire::PacketType::kPlaneStatus);
+    if (!ps.empty()) at.push_back(t);
+    for (auto& c : ps) Deliver(*p.b, t + 1000, c);
+  }
+  ASSERT_EQ(at.size(), 8u);
+  EXPECT_EQ(at[1] - at[0], 100 * kMicrosecond);
+  EXPECT_EQ(at[2] - at[1], 200 * kMicrosecond);
+  EXPECT_EQ(p.a->connection_stats(p.ca)->plane_status_repeats, 8u);
+  EXPECT_EQ(p.b->path_stats(p.cb, 5)->state, 2u);
+}
+
 TEST(Engine, SameSeedSameRun) {
   const std::string a = RunScenario(77);
   EXPECT_EQ(a, RunScenario(77));
