@@ -3,6 +3,8 @@
 //   server:  prism_perf [options]
 //   client:  prism_perf [options] <server-host>
 //   one process, both sides: prism_perf --datapath loopback [options]
+//   RDMA NICs / soft-RoCE: prism_perf --datapath verbs [--device rxe_lo]
+//                          [--qps 8] [<server-host>]
 //
 // Like perftest, the two sides exchange connection info and the memory key
 // over a TCP side channel (default port 18515), then the client posts
@@ -71,6 +73,9 @@ struct Args {
   bool zero_checksum = false;
   bool gso = false;
   std::string bind = "::";
+  std::string device;  // verbs
+  uint16_t qps = 8;    // verbs data QPs
+  uint32_t mtu_payload = 0;
 };
 
 void Usage() {
@@ -84,7 +89,12 @@ void Usage() {
       "  -p, --port=PORT         TCP side-channel port (default 18515)\n"
       "  -P, --paths=N           paths per connection (default 64)\n"
       "  -l, --planes=N          planes (default: number of --local)\n"
-      "  -d, --datapath=udp|loopback (loopback: both sides in-process)\n"
+      "  -d, --datapath=udp|loopback|verbs (loopback: both sides\n"
+      "                          in-process; verbs: libibverbs)\n"
+      "  --device=NAME           verbs: RDMA device (first active)\n"
+      "  --qps=N                 verbs: data QPs per connection (8)\n"
+      "  --mtu-payload=BYTES     payload per DATA packet (datapath max;\n"
+      "                          verbs: 4096, one WRITE each)\n"
       "  -L, --local=A[,B...]    local IPv6 address per plane (::1)\n"
       "  -u, --udp-port=PORT     UDP port on every plane (0: ephemeral)\n"
       "  -r, --route=R           per-path route (repeat): entropy |\n"
@@ -118,7 +128,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kGso,
     kBind,
     kPathStats,
-    kJson
+    kJson,
+    kDevice,
+    kQps,
+    kMtuPayload
   };
   static const option opts[] = {
       {"size", required_argument, nullptr, 's'},
@@ -147,6 +160,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
+      {"device", required_argument, nullptr, kDevice},
+      {"qps", required_argument, nullptr, kQps},
+      {"mtu-payload", required_argument, nullptr, kMtuPayload},
       {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
   int c;
@@ -242,6 +258,15 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kGso:
         a->gso = true;
         break;
+      case kDevice:
+        a->device = optarg;
+        break;
+      case kQps:
+        a->qps = static_cast<uint16_t>(atoi(optarg));
+        break;
+      case kMtuPayload:
+        a->mtu_payload = static_cast<uint32_t>(atoi(optarg));
+        break;
       case kBind:
         a->bind = optarg;
         break;
@@ -282,6 +307,9 @@ EndpointOptions MakeOptions(const Args& a) {
   o.accept_zero_checksum = a.zero_checksum;
   o.gso = a.gso;
   o.busy_poll = a.busy_poll;
+  o.device = a.device;
+  o.verbs_qps = a.qps;
+  o.mtu_payload = a.mtu_payload;
   o.connection.num_paths = a.paths;
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;

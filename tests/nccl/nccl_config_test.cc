@@ -83,5 +83,48 @@ TEST(NcclConfig, UdpNeedsTheEndpointDataPath) {
   }
 }
 
+TEST(NcclConfig, VerbsDevicesQpsAndMode) {
+  std::map<std::string, std::string> e = {
+      {"PRISM_ADDRS", "127.0.0.1,127.0.0.2"},
+      {"PRISM_DATAPATH", "verbs"},
+      {"PRISM_IB_DEVICE", "mlx5_0, mlx5_1"},
+      {"PRISM_IB_QPS", "16"},
+      {"PRISM_IB_MODE", "rc"},
+      {"PRISM_BASE_RTT_US", "500"}};
+  auto c = LoadConfig(Env(&e));
+  if (!PrismVerbsAvailable()) {
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+    return;
+  }
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->mode, DataMode::kPrismVerbs);
+  EXPECT_STREQ(DataModeName(c->mode), "verbs");
+  ASSERT_EQ(c->devices.size(), 2u);
+  EXPECT_EQ(c->devices[0].ib_device, "mlx5_0");
+  EXPECT_EQ(c->devices[1].ib_device, "mlx5_1");
+  EXPECT_EQ(c->ib_qps, 16);
+  EXPECT_EQ(c->ib_mode, "rc");
+  EXPECT_EQ(c->base_rtt_us, 500u);
+  EXPECT_EQ(c->planes, 1);
+  // One name applies to every device.
+  e["PRISM_IB_DEVICE"] = "rxe_lo";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->devices[1].ib_device, "rxe_lo");
+  // Bad values name the variable.
+  const std::pair<const char*, const char*> bad[] = {
+      {"PRISM_IB_QPS", "0"},
+      {"PRISM_IB_QPS", "50"},
+      {"PRISM_IB_MODE", "ud"},
+      {"PRISM_IB_DEVICE", "a,b,c"}};
+  for (const auto& [k, v] : bad) {
+    std::map<std::string, std::string> b = e;
+    b[k] = v;
+    auto r = LoadConfig(Env(&b));
+    ASSERT_FALSE(r.ok()) << k << "=" << v;
+    EXPECT_NE(r.status().message().find(k), std::string::npos) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace prism::nccl

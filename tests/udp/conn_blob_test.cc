@@ -1,4 +1,4 @@
-// Connection blob encoding: round trips, size bound, malformed input.
+// Connection blob encoding (version 2): round trips, sizes, malformed input.
 #include "transport/runtime/conn_blob.h"
 
 #include "gtest/gtest.h"
@@ -39,6 +39,7 @@ void ExpectSame(const ConnInfoWire& a, const ConnInfoWire& b) {
     EXPECT_EQ(a.planes[i].port, b.planes[i].port);
   }
   EXPECT_EQ(a.node, b.node);
+  EXPECT_EQ(a.verbs, b.verbs);
 }
 
 TEST(ConnBlob, RoundTripUdpUpTo8PlanesUnder64Bytes) {
@@ -80,8 +81,54 @@ TEST(ConnBlob, RoundTripLoopback) {
   ExpectSame(w, *d);
 }
 
+TEST(ConnBlob, OnePlaneIs36BytesAndCarriesItsLength) {
+  auto b = EncodeBlob(Sample(1));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->size, 36);
+  EXPECT_EQ(b->bytes[1], 2);  // version
+  EXPECT_EQ(b->bytes[2], b->size);
+}
+
+TEST(ConnBlob, RoundTripVerbsPeerInfoOf8And49Qps) {
+  for (int qps : {1, 8, 49}) {
+    ConnInfoWire w = Sample(1);
+    w.planes.clear();
+    w.datapath = BlobDatapath::kVerbs;
+    w.verbs.assign(40 + 4 * qps, '\0');
+    for (size_t i = 0; i < w.verbs.size(); ++i) w.verbs[i] = char(i * 7 + 1);
+    auto b = EncodeBlob(w);
+    ASSERT_TRUE(b.ok()) << qps << ": " << b.status();
+    EXPECT_EQ(b->size, 18 + w.verbs.size());
+    auto d = DecodeBlob(*b);
+    ASSERT_TRUE(d.ok()) << d.status();
+    ExpectSame(w, *d);
+    EXPECT_EQ(d->verbs, w.verbs);
+  }
+  ConnInfoWire big = Sample(1);
+  big.planes.clear();
+  big.datapath = BlobDatapath::kVerbs;
+  big.verbs.assign(40 + 4 * 50, 'x');
+  auto b = EncodeBlob(big);
+  EXPECT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("does not fit"), std::string::npos);
+  big.verbs.clear();
+  EXPECT_FALSE(EncodeBlob(big).ok());
+}
+
+TEST(ConnBlob, RejectsVersion1AndWrongLength) {
+  auto good = *EncodeBlob(Sample(1));
+  ConnectionBlob v1 = good;
+  v1.bytes[1] = 1;
+  auto d = DecodeBlob(v1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("version 1"), std::string::npos);
+  ConnectionBlob len = good;
+  len.bytes[2] = good.size - 1;
+  EXPECT_FALSE(DecodeBlob(len).ok());
+}
+
 TEST(ConnBlob, TooManyDistinctAddressesIsAClearError) {
-  ConnInfoWire w = Sample(4);
+  ConnInfoWire w = Sample(15);
   Rng rng(1);
   for (auto& p : w.planes)
     for (auto& x : p.addr) x = rng.Next32();
@@ -102,14 +149,14 @@ TEST(ConnBlob, RejectsMalformedWithoutCrashing) {
   ConnectionBlob t = good;
   t.bytes[t.size++] = 0;
   EXPECT_FALSE(DecodeBlob(t).ok());
-  // Bad magic / version / flags / zero fields.
-  for (int field : {0, 1, 2}) {
+  // Bad magic / version / length / flags / zero fields.
+  for (int field : {0, 1, 2, 3}) {
     ConnectionBlob c = good;
     c.bytes[field] ^= 0x40;
     EXPECT_FALSE(DecodeBlob(c).ok()) << field;
   }
   ConnectionBlob z = good;
-  z.bytes[4] = z.bytes[5] = z.bytes[6] = z.bytes[7] = 0;
+  z.bytes[5] = z.bytes[6] = z.bytes[7] = z.bytes[8] = 0;
   EXPECT_FALSE(DecodeBlob(z).ok()) << "conn id 0";
   // Random garbage never crashes; anything accepted re-encodes identically.
   Rng rng(5);
@@ -127,7 +174,7 @@ TEST(ConnBlob, RejectsMalformedWithoutCrashing) {
       ExpectSame(*d, *d2);
     }
   }
-  EXPECT_FALSE(ConnectionBlob::FromBytes(std::string(64, 'x')).ok());
+  EXPECT_FALSE(ConnectionBlob::FromBytes(std::string(256, 'x')).ok());
   EXPECT_FALSE(ConnectionBlob::FromHex("abc").ok());
   EXPECT_FALSE(ConnectionBlob::FromHex("zz").ok());
 }

@@ -1,11 +1,14 @@
 #!/bin/bash
-# compare_bw.sh VERBS_PERF [DEVICE] - inside the rxe VM: perftest's ib_write_bw
-# and Prism's verbs_perf on the same soft-RoCE device, same message size, in
-# the same VM run. Prints METRIC lines and the ratio; asserts nothing about
+# compare_bw.sh VERBS_PERF [DEVICE] [PRISM_PERF] - inside the rxe VM:
+# perftest's ib_write_bw, Prism's verbs_perf (engine + VerbsDatapath, one
+# thread) and, when given, prism_perf --datapath verbs (the public Endpoint
+# API, server and client processes over a TCP side channel) on the same
+# soft-RoCE device, same message size, in the same VM run. Prints METRIC lines and the ratio; asserts nothing about
 # speed (TCG jitter), only that both ran. Exit 77 outside the VM.
 set -u
 PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
+PPERF=${3:-}
 SIZE=${SIZE:-65536}; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
@@ -32,8 +35,9 @@ run_ib() {
 }
 run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
 # Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
-# WRITE-with-immediate: 4096 = one RoCE packet at this MTU, as MRC sprays).
-for CHUNK in ${CHUNKS:-4096 32768}; do
+# WRITE-with-immediate: 4096 = one RoCE packet at this MTU, as MRC sprays;
+# CHUNKS="4096 32768" adds a run with 32 KiB chunks).
+for CHUNK in ${CHUNKS:-4096}; do
   IB0=$IB
   "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 128 > /tmp/vperf.out 2>&1; prc=$?
   cat /tmp/vperf.out
@@ -43,3 +47,21 @@ for CHUNK in ${CHUNKS:-4096 32768}; do
   echo "METRIC prism_verbs_MBps_chunk$CHUNK $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 $(grep -o '[a-z]* QPs' /tmp/vperf.out | head -1))"
   echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 done
+# prism_perf --datapath verbs: the Endpoint API (event-loop thread, blob
+# exchange over TCP), 8 paths on 8 data QPs, 4096-byte WRITEs; timers sized
+# for TCG (RTTs of milliseconds).
+if [ -n "$PPERF" ]; then
+  IB0=$IB
+  PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 --rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
+  "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
+  for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
+  timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
+  wait $ppid; src=$?
+  cat /tmp/pperf.client; tail -5 /tmp/pperf.server
+  [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: prism_perf --datapath verbs (client rc=$crc server rc=$src)"; cat /tmp/pperf.server; exit 1; }
+  PR=$(grep -o '"MBps": *[0-9.]*' /tmp/pperf.client | grep -o '[0-9.]*$')
+  [ -n "$PR" ] || { echo "FAIL: no MBps in prism_perf --json output"; exit 1; }
+  run_ib
+  echo "METRIC prism_perf_verbs_MBps $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API)"
+  echo "METRIC prism_perf_verbs_vs_ib_write_bw $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
+fi

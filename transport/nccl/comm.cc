@@ -25,7 +25,7 @@ namespace {
 
 constexpr uint32_t kHandleMagic = 0x484d5250;  // "PRMH"
 constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
-constexpr uint32_t kProtoVersion = 1;
+constexpr uint32_t kProtoVersion = 2;  // 2: 256-byte Hello info (blob v2)
 constexpr uint32_t kCommMagic = 0x4d4d4f43;
 constexpr uint32_t kReqMagic = 0x51455250;
 constexpr uint32_t kMrMagic = 0x4745524d;
@@ -52,10 +52,11 @@ struct HelloMsg {
   uint32_t version;
   uint64_t nonce;
   uint32_t mode;
-  uint32_t status;   // ack: 0 = accepted
-  uint8_t info[72];  // reserved for datapath connection info
+  uint32_t status;  // ack: 0 = accepted
+  // Datapath connection info: length byte + ConnectionBlob bytes.
+  uint8_t info[256];
 };
-static_assert(sizeof(HelloMsg) == 96);
+static_assert(sizeof(HelloMsg) == 280);
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 static_assert(1 + ConnectionBlob::kMaxBytes <= sizeof(HelloMsg::info));
 #endif
@@ -914,7 +915,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     st->hello.nonce = h.nonce;
     st->hello.mode = h.mode;
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
-    if (dev.config->mode == DataMode::kPrismUdp) {
+    if (IsPrismMode(dev.config->mode)) {
       auto conn = NewConnection(dev, &st->dep);
       absl::StatusOr<ConnectionBlob> blob =
           conn.ok() ? st->dep->ep()->LocalInfo(*conn) : conn.status();
@@ -1064,7 +1065,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
       l->ack.mode = l->hello.mode;
       l->ack.status = 0;
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
-      if (l->mode == DataMode::kPrismUdp) {
+      if (IsPrismMode(l->mode)) {
         auto conn = NewConnection(l->dev_ctx, &l->pending_dep);
         if (!conn.ok()) {
           PRISM_NCCL_WARN("accept dev %d: Prism connection: %s", l->dev,

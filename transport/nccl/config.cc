@@ -156,7 +156,38 @@ bool IsLoopback(const sockaddr_storage& a) {
       &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr);
 }
 
-absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
+absl::Status ParseEngineOptions(const EnvGetter& env, PluginConfig* cfg);
+
+// PRISM_DATAPATH=verbs: devices, QPs, mode; the shared engine options.
+absl::Status ResolveVerbs(const EnvGetter& env, PluginConfig* cfg) {
+  if (auto s = ParseEngineOptions(env, cfg); !s.ok()) return s;
+  cfg->planes = 1;
+  int64_t qps = cfg->ib_qps;
+  if (auto s = ParseInt(env, "PRISM_IB_QPS", 1, 49, &qps); !s.ok()) return s;
+  cfg->ib_qps = static_cast<uint16_t>(qps);
+  if (const char* m = env("PRISM_IB_MODE"); m != nullptr && *m != '\0') {
+    const absl::string_view v(m);
+    if (v != "auto" && v != "uc" && v != "rc")
+      return absl::InvalidArgumentError(
+          absl::StrCat("PRISM_IB_MODE='", v, "': expected auto, uc or rc"));
+    cfg->ib_mode = std::string(v);
+  }
+  if (const char* d = env("PRISM_IB_DEVICE"); d != nullptr && *d != '\0') {
+    std::vector<std::string> names;
+    for (absl::string_view n : absl::StrSplit(d, ',', absl::SkipWhitespace()))
+      names.emplace_back(absl::StripAsciiWhitespace(n));
+    if (names.size() != 1 && names.size() != cfg->devices.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_IB_DEVICE gives ", names.size(), " RDMA devices for ",
+          cfg->devices.size(), " NCCL devices (give one, or one each)"));
+    for (size_t i = 0; i < cfg->devices.size(); ++i)
+      cfg->devices[i].ib_device = names.size() == 1 ? names[0] : names[i];
+  }
+  return absl::OkStatus();
+}
+
+// Engine options common to the Prism data paths.
+absl::Status ParseEngineOptions(const EnvGetter& env, PluginConfig* cfg) {
   int64_t mtu = cfg->link_mtu, busy = 0, seed = 0;
   if (auto s = ParseInt(env, "PRISM_LINK_MTU", 1280, 65535, &mtu); !s.ok()) {
     return s;
@@ -189,6 +220,11 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
   if (const char* p = env("PRISM_PATH_POLICY"); p != nullptr && *p != '\0') {
     cfg->path_policy = p;
   }
+  return absl::OkStatus();
+}
+
+absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
+  if (auto s = ParseEngineOptions(env, cfg); !s.ok()) return s;
   const char* planes_env = env("PRISM_PLANES");
   const bool planes_set = planes_env != nullptr && *planes_env != '\0';
   const char* udp = env("PRISM_UDP_ADDRS");
@@ -257,8 +293,18 @@ const char* DataModeName(DataMode mode) {
       return "tcp-interim";
     case DataMode::kPrismUdp:
       return "udp";
+    case DataMode::kPrismVerbs:
+      return "verbs";
   }
   return "?";
+}
+
+bool PrismVerbsAvailable() {
+#ifdef PRISM_NCCL_HAVE_VERBS
+  return true;
+#else
+  return false;
+#endif
 }
 
 bool PrismDataPathAvailable() {
@@ -302,9 +348,16 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
             "PRISM_DATAPATH=tcp");
       }
       cfg.mode = DataMode::kPrismUdp;
+    } else if (v == "verbs") {
+      if (!PrismVerbsAvailable()) {
+        return absl::UnimplementedError(
+            "PRISM_DATAPATH=verbs: this build of the plugin has no verbs "
+            "data path (libibverbs was not found at build time)");
+      }
+      cfg.mode = DataMode::kPrismVerbs;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("PRISM_DATAPATH='", v, "': expected tcp or udp"));
+          absl::StrCat("PRISM_DATAPATH='", v, "': expected tcp, udp or verbs"));
     }
   }
 
@@ -424,6 +477,9 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
   // Prism data path options.
   if (cfg.mode == DataMode::kPrismUdp) {
     if (auto s = ResolvePlaneAddrs(env, &cfg); !s.ok()) return s;
+  }
+  if (cfg.mode == DataMode::kPrismVerbs) {
+    if (auto s = ResolveVerbs(env, &cfg); !s.ok()) return s;
   }
   return cfg;
 }

@@ -4,7 +4,7 @@
 // explicit local address) whose address carries the TCP side channel that
 // bootstraps connections, plus the Prism datapath parameters (paths, planes,
 // port). Variables (all optional; see docs/nccl.md):
-//   PRISM_DATAPATH      tcp | udp          data path (see DataMode)
+//   PRISM_DATAPATH      tcp | udp | verbs  data path (see DataMode)
 //   PRISM_IFNAME        eth0,eth1 | =eth0  interfaces (prefix match, '=' exact)
 //   PRISM_ADDRS         10.0.0.1,fd00::1   explicit local addresses
 //   PRISM_PATHS         paths per connection (1..65535, default 256)
@@ -25,6 +25,15 @@
 //   PRISM_BUSY_POLL     1 = the endpoint loop spins instead of sleeping
 //   PRISM_BASE_RTT_US   expected unloaded RTT (default 100)
 //   PRISM_SEED          engine seed (default: random per process)
+// Prism data path (PRISM_DATAPATH=verbs) only:
+//   PRISM_IB_DEVICE     RDMA device(s): one name for every NCCL device, or
+//                       one per device separated by ',' (default: the first
+//                       device with an active port)
+//   PRISM_IB_QPS        data queue pairs per connection (1..49, default 8)
+//   PRISM_IB_MODE       auto | uc | rc (default auto: UC, RC where missing)
+//   (PRISM_PATHS, PRISM_CONGESTION, PRISM_PATH_POLICY, PRISM_BUSY_POLL,
+//   PRISM_BASE_RTT_US and PRISM_SEED apply too; the side channel still
+//   uses PRISM_IFNAME / PRISM_ADDRS.)
 //
 // Thread safety: LoadConfig is pure apart from reading the environment and
 // the interface list; call it from one thread.
@@ -49,7 +58,13 @@ enum class DataMode {
   kTcpInterim,
   // Prism endpoint over the UDP datapath (WRITE-with-immediate).
   kPrismUdp,
+  // Prism endpoint over the libibverbs datapath (RDMA WRITE-with-immediate
+  // placed by the NIC).
+  kPrismVerbs,
 };
+
+// True for the modes that carry payload over a Prism endpoint.
+inline bool IsPrismMode(DataMode m) { return m != DataMode::kTcpInterim; }
 
 const char* DataModeName(DataMode mode);
 
@@ -64,6 +79,8 @@ struct DeviceConfig {
   float latency_us = 10.0f;
   // PRISM_DATAPATH=udp: IPv6 address of every plane (size = planes).
   std::vector<std::string> plane_addrs;
+  // PRISM_DATAPATH=verbs: RDMA device ("" = the first active one).
+  std::string ib_device;
 };
 
 struct PluginConfig {
@@ -81,6 +98,9 @@ struct PluginConfig {
   bool busy_poll = false;
   uint32_t base_rtt_us = 100;
   uint64_t seed = 0;  // 0 = random per process
+  // PRISM_DATAPATH=verbs.
+  uint16_t ib_qps = 8;
+  std::string ib_mode = "auto";
 };
 
 // Reads a variable; returns nullptr when unset. Injectable for tests.
@@ -88,6 +108,8 @@ using EnvGetter = std::function<const char*(const char*)>;
 
 // True when this build contains the Prism endpoint data path.
 bool PrismDataPathAvailable();
+// True when it also contains the verbs datapath (PRISM_DATAPATH=verbs).
+bool PrismVerbsAvailable();
 
 // Builds the configuration from the environment and the interface list.
 // InvalidArgument for a malformed value (the message names the variable),

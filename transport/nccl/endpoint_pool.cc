@@ -29,8 +29,15 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     const PluginConfig& c = *dev.config;
     const DeviceConfig& d = *dev.device;
     EndpointOptions o;
-    o.datapath = "udp";
-    o.local_addrs = d.plane_addrs;
+    if (c.mode == DataMode::kPrismVerbs) {
+      o.datapath = "verbs";
+      o.device = d.ib_device;
+      o.verbs_qps = c.ib_qps;
+      o.verbs_mode = c.ib_mode;
+    } else {
+      o.datapath = "udp";
+      o.local_addrs = d.plane_addrs;
+    }
     o.port = c.port;
     o.tx_mode = c.udp_tx_mode;
     o.link_mtu = c.link_mtu;
@@ -42,7 +49,9 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
       o.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     }
     o.connection.num_paths = c.paths;
-    o.connection.num_planes = static_cast<uint16_t>(d.plane_addrs.size());
+    o.connection.num_planes = c.mode == DataMode::kPrismVerbs
+                                  ? 1
+                                  : static_cast<uint16_t>(d.plane_addrs.size());
     o.connection.congestion = c.congestion;
     o.connection.base_rtt = static_cast<Time>(c.base_rtt_us) * kMicrosecond;
     o.connection.path_policy = c.path_policy;
@@ -52,11 +61,15 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     if (!ep.ok()) return ep.status();
     slot->ep_ = std::move(*ep);
     PRISM_NCCL_INFO(
-        "dev %d: Prism endpoint up: %zu plane(s) starting at %s, "
+        "dev %d: Prism endpoint up (%s): %zu plane(s) starting at %s, "
         "%u paths, congestion %s, policy %s, mtu payload %u",
-        dev.index, d.plane_addrs.size(),
-        d.plane_addrs.empty() ? "?" : d.plane_addrs[0].c_str(), c.paths,
-        c.congestion.c_str(), c.path_policy.c_str(), slot->ep_->mtu_payload());
+        dev.index, o.datapath.c_str(), d.plane_addrs.size(),
+        c.mode == DataMode::kPrismVerbs
+            ? (d.ib_device.empty() ? "first rdma device" : d.ib_device.c_str())
+        : d.plane_addrs.empty() ? "?"
+                                : d.plane_addrs[0].c_str(),
+        c.paths, c.congestion.c_str(), c.path_policy.c_str(),
+        slot->ep_->mtu_payload());
   }
   ++slot->users_;
   return slot.get();

@@ -34,8 +34,8 @@ namespace runtime {
 namespace {
 
 constexpr uint8_t kBlobMagic = 0xA7;
-constexpr uint8_t kBlobVersion = 1;
-constexpr size_t kFixed = 17;
+constexpr uint8_t kBlobVersion = 2;
+constexpr size_t kFixed = 18;
 constexpr uint8_t kFlagPorts = 0x04;  // a port per further plane follows
 
 class Writer {
@@ -109,12 +109,15 @@ absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
   if (w.datapath == BlobDatapath::kUdp &&
       (w.planes.empty() || w.planes.size() > 15))
     return Bad("udp needs 1..15 plane addresses");
+  if (w.datapath == BlobDatapath::kVerbs && w.verbs.empty())
+    return Bad("verbs needs the datapath's peer info");
   bool same_ports = true;
   for (const auto& a : w.planes) same_ports &= a.port == w.planes[0].port;
   ConnectionBlob b;
   Writer wr(&b);
   wr.U8(kBlobMagic);
   wr.U8(kBlobVersion);
+  wr.U8(0);  // length, patched below
   wr.U8(static_cast<uint8_t>(static_cast<uint8_t>(w.datapath) |
                              (same_ports ? 0 : kFlagPorts) |
                              (w.info.payload_checksum ? 0x80 : 0)));
@@ -137,34 +140,44 @@ absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
         if (mask & (1u << i)) wr.U8(w.planes[p].addr[i]);
       if (!same_ports) wr.U16(w.planes[p].port);
     }
+  } else if (w.datapath == BlobDatapath::kVerbs) {
+    wr.Put(w.verbs.data(), w.verbs.size());
   } else {
     wr.U32(w.node);
   }
   if (!wr.ok())
     return Bad(absl::StrCat("does not fit in ", ConnectionBlob::kMaxBytes,
                             " bytes (too many planes with distinct "
-                            "addresses)"));
+                            "addresses, or too many verbs QPs)"));
   b.size = static_cast<uint8_t>(wr.pos());
+  b.bytes[2] = b.size;
   return b;
 }
 
 absl::StatusOr<ConnInfoWire> DecodeBlob(const ConnectionBlob& b) {
   if (b.size > ConnectionBlob::kMaxBytes) return Bad("too long");
   Reader rd(b.bytes, b.size);
-  uint8_t magic, version, flags, n_addr, planes8;
+  uint8_t magic, version, length, flags, n_addr, planes8;
   ConnInfoWire w;
   uint16_t mtu16;
-  if (!rd.U8(&magic) || !rd.U8(&version) || !rd.U8(&flags) || !rd.U8(&n_addr) ||
-      !rd.U32(&w.info.conn_id) || !rd.U32(&w.info.initial_psn) ||
-      !rd.U16(&mtu16) || !rd.U16(&w.info.num_paths) || !rd.U8(&planes8))
+  if (b.size >= 2 && b.bytes[0] == kBlobMagic && b.bytes[1] != kBlobVersion)
+    return Bad(absl::StrCat("unsupported version ", b.bytes[1],
+                            " (this build speaks version ", kBlobVersion, ")"));
+  if (!rd.U8(&magic) || !rd.U8(&version) || !rd.U8(&length) || !rd.U8(&flags) ||
+      !rd.U8(&n_addr) || !rd.U32(&w.info.conn_id) ||
+      !rd.U32(&w.info.initial_psn) || !rd.U16(&mtu16) ||
+      !rd.U16(&w.info.num_paths) || !rd.U8(&planes8))
     return Bad(
         absl::StrCat("truncated (", b.size, " bytes, need >= ", kFixed, ")"));
   if (magic != kBlobMagic) return Bad("bad magic");
   if (version != kBlobVersion)
     return Bad(absl::StrCat("unsupported version ", version));
+  if (length != b.size)
+    return Bad(
+        absl::StrCat("length byte says ", length, " bytes, blob has ", b.size));
   if ((flags & 0x78) != 0) return Bad("unknown flags");
   const uint8_t kind = flags & 0x3;
-  if (kind > 1) return Bad("unknown datapath");
+  if (kind > 2) return Bad("unknown datapath");
   w.datapath = static_cast<BlobDatapath>(kind);
   w.info.payload_checksum = (flags & 0x80) != 0;
   w.info.mtu_payload = mtu16;
@@ -192,8 +205,16 @@ absl::StatusOr<ConnInfoWire> DecodeBlob(const ConnectionBlob& b) {
     }
     for (const auto& a : w.planes)
       if (a.port == 0) return Bad("port 0");
+  } else if (w.datapath == BlobDatapath::kVerbs) {
+    if (n_addr != 0) return Bad("verbs blob with addresses");
+    if (flags & kFlagPorts) return Bad("port flag on a verbs blob");
+    const size_t rest = b.size - kFixed;
+    if (rest == 0) return Bad("verbs blob without peer info");
+    w.verbs.resize(rest);
+    if (!rd.Get(w.verbs.data(), rest)) return Bad("truncated peer info");
   } else {
     if (n_addr != 0) return Bad("loopback blob with addresses");
+    if (flags & kFlagPorts) return Bad("port flag on a loopback blob");
     if (!rd.U32(&w.node)) return Bad("truncated node");
   }
   if (!rd.done()) return Bad("trailing bytes");

@@ -28,16 +28,43 @@ class DatapathAdapter {
   // since arrivals do not wake it).
   virtual Time max_sleep() const { return kMillisecond; }
   virtual BlobDatapath kind() const = 0;
+  // A peer slot id >= 1, or 0 when none could be made (reserve_error()
+  // says why).
   virtual uint32_t ReservePeer() = 0;
+  virtual absl::Status reserve_error() const {
+    return absl::ResourceExhaustedError("datapath: no peer slot");
+  }
   virtual absl::Status SetPeer(uint32_t id, const ConnInfoWire& remote) = 0;
   virtual void RemovePeer(uint32_t id) = 0;
-  virtual void FillLocal(ConnInfoWire* w) = 0;
+  // The datapath part of the blob for peer slot `id`.
+  virtual absl::Status FillLocal(uint32_t id, ConnInfoWire* w) = 0;
   virtual void FillStats(DatapathStats* s) = 0;
+  // The engine's placer (EngineOptions::placer); nullptr: the engine's own
+  // memcpy placer.
+  virtual Placer* placer() { return nullptr; }
+  // Called before the loop sleeps on wait_fds(); the loop then iterates once
+  // more and sleeps only if that found nothing (verbs: arms the completion
+  // channel).
+  virtual bool has_arm_wait() const { return false; }
+  virtual void ArmWait() {}
+  // After the engine registered `mr` over `addr` (verbs: NIC registration
+  // and advertisement to connected peers). An error undoes the engine's.
+  virtual absl::Status RegisterMemory(const MemoryRegion& mr, void* addr) {
+    (void)mr;
+    (void)addr;
+    return absl::OkStatus();
+  }
+  virtual void DeregisterMemory(uint32_t lkey) { (void)lkey; }
 };
 
 // The in-process datapath: every loopback endpoint of the process is a port
 // of one shared loopback::LoopbackNetwork (guarded by a mutex).
 absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeLoopbackAdapter(
+    const EndpointOptions& options);
+
+// libibverbs (verbs_adapter.cc, built with prism_verbs only; elsewhere
+// Unimplemented).
+absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeVerbsAdapter(
     const EndpointOptions& options);
 
 }  // namespace prism::runtime

@@ -35,10 +35,11 @@ class UdpAdapter : public DatapathAdapter {
     return dp_->SetPeer(id, pc);
   }
   void RemovePeer(uint32_t id) override { (void)dp_->RemovePeer(id); }
-  void FillLocal(ConnInfoWire* w) override {
+  absl::Status FillLocal(uint32_t, ConnInfoWire* w) override {
     w->datapath = BlobDatapath::kUdp;
     w->planes.clear();
     for (const auto& p : dp_->local()) w->planes.push_back({p.addr, p.port});
+    return absl::OkStatus();
   }
   void FillStats(DatapathStats* s) override {
     const udp::UdpStats u = dp_->stats();
@@ -119,6 +120,7 @@ class EndpointImpl : public Endpoint {
     eo.seed = o.seed;
     eo.mtu_payload = mtu_payload;
     eo.max_connections = o.max_connections;
+    eo.placer = dp_->placer();
     engine_ = std::make_unique<Engine>(eo);
     LoopOptions lo;
     lo.busy_poll = o.busy_poll;
@@ -126,6 +128,10 @@ class EndpointImpl : public Endpoint {
     lo.submit_queue_size = o.submit_queue_size;
     lo.wait_fds = dp_->wait_fds();
     lo.max_sleep = dp_->max_sleep();
+    if (dp_->has_arm_wait()) {
+      DatapathAdapter* a = dp_.get();
+      lo.arm_wait = [a] { a->ArmWait(); };
+    }
     loop_ = std::make_unique<EventLoop>(engine_.get(), dp_->datapath(), lo);
   }
   ~EndpointImpl() override { loop_->Stop(); }
@@ -140,6 +146,11 @@ class EndpointImpl : public Endpoint {
     absl::StatusOr<ConnId> out = absl::InternalError("not run");
     loop_->Run([&](Time) {
       const uint32_t peer = dp_->ReservePeer();
+      if (peer == 0) {
+        out = dp_->reserve_error();
+        if (out.ok()) out = absl::ResourceExhaustedError("no peer slot");
+        return;
+      }
       ConnectionOptions co = options;
       co.peer = peer;
       out = engine_->CreateConnection(co);
@@ -161,7 +172,11 @@ class EndpointImpl : public Endpoint {
       }
       ConnInfoWire w;
       w.info = engine_->LocalInfo(conn);
-      dp_->FillLocal(&w);
+      absl::Status s = dp_->FillLocal(peers_[conn], &w);
+      if (!s.ok()) {
+        out = s;
+        return;
+      }
       out = EncodeBlob(w);
     });
     return out;
@@ -204,13 +219,23 @@ class EndpointImpl : public Endpoint {
   absl::StatusOr<MemoryRegion> RegisterMemory(void* addr, uint64_t length,
                                               uint32_t access) override {
     absl::StatusOr<MemoryRegion> out = absl::InternalError("not run");
-    loop_->Run(
-        [&](Time) { out = engine_->RegisterMemory(addr, length, access); });
+    loop_->Run([&](Time) {
+      out = engine_->RegisterMemory(addr, length, access);
+      if (!out.ok()) return;
+      absl::Status s = dp_->RegisterMemory(*out, addr);
+      if (!s.ok()) {
+        (void)engine_->DeregisterMemory(out->lkey);
+        out = s;
+      }
+    });
     return out;
   }
   absl::Status DeregisterMemory(uint32_t lkey) override {
     absl::Status out;
-    loop_->Run([&](Time) { out = engine_->DeregisterMemory(lkey); });
+    loop_->Run([&](Time) {
+      out = engine_->DeregisterMemory(lkey);
+      if (out.ok()) dp_->DeregisterMemory(lkey);
+    });
     return out;
   }
 
@@ -280,9 +305,12 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
     dp = runtime::MakeUdp(options);
   } else if (options.datapath == "loopback") {
     dp = runtime::MakeLoopbackAdapter(options);
+  } else if (options.datapath == "verbs") {
+    dp = runtime::MakeVerbsAdapter(options);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "EndpointOptions: datapath must be 'udp' or 'loopback', not '",
+        "EndpointOptions: datapath must be 'udp', 'loopback' or 'verbs', "
+        "not '",
         options.datapath, "'"));
   }
   if (!dp.ok()) return dp.status();

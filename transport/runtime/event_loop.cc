@@ -177,6 +177,10 @@ void EventLoop::Sleep(Time now) {
   if (next != kTimeInfinite) wait = std::min(wait, next - now);
   if (tx_pending_ > 0) wait = std::min<Time>(wait, 20 * kMicrosecond);
   if (wait <= 2 * kMicrosecond) return;  // too short to sleep: spin
+  if (opt_.arm_wait) {
+    opt_.arm_wait();
+    if (Iterate(MonotonicNow())) return;
+  }
   sleeping_.store(true);
   // Re-check after announcing the sleep (pairs with Wake()).
   bool work = has_cmds_.load() || queued_.load() > pending_.size();

@@ -44,6 +44,10 @@ struct LoopOptions {
   int cpu = -1;
   size_t submit_queue_size = 1 << 16;
   std::vector<int> wait_fds;  // readable when the datapath has packets
+  // Called before sleeping on wait_fds (verbs: re-arm the completion
+  // channel); the loop then iterates once more and sleeps only if that
+  // found nothing.
+  std::function<void()> arm_wait;
   Time spin = 50 * kMicrosecond;
   Time max_sleep = 1 * kMillisecond;
 };

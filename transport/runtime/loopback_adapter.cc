@@ -91,10 +91,11 @@ class LoopbackAdapter : public DatapathAdapter {
     dp_.used_[id - 1] = false;
     dp_.remote_[id - 1] = -1;
   }
-  void FillLocal(ConnInfoWire* w) override {
+  absl::Status FillLocal(uint32_t, ConnInfoWire* w) override {
     w->datapath = BlobDatapath::kLoopback;
     w->planes.clear();
     w->node = static_cast<uint32_t>(dp_.port_->id());
+    return absl::OkStatus();
   }
   void FillStats(DatapathStats* s) override {
     std::lock_guard<std::mutex> l(Shared().mu);

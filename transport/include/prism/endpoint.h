@@ -28,10 +28,13 @@
 //   until the WRITE completes / the region is deregistered.
 // - Destroying the endpoint stops the loop thread and joins it; outstanding
 //   WRITEs are abandoned (no completions).
-// - ConnectionBlob: at most 63 bytes, self-describing and versioned,
-//   position independent (plain bytes): it carries the local connection id,
-//   initial PSN, path/plane counts, payload MTU and the datapath addresses of
-//   every plane. Parse() rejects anything malformed with InvalidArgument.
+// - ConnectionBlob: variable length (at most 255 bytes; its third byte is
+//   its length), self-describing and versioned, position independent (plain
+//   bytes): it carries the local connection id, initial PSN, path/plane
+//   counts, payload MTU and the datapath addresses of every plane (udp,
+//   36 bytes for one plane) or the verbs queue pairs (90 bytes for 8 QPs).
+//   Layout: transport/runtime/conn_blob.h, docs/runtime.md. Connect()
+//   rejects anything malformed with InvalidArgument.
 #ifndef PRISM_ENDPOINT_H_
 #define PRISM_ENDPOINT_H_
 
@@ -53,7 +56,7 @@ namespace prism {
 
 // Serialised connection info, exchanged out of band.
 struct ConnectionBlob {
-  static constexpr size_t kMaxBytes = 63;
+  static constexpr size_t kMaxBytes = 255;
   uint8_t bytes[kMaxBytes] = {};
   uint8_t size = 0;
 
@@ -67,9 +70,21 @@ struct ConnectionBlob {
 };
 
 struct EndpointOptions {
-  // "udp" (UDP/IPv6 sockets) or "loopback" (in-process; every loopback
-  // endpoint of a process shares one virtual network).
+  // "udp" (UDP/IPv6 sockets), "loopback" (in-process; every loopback
+  // endpoint of a process shares one virtual network) or "verbs"
+  // (libibverbs, RDMA WRITE-with-immediate; only in builds with
+  // libibverbs, else Create() says Unimplemented).
   std::string datapath = "udp";
+
+  // --- verbs -------------------------------------------------------------
+  // RDMA device ("rxe_lo", "mlx5_0"); empty: the first with an active port.
+  std::string device;
+  uint8_t device_port = 0;  // 0: the first active port
+  int gid_index = -1;       // -1: RoCE v2 preferred (verbs::PickGid)
+  // Data queue pairs per connection; engine path p uses QP p % verbs_qps.
+  uint16_t verbs_qps = 8;
+  // "auto" (UC, RC where UC is missing), "uc" or "rc".
+  std::string verbs_mode = "auto";
 
   // --- udp ---------------------------------------------------------------
   // One local IPv6 address per NIC plane.
