@@ -53,6 +53,10 @@ struct ControllerConfig {
   // (see congestion/nscc/nscc.h and docs/congestion.md).
   Time target_delay = 0;        // RTT target; 0 = base_rtt * 1.5
   uint64_t max_window_bytes = 0;  // 0 = 1.5 x BDP
+  // Additive: "nscc" treats non-trim losses as congestion (true for drop-tail
+  // fabrics without trimming/ECN); false = losses are random, repaired by
+  // retransmission only. See NsccParams::loss_is_congestion.
+  bool loss_is_congestion = false;
 };
 
 absl::StatusOr<std::unique_ptr<Controller>> MakeController(

@@ -28,6 +28,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
   p.fair_increase_bytes = c.mtu_bytes;
   p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
   p.qa_delay_threshold = 4 * p.target_delay;
+  p.loss_is_congestion = c.loss_is_congestion;
   return p;
 }
 
@@ -118,7 +119,8 @@ void NsccController::OnAck(const AckEvent& ev) {
   penalty_packets_ = ev.rx_window_penalty;
   if (ev.rtt > 0) last_rtt_ = ev.rtt;
   const Time rtt = last_rtt_;
-  const bool loss = ev.trimmed > 0 || ev.lost > 0;
+  // Trims always signal congestion; plain losses only on drop-tail fabrics.
+  const bool loss = ev.trimmed > 0 || (p_.loss_is_congestion && ev.lost > 0);
   const bool above = rtt >= p_.target_delay;
 
   // Split the batch: unmarked bytes take the no-ECN rule.

@@ -11,10 +11,15 @@
 // different windows gain the same bytes per RTT and converge (AIMD).
 //
 // A batch with k of n packets ECN-marked applies the no-ECN rule to the
-// unmarked (n-k)/n of its bytes and the ECN rule once. Trims and losses are
-// congestion signals: they trigger a decrease of at least loss_md (same
-// once-per-RTT limit) whatever the RTT. Quick adapt: over each observation
-// period of target_delay, if trims/losses were seen or the RTT exceeded
+// unmarked (n-k)/n of its bytes and the ECN rule once. Trims are congestion
+// signals: they block increases and trigger a decrease of at least loss_md
+// (same once-per-RTT limit) whatever the RTT. Losses (AckEvent::lost, not
+// trimmed) count as congestion only when loss_is_congestion is set (drop-tail
+// fabrics without trimming or ECN); by default they are random loss (failure,
+// corruption) repaired by retransmission, and the batch's ACKs and RTT are
+// handled as if nothing was lost. Quick adapt: over each observation
+// period of target_delay, if trims (or, when they are congestion, losses)
+// were seen or the RTT exceeded
 // qa_delay_threshold, and fewer than qa_fraction x window bytes were
 // delivered, the window is set to the delivered bytes (what the network
 // drains for this flow per target RTT, e.g. the fair share in an incast). The
@@ -53,8 +58,14 @@ struct NsccParams {
   // at most once per RTT.
   double md_gain = 1.0;
   double max_md = 0.5;
-  // Minimum decrease for a batch with trims or losses.
+  // Minimum decrease for a batch with trims (or losses, see below).
   double loss_md = 0.25;
+  // Whether non-trim losses (AckEvent::lost) are a congestion signal like
+  // trims: block increases, decrease by >= loss_md, arm quick adapt. False
+  // (default) for trimming/ECN fabrics (MRC/UET), where a loss is random
+  // (failure, corruption, flaky link) and only retransmission repairs it.
+  // Set true for drop-tail fabrics without trimming or ECN.
+  bool loss_is_congestion = false;
   // Quick adapt.
   double qa_fraction = 0.5;
   Time qa_delay_threshold = 0;
@@ -63,7 +74,8 @@ struct NsccParams {
   // target = max(1.5 x base_rtt, base_rtt + 2 MTU serialisations),
   // BDP from rate x base_rtt, initial = BDP, max = 1.5 x BDP, min = 1 MTU,
   // fair increase = 1 MTU per RTT, qa threshold = 4 x target. ControllerConfig
-  // target_delay / max_window_bytes override when non-zero.
+  // target_delay / max_window_bytes override when non-zero;
+  // loss_is_congestion is copied from ControllerConfig.
   static NsccParams Defaults(const ControllerConfig& config);
   absl::Status Validate() const;
 };

@@ -257,16 +257,104 @@ TEST(NsccQuadrantTest, EcnBelowTargetChangesNothing) {
               125000 + 31250 * 0.6 * 8192 / 125000, 1);
 }
 
-TEST(NsccQuadrantTest, TrimsAndLossesAreCongestion) {
+TEST(NsccQuadrantTest, TrimsAreCongestion) {
   NsccController a = Nscc();
   a.OnAck(Ack(0, 4, 12 * kUs, 0, /*trimmed=*/1));  // below target, yet cut
   EXPECT_EQ(a.cwnd_bytes(), 93750u);               // loss_md = 0.25
-  NsccController b = Nscc();
-  b.OnAck(Ack(0, 4, 12 * kUs, 0, 0, /*lost=*/2));
-  EXPECT_EQ(b.cwnd_bytes(), 93750u);
+  EXPECT_EQ(a.counters().decreases, 1u);
+  EXPECT_EQ(a.counters().proportional_increases, 0u);
   NsccController c = Nscc();
   c.OnAck(Ack(0, 4, 40 * kUs, 4, 1));  // delay term dominates: 25/30
   EXPECT_EQ(c.cwnd_bytes(), 62500u);   // capped at max_md
+}
+
+NsccController NsccLossIsCongestion(bool on) {
+  ControllerConfig c = Cfg("nscc");
+  c.loss_is_congestion = on;
+  const NsccParams p = NsccParams::Defaults(c);
+  EXPECT_EQ(p.loss_is_congestion, on);
+  EXPECT_TRUE(p.Validate().ok());
+  return NsccController(p);
+}
+
+TEST(NsccQuadrantTest, LossIsNotCongestionByDefault) {
+  EXPECT_FALSE(NsccParams::Defaults(Cfg("nscc")).loss_is_congestion);
+  // Below target with a loss: the clean bytes still increase proportionally
+  // (f = 3/5 on 16 KB), exactly as without the loss; no decrease.
+  NsccController a = Nscc();
+  NsccController ref = Nscc();
+  a.OnAck(Ack(0, 4, 12 * kUs, 0, 0, /*lost=*/2));
+  ref.OnAck(Ack(0, 4, 12 * kUs));
+  EXPECT_EQ(a.cwnd_bytes(), ref.cwnd_bytes());
+  EXPECT_NEAR(static_cast<double>(a.cwnd_bytes()),
+              125000 + 31250 * 0.6 * 16384 / 125000, 1);
+  EXPECT_EQ(a.counters().decreases, 0u);
+  EXPECT_EQ(a.counters().proportional_increases, 1u);
+  // Above target, no ECN, with a loss: fair increase, no decrease.
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 4, 20 * kUs, 0, 0, /*lost=*/3));
+  EXPECT_EQ(b.counters().fair_increases, 1u);
+  EXPECT_EQ(b.counters().decreases, 0u);
+  EXPECT_GT(b.cwnd_bytes(), 125000u);
+  // ECN above target with a loss: the ECN rule alone (as in
+  // EcnAboveTargetDecreasesMultiplicatively), not raised to loss_md.
+  NsccController e = Nscc();
+  e.OnAck(Ack(0, 4, 40 * kUs, 4, 0, /*lost=*/1));
+  EXPECT_EQ(e.cwnd_bytes(), 62500u);  // 25/30 capped at max_md, as with trims
+  NsccController e2 = Nscc();
+  e2.OnAck(Ack(0, 4, 16 * kUs, 4, 0, /*lost=*/1));  // md = 1/6 < loss_md
+  EXPECT_NEAR(static_cast<double>(e2.cwnd_bytes()), 125000.0 * 5 / 6, 1);
+}
+
+TEST(NsccQuadrantTest, LossIsCongestionWhenConfigured) {
+  NsccController b = NsccLossIsCongestion(true);
+  b.OnAck(Ack(0, 4, 12 * kUs, 0, 0, /*lost=*/2));
+  EXPECT_EQ(b.cwnd_bytes(), 93750u);  // loss_md = 0.25 whatever the RTT
+  EXPECT_EQ(b.counters().proportional_increases, 0u);
+  EXPECT_EQ(b.counters().decreases, 1u);
+  NsccController e = NsccLossIsCongestion(true);
+  e.OnAck(Ack(0, 4, 16 * kUs, 4, 0, /*lost=*/1));  // loss_md > 1/6
+  EXPECT_EQ(e.cwnd_bytes(), 93750u);
+  // Through the factory too.
+  ControllerConfig c = Cfg("nscc");
+  c.loss_is_congestion = true;
+  auto ctl = MakeController(c);
+  ASSERT_TRUE(ctl.ok());
+  (*ctl)->OnAck(Ack(0, 4, 12 * kUs, 0, 0, 1));
+  EXPECT_EQ((*ctl)->window_bytes(), 93750u);
+  c.loss_is_congestion = false;
+  ctl = MakeController(c);
+  ASSERT_TRUE(ctl.ok());
+  (*ctl)->OnAck(Ack(0, 4, 12 * kUs, 0, 0, 1));
+  EXPECT_GT((*ctl)->window_bytes(), 125000u);
+}
+
+TEST(NsccTest, QuickAdaptArmedByLossOnlyWhenLossIsCongestion) {
+  // A collapse in delivery at a normal RTT, with losses only: quick adapt
+  // fires when losses are congestion, not otherwise (a failed path's
+  // losses are repaired by retransmission and rerouting, not by CC).
+  for (const bool on : {false, true}) {
+    NsccController a = NsccLossIsCongestion(on);
+    a.OnAck(Ack(0, 15, 12 * kUs));
+    a.OnAck(Ack(20 * kUs, 15, 12 * kUs));
+    a.OnAck(Ack(25 * kUs, 1, 12 * kUs, 0, 0, /*lost=*/3));
+    a.OnAck(Ack(40 * kUs, 1, 12 * kUs, 0, 0, /*lost=*/2));
+    EXPECT_EQ(a.counters().quick_adapts, on ? 1u : 0u) << on;
+    if (on) {
+      EXPECT_EQ(a.cwnd_bytes(), 8192u);
+    } else {
+      EXPECT_GT(a.cwnd_bytes(), 125000u);
+      EXPECT_EQ(a.counters().decreases, 0u);
+    }
+  }
+}
+
+TEST(NsccTest, TimeoutStillHalvesWithLossNotCongestion) {
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 0, 0, 0, 0, /*lost=*/5));
+  EXPECT_EQ(a.cwnd_bytes(), 125000u);
+  a.OnTimeout(kMillisecond);
+  EXPECT_EQ(a.cwnd_bytes(), 62500u);
 }
 
 TEST(NsccTest, QuickAdaptSetsWindowToDelivered) {
