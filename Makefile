@@ -49,10 +49,14 @@ test-fuzz: fuzz
 
 # Every test: the main build, the unit tests again under ASan+UBSan, and each
 # libFuzzer target for a bounded time.
+# All three run even when one fails; the exit status says whether any failed.
 test: deps
-	$(MAKE) test-main
-	$(MAKE) test-asan
-	$(MAKE) test-fuzz
+	@rc=0; \
+	$(MAKE) test-main || rc=1; \
+	$(MAKE) test-asan || rc=1; \
+	$(MAKE) test-fuzz || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
+	exit $$rc
 
 demo: build
 	@if [ -x $(BUILD)/bin/prism_bench ]; then \
