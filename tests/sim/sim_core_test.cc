@@ -543,6 +543,31 @@ TEST(DeterminismTest, TwoSimulatorsOneProcess) {
   testing::ExpectInvariants(c.result());
 }
 
+// The engine window option: validated at parse time, and a Prism run with a
+// small window and message cap completes with every invariant held.
+TEST(ScenarioTest, EngineWindowOption) {
+  absl::StatusOr<json::Value> v = json::Parse(R"({
+    "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
+                 "t1_per_plane": 2, "hosts_per_t0": 2},
+    "workload": {"type": "permutation", "bytes": 200000},
+    "transport_defaults": {"window_packets": 300},
+    "transports": ["prism"]})");
+  ASSERT_TRUE(v.ok());
+  absl::StatusOr<ScenarioConfig> bad = ParseScenario(*v, "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("window_packets"));
+  ScenarioConfig sc = MustParse(kTiny);
+  TransportConfig tc;  // prism
+  tc.window_packets = 256;
+  tc.max_messages = 256;
+  Simulator s(sc, tc);
+  ASSERT_TRUE(s.Init().ok());
+  ASSERT_TRUE(s.Run().ok());
+  EXPECT_TRUE(s.result().completed);
+  EXPECT_GE(s.result().cpu_seconds, 0.0);
+  testing::ExpectInvariants(s.result());
+}
+
 TEST(ScenarioTest, JainIndex) {
   EXPECT_DOUBLE_EQ(JainIndex({1, 1, 1, 1}), 1.0);
   EXPECT_DOUBLE_EQ(JainIndex({1, 0, 0, 0}), 0.25);
