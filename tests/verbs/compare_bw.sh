@@ -31,6 +31,7 @@ run_ib() {
   wait $spid; src=$?
   [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: ib_write_bw (client rc=$crc server rc=$src)"; cat /tmp/ibwbw.client /tmp/ibwbw.server; exit 1; }
   IB=$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibwbw.client)
+  [ -n "$IB" ] && awk "BEGIN{exit !($IB > 0)}" || { echo "WARN: ib_write_bw reported no bandwidth:"; cat /tmp/ibwbw.client; }
   echo "METRIC ib_write_bw_MBps $IB (device $DEV, $SIZE B x $COUNT, 1 RC QP)"
 }
 run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
