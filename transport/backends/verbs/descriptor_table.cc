@@ -3,26 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/base/bytes.h"
+
 namespace prism::verbs {
 namespace {
-inline void Put16(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
-inline void Put32(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
-inline void Put64(uint8_t* p, uint64_t v) { memcpy(p, &v, 8); }
-inline uint16_t Get16(const uint8_t* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-inline uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
 constexpr uint16_t kKnownFlags = kDescHasImmediate | kDescPayloadCrc;
 }  // namespace
 

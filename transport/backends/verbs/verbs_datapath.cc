@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "transport/backends/verbs/descriptor_table.h"
+#include "transport/base/bytes.h"
 #include "transport/wire/packet.h"
 
 namespace prism::verbs {
@@ -47,25 +48,6 @@ constexpr uint64_t MakeWrId(uint64_t kind, uint32_t peer, uint16_t qp,
 }
 // Receive wr_id: bit 63 = control SRQ, low 32 bits = buffer index.
 constexpr uint64_t kRecvCtrlBit = uint64_t{1} << 63;
-
-inline void Put16(uint8_t* p, uint16_t v) { memcpy(p, &v, 2); }
-inline void Put32(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
-inline void Put64(uint8_t* p, uint64_t v) { memcpy(p, &v, 8); }
-inline uint16_t Get16(const uint8_t* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-inline uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-inline uint64_t Get64(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
 
 // Single-writer counters readable from other threads.
 struct Counter {
