@@ -74,6 +74,7 @@ struct Args {
   bool zero_checksum = false;
   bool gso = true;
   bool gro = true;
+  bool tlp = true;
   int cpu = -1;  // loop thread pinning
   std::string bind = "::";
   std::string device;  // verbs
@@ -112,6 +113,7 @@ void Usage() {
       "  --busy-poll             spin the event loop\n"
       "  --gso, --no-gso         UDP GSO for runs of equal-size packets (on)\n"
       "  --no-gro                no UDP GRO on receive\n"
+      "  --no-tlp                no tail-loss probes (RTO only)\n"
       "  --cpu=N                 pin the event-loop thread to CPU N\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
@@ -134,6 +136,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kGso,
     kNoGro,
     kNoGso,
+    kNoTlp,
     kCpu,
     kBind,
     kPathStats,
@@ -168,6 +171,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"gso", no_argument, nullptr, kGso},
       {"no-gro", no_argument, nullptr, kNoGro},
       {"no-gso", no_argument, nullptr, kNoGso},
+      {"no-tlp", no_argument, nullptr, kNoTlp},
       {"cpu", required_argument, nullptr, kCpu},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
@@ -276,6 +280,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kNoGso:
         a->gso = false;
         break;
+      case kNoTlp:
+        a->tlp = false;
+        break;
       case kCpu:
         if (!num(optarg, &v) || v > 1023) return false;
         a->cpu = static_cast<int>(v);
@@ -337,6 +344,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.connection.num_paths = a.paths;
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;
+  o.connection.tail_loss_probe = a.tlp;
   o.connection.link_rate_bps = a.rate_gbps * 1'000'000'000ull;
   o.connection.probe_interval =
       static_cast<Time>(a.probe_us * prism::kMicrosecond);
