@@ -76,6 +76,7 @@ struct Args {
   bool gro = true;
   bool tlp = true;
   int cpu = -1;  // loop thread pinning
+  int spin_us = -1;
   std::string bind = "::";
   std::string device;  // verbs
   uint16_t qps = 8;    // verbs data QPs
@@ -115,6 +116,8 @@ void Usage() {
       "  --no-gro                no UDP GRO on receive\n"
       "  --no-tlp                no tail-loss probes (RTO only)\n"
       "  --cpu=N                 pin the event-loop thread to CPU N\n"
+      "  --spin=US               poll US after the last work before sleeping\n"
+      "                          (-1: the datapath's default; udp 0)\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -137,6 +140,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kNoGro,
     kNoGso,
     kNoTlp,
+    kSpin,
     kCpu,
     kBind,
     kPathStats,
@@ -173,6 +177,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"no-gso", no_argument, nullptr, kNoGso},
       {"no-tlp", no_argument, nullptr, kNoTlp},
       {"cpu", required_argument, nullptr, kCpu},
+      {"spin", required_argument, nullptr, kSpin},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -283,6 +288,11 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kNoTlp:
         a->tlp = false;
         break;
+      case kSpin:
+        if (!absl::SimpleAtoi(optarg, &a->spin_us) || a->spin_us < -1 ||
+            a->spin_us > 1000000)
+          return false;
+        break;
       case kCpu:
         if (!num(optarg, &v) || v > 1023) return false;
         a->cpu = static_cast<int>(v);
@@ -337,6 +347,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.gso = a.gso;
   o.gro = a.gro;
   o.cpu = a.cpu;
+  o.idle_spin_us = a.spin_us;
   o.busy_poll = a.busy_poll;
   o.device = a.device;
   o.verbs_qps = a.qps;
