@@ -20,7 +20,11 @@
 //   on the wire, starting at LocalInfo().initial_psn), at most 4096 packets
 //   in flight; packets are sprayed over the path set by the PathSelector and
 //   recovered selectively (SACK bitmap, per-path loss inference, TRIMMED
-//   NACK -> immediate resend on another path, RTO with backoff).
+//   NACK -> immediate resend on another path, path timeout: a packet
+//   outstanding for about srtt + 4 rttvar while one sent after it on another
+//   path was acked is resent elsewhere and its path retired, without
+//   touching the window; tail-loss probe; RTO with backoff, which cuts the
+//   window only when nothing sent after the oldest packet was acked).
 // - SACKs are coalesced: every 16 packets, at most base_rtt / 4 after the
 //   first unacknowledged arrival (a timer NextEventTime() reports), and at
 //   once on a gap, ECN CE or a duplicate.
