@@ -951,6 +951,7 @@ class Engine::Impl {
     cc.link_rate_bps = o.link_rate_bps;
     cc.base_rtt = o.base_rtt;
     cc.mtu_bytes = opt_.mtu_payload;
+    cc.loss_is_congestion = o.loss_is_congestion;
     return congestion::MakeController(cc);
   }
   void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
@@ -1723,13 +1724,21 @@ class Engine::Impl {
       // older than a PTO is presumed lost and resent (on another path); the
       // paths get kLost. At most kMaxTlp times per stall, then the RTO.
       const Time pto = c->Pto();
+      congestion::AckEvent ev;  // the presumed losses, for the controller
+      ev.now = now;
       while (c->all_head != kNil &&
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
         ++c->paths[path].st.lost_packets;
+        ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
         RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+      }
+      if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
+        ev.inflight_bytes = c->inflight_bytes;
+        c->cc->OnAck(ev);
+        c->cwnd = c->cc->window_bytes();
       }
       ++c->tlp_fired;
       ++c->st.tail_loss_probes;
