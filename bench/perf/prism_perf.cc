@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ struct Args {
   std::vector<std::string> local = {"::1"};
   std::vector<std::string> routes;
   std::string tx_mode = "auto";
-  uint32_t link_mtu = 9000;
+  uint32_t link_mtu = 0;  // 0: the interfaces' MTU
   uint16_t sockets_per_plane = 8;
   std::string cc = "nscc";
   uint64_t rate_gbps = 100;
@@ -72,6 +73,8 @@ struct Args {
   bool immediate = false;
   bool zero_checksum = false;
   bool gso = false;
+  bool gro = true;
+  int cpu = -1;  // loop thread pinning
   std::string bind = "::";
   std::string device;  // verbs
   uint16_t qps = 8;    // verbs data QPs
@@ -99,7 +102,8 @@ void Usage() {
       "  -u, --udp-port=PORT     UDP port on every plane (0: ephemeral)\n"
       "  -r, --route=R           per-path route (repeat): entropy |\n"
       "                          usid:<carrier> | srh:<seg>,<seg>...\n"
-      "  -m, --mtu=BYTES         link MTU (default 9000)\n"
+      "  -m, --mtu=BYTES         link MTU (default 0: the MTU of the\n"
+      "                          interfaces holding --local)\n"
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US (4000)\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
@@ -107,6 +111,8 @@ void Usage() {
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
       "  --gso                   UDP GSO for runs of equal-size packets\n"
+      "  --no-gro                no UDP GRO on receive\n"
+      "  --cpu=N                 pin the event-loop thread to CPU N\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -126,6 +132,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kBusy,
     kZero,
     kGso,
+    kNoGro,
+    kCpu,
     kBind,
     kPathStats,
     kJson,
@@ -157,6 +165,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
       {"gso", no_argument, nullptr, kGso},
+      {"no-gro", no_argument, nullptr, kNoGro},
+      {"cpu", required_argument, nullptr, kCpu},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -258,6 +268,13 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kGso:
         a->gso = true;
         break;
+      case kNoGro:
+        a->gro = false;
+        break;
+      case kCpu:
+        if (!num(optarg, &v) || v > 1023) return false;
+        a->cpu = static_cast<int>(v);
+        break;
       case kDevice:
         a->device = optarg;
         break;
@@ -306,6 +323,8 @@ EndpointOptions MakeOptions(const Args& a) {
   o.routes = a.routes;
   o.accept_zero_checksum = a.zero_checksum;
   o.gso = a.gso;
+  o.gro = a.gro;
+  o.cpu = a.cpu;
   o.busy_poll = a.busy_poll;
   o.device = a.device;
   o.verbs_qps = a.qps;
@@ -547,13 +566,21 @@ void PrintHeader(const Args& a, Endpoint& ep, const char* role) {
   printf(" Paths           : %-16u Planes         : %u\n", a.paths, a.planes);
   printf(" TX depth        : %-16u Congestion     : %s\n", a.tx_depth,
          a.cc.c_str());
-  printf(" Mtu             : %u[B] payload / %u[B] link\n", ep.mtu_payload(),
-         a.link_mtu);
+  printf(" Mtu             : %u[B] payload / %s link\n", ep.mtu_payload(),
+         a.link_mtu ? absl::StrCat(a.link_mtu, "[B]").c_str() : "auto");
   printf(" Local addresses : %s\n", absl::StrJoin(a.local, ",").c_str());
   if (!a.routes.empty())
     printf(" Routes          : %zu (%s ...)\n", a.routes.size(),
            a.routes[0].c_str());
   printf("%s\n", line);
+}
+
+// CPU seconds (user + system) of this process so far, every thread.
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
@@ -570,7 +597,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"paths\": %u, \"planes\": %u, \"datapath\": \"%s\", "
         "\"errors\": %llu, \"retransmitted_packets\": %llu, "
         "\"rto_events\": %llu, \"paths_retired\": %llu, "
-        "\"paths_restored\": %llu, \"paths_active\": %u",
+        "\"paths_restored\": %llu, \"paths_active\": %u, "
+        "\"mtu_payload\": %u, \"cpu_seconds\": %.3f",
         static_cast<unsigned long long>(r.bytes), r.seconds, r.avg_gbps,
         r.peak_gbps, r.avg_gbps * 1e3 / 8, r.mpps,
         static_cast<unsigned long long>(a.size),
@@ -579,7 +607,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(cs.retransmitted_packets),
         static_cast<unsigned long long>(cs.rto_events),
         static_cast<unsigned long long>(cs.paths_retired),
-        static_cast<unsigned long long>(cs.paths_restored), cs.paths_active);
+        static_cast<unsigned long long>(cs.paths_restored), cs.paths_active,
+        ep ? ep->mtu_payload() : 0, CpuSeconds());
     if (a.path_stats && ep) {
       printf(", \"path_stats\": [");
       for (uint32_t p = 0; p < a.paths; ++p) {

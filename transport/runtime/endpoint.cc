@@ -52,8 +52,10 @@ class UdpAdapter : public DatapathAdapter {
     s->tx_errors = u.tx_errors;
     s->drops = u.tx_drop_unknown_peer + u.tx_drop_too_big + u.rx_truncated +
                u.rx_errors;
-    s->detail = absl::StrCat(dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
-                             u.ToString());
+    s->detail =
+        absl::StrCat(dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
+                     "gso=", dp_->gso_enabled() ? 1 : 0,
+                     " gro=", dp_->gro_enabled() ? 1 : 0, " ", u.ToString());
   }
 
  private:
@@ -97,6 +99,7 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
   u.link_mtu = o.link_mtu;
   u.accept_zero_checksum = o.accept_zero_checksum;
   u.gso = o.gso;
+  u.gro = o.gro;
   std::vector<udp::Route> routes;
   for (const auto& r : o.routes) {
     auto route = udp::ParseRoute(r);

@@ -262,8 +262,10 @@ bool EventLoop::Iterate(Time now) {
       work = true;
     }
   }
-  // 2. Receive.
-  for (int round = 0; round < 4; ++round) {
+  // 2. Receive: drain what has arrived (up to kRxRounds bursts) before the
+  // timers run, so acknowledgements that sat in the socket while this
+  // thread was descheduled count before a tail-loss probe or RTO fires.
+  for (int round = 0; round < kRxRounds; ++round) {
     const size_t n = dp_->RxBurst(now, rx_, kBurst);
     if (n == 0) break;
     engine_->OnReceive(now, rx_, n);

@@ -62,6 +62,8 @@ struct LoopCounters {
 class EventLoop {
  public:
   static constexpr size_t kBurst = 32;
+  // Receive bursts per iteration at most (before the timers run).
+  static constexpr int kRxRounds = 16;
 
   EventLoop(Engine* engine, Datapath* datapath, const LoopOptions& options);
   ~EventLoop();  // Stop()
