@@ -10,6 +10,8 @@
 // (getrusage), per MB moved. Compare with prism_perf on the same datapath
 // options (tests/nccl/plugin_vs_perf.sh, docs/nccl.md).
 //
+// PRISM_NCCL_PERF_IDLE_US=N: sleep N us when a poll made no progress
+// instead of sched_yield (NCCL's proxy spins; prism_perf blocks).
 // PRISM_NCCL_PERF_VERIFY=1: every message carries a pattern (message index)
 // checked byte by byte at the receiver. PRISM_NCCL_PERF_CUDA=1: the buffers
 // are CUDA device memory (cudaMalloc through a dlopen'ed libcudart,
@@ -60,6 +62,17 @@ struct Cuda {
   }
 };
 
+// Nothing progressed: sched_yield as NCCL's idle proxy thread does, or
+// (PRISM_NCCL_PERF_IDLE_US > 0) sleep, so that the CPU time measured is the
+// plugin's and Prism's work rather than the driver's spinning.
+void Idle(long idle_us) {
+  if (idle_us > 0) {
+    usleep(static_cast<useconds_t>(idle_us));
+  } else {
+    sched_yield();
+  }
+}
+
 bool EnvOn(const char* name) {
   const char* v = getenv(name);
   return v != nullptr && strcmp(v, "1") == 0;
@@ -105,6 +118,8 @@ int main(int argc, char** argv) {
     return Die("init failed");
   }
   const bool verify = EnvOn("PRISM_NCCL_PERF_VERIFY");
+  const char* idle_env = getenv("PRISM_NCCL_PERF_IDLE_US");
+  const long idle_us = idle_env != nullptr ? atol(idle_env) : 0;
   const bool cuda = EnvOn("PRISM_NCCL_PERF_CUDA");
   std::vector<char> host(size * depth);
   char* buf = host.data();
@@ -183,7 +198,7 @@ int main(int argc, char** argv) {
           progressed = true;
         }
       }
-      if (!progressed) sched_yield();  // as NCCL's idle proxy thread does
+      if (!progressed) Idle(idle_us);
     }
     n->dereg_mr(sc, mh);
     n->close_send(sc);
@@ -245,7 +260,7 @@ int main(int argc, char** argv) {
         progressed = true;
       }
     }
-    if (!progressed) sched_yield();
+    if (!progressed) Idle(idle_us);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
