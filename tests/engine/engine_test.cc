@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "routing/path_selector.h"
 #include "tests/protocol/harness.h"
 #include "transport/wire/packet.h"
 
@@ -328,6 +329,114 @@ TEST(Engine, PerPathLossInferenceRetransmitsWithoutTimeout) {
   EXPECT_EQ(re[0].pkt.data.psn, pk[2].pkt.data.psn);
   EXPECT_EQ(p.a->connection_stats(p.ca)->rto_events, 0u);
   EXPECT_EQ(p.a->path_stats(p.ca, 0)->lost_packets, 1u);
+}
+
+// Sends four packets at t = 0 and four more at t = 1 us (each on its own
+// path), delivers all but the first batch's packet `lost` and hands the
+// receiver's SACKs to the sender at 2 us.
+std::vector<Cap> SendTwoBatchesLoseOne(Pair& p, size_t lost) {
+  EXPECT_TRUE(p.Write(0, 1, 0, 4 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  EXPECT_TRUE(p.Write(1000, 2, 4 * 4096, 4 * 4096, 4 * 4096).ok());
+  auto pk2 = Poll(*p.a, 1000);
+  pk.insert(pk.end(), pk2.begin(), pk2.end());
+  EXPECT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < pk.size(); ++i) {
+    if (i != lost) Deliver(*p.b, 1500, pk[i]);
+  }
+  for (auto& c : PollAcks(*p.b, 1500)) Deliver(*p.a, 2000, c);
+  return pk;
+}
+
+TEST(Engine, PacketIntoADeadPathIsResentAfterAPathTimeoutNotTheRto) {
+  // Packet 1 vanishes on its path (a link went down: no trim, nothing on
+  // that path acked after it); packets sent later on other paths are acked.
+  Pair p;
+  auto pk = SendTwoBatchesLoseOne(p, 1);
+  const auto before = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(before.inflight_bytes, 4096u);
+  // LossTimeout = max(srtt + max(4 rttvar, srtt / 4) + base_rtt / 4,
+  // base_rtt) = base_rtt (10 us) here, from the packet's send time: before
+  // the tail-loss probe (2 us + PTO >= 12 us) and far before the RTO (50 us).
+  const Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 10 * kMicrosecond);
+  EXPECT_TRUE(OfType(Poll(*p.a, t - 1), wire::PacketType::kData).empty());
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[1].pkt.data.psn);
+  EXPECT_NE(re[0].path, pk[1].path);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.path_timeouts, 1u);
+  EXPECT_EQ(st.tail_loss_probes, 0u);
+  EXPECT_EQ(st.rto_events, 0u);
+  EXPECT_EQ(st.cwnd_bytes, before.cwnd_bytes);  // a path failure: no cut
+  // MRC: the EV is ASSUMED_BAD until a probe on it is answered.
+  const auto ps = *p.a->path_stats(p.ca, pk[1].path);
+  EXPECT_EQ(ps.retired, 1u);
+  EXPECT_EQ(ps.lost_packets, 1u);
+  EXPECT_EQ(ps.state, static_cast<uint8_t>(routing::PathState::kAssumedBad));
+  Deliver(*p.b, t + 1000, re[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 2000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 2u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(cq[1].status, absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
+}
+
+TEST(Engine, PathTimeoutNeedsALaterSentPacketAcked) {
+  // Only packets sent at the same time as the lost one are acked: that is no
+  // evidence its path failed (it may just be slower), so the path timeout
+  // stays unarmed and the tail-loss probe recovers it.
+  Pair p;
+  ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < 7; ++i) Deliver(*p.b, 1000, pk[i]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  const Time t = p.a->NextEventTime();
+  EXPECT_GT(t, 10 * kMicrosecond);  // the tail-loss probe's time
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.path_timeouts, 0u);
+  EXPECT_EQ(st.tail_loss_probes, 1u);
+}
+
+TEST(Engine, RtoWhileOtherPathsDeliverDoesNotCutTheWindowOrBackOff) {
+  // rto_min 5 us < LossTimeout (base_rtt, 10 us): the RTO fires first. The
+  // connection is delivering (packets sent after the lost one were acked),
+  // so it is a path failure: the packet is resent on another path, but
+  // neither the window (NSCC would halve it) nor the timer (no backoff)
+  // changes.
+  ConnectionOptions o = Pair::Defaults();
+  o.congestion = "nscc";
+  o.rto_min = 5 * kMicrosecond;
+  o.rto_max = 1 * kMillisecond;
+  Pair p(o);
+  auto pk = SendTwoBatchesLoseOne(p, 0);
+  const auto before = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(before.rto, 5 * kMicrosecond);
+  const Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 5 * kMicrosecond);
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[0].pkt.data.psn);
+  EXPECT_NE(re[0].path, pk[0].path);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.rto_events, 1u);
+  EXPECT_EQ(st.cwnd_bytes, before.cwnd_bytes);
+  EXPECT_EQ(st.rto, 5 * kMicrosecond);  // not doubled
+  EXPECT_EQ(p.a->path_stats(p.ca, pk[0].path)->retired, 1u);
+  // The resent copy is lost too, and now nothing sent after it is acked:
+  // a connection-level timeout, which does back off and cut the window.
+  const Time t2 = p.a->NextEventTime();
+  EXPECT_EQ(t2, t + 5 * kMicrosecond);
+  ASSERT_EQ(OfType(Poll(*p.a, t2), wire::PacketType::kData).size(), 1u);
+  const auto st2 = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st2.rto_events, 2u);
+  EXPECT_EQ(st2.rto, 10 * kMicrosecond);
+  EXPECT_LT(st2.cwnd_bytes, before.cwnd_bytes);
 }
 
 TEST(Engine, ReorderingWithinThresholdIsNotLoss) {

@@ -35,11 +35,22 @@
 // path p is declared lost when, on the same path, kDupThresh packets sent
 // after it were acked, or one sent after it was acked and it was sent more
 // than a reordering window (max(srtt_p / 4, base_rtt / 4)) earlier than that
-// packet. Anything else is recovered by the RTO: srtt + 4 * rttvar from echoed
+// packet. A path that died (a link or switch down: packets vanish without a
+// trim) leaves nothing acked behind its packets, so across paths: a packet is
+// lost by path timeout when one sent after it, on any path, was acked and it
+// has been out for LossTimeout() = srtt + max(4 rttvar, srtt / 4) + the SACK
+// delay (at least base_rtt): it is resent at once on another path and its
+// path gets kTimeout (ASSUMED_BAD until a probe comes back), as MRC retires
+// an EV after a loss by timeout. That is a path failure, not congestion: the
+// window is left alone. Anything else is recovered by the tail-loss probe
+// and the RTO: srtt + 4 * rttvar from echoed
 // timestamps, clamped to [rto_min, rto_max], doubled per consecutive timeout
 // without progress; when it fires every transmission older than the RTO is
 // retransmitted and its path gets kTimeout. (The timer is the backed-off
-// RTO; the age that makes a transmission "timed out" is the plain one.)
+// RTO; the age that makes a transmission "timed out" is the plain one.) Only
+// an RTO with nothing acked since the oldest transmission left is a
+// connection-level timeout (window cut, backoff); one that fires while other
+// paths deliver is a path failure like the path timeout above.
 //
 // Failure. A NACK BAD_KEY / BAD_RANGE for a PSN in flight is a remote access
 // error (as on an RDMA RC queue pair): the WRITE completes with
@@ -308,6 +319,7 @@ struct Conn {
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
+  Time rack_sent = 0;      // latest send time of a transmission acked
   uint8_t tlp_fired = 0;   // tail-loss probes since then
   Time next_send_time = 0;
   bool no_path = false;
@@ -371,6 +383,22 @@ struct Conn {
       return kTimeInfinite;
     }
     return std::max(last_progress, slots[all_head].sent_time) + Pto();
+  }
+  // Age at which a packet is lost by path timeout once a packet sent after
+  // it was acked: srtt + max(4 rttvar, srtt / 4) + the SACK delay, at least
+  // base_rtt; before an RTT sample 2 base_rtt.
+  Time LossTimeout() const {
+    if (srtt == 0) return 2 * opt.base_rtt;
+    return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
+                    opt.base_rtt);
+  }
+  // When the oldest transmission times out across paths (kTimeInfinite: no
+  // transmission sent after it was acked yet).
+  Time PathLossTime() const {
+    if (all_head == kNil || slots[all_head].sent_time >= rack_sent) {
+      return kTimeInfinite;
+    }
+    return slots[all_head].sent_time + LossTimeout();
   }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
@@ -898,6 +926,7 @@ class Engine::Impl {
     if (c->all_head != kNil) {
       t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
       t = std::min(t, c->TlpTime());
+      t = std::min(t, c->PathLossTime());
     }
     t = std::min(t, c->plane_resend_at);
     if (c->Outstanding()) {
@@ -961,6 +990,7 @@ class Engine::Impl {
     cc.link_rate_bps = o.link_rate_bps;
     cc.base_rtt = o.base_rtt;
     cc.mtu_bytes = opt_.mtu_payload;
+    cc.loss_is_congestion = o.loss_is_congestion;
     return congestion::MakeController(cc);
   }
   void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
@@ -1451,6 +1481,7 @@ class Engine::Impl {
         p.any_acked = true;
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+      if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1556,11 +1587,33 @@ class Engine::Impl {
       }
     }
     c->dirty_paths.clear();
+    ev.lost += PathTimeouts(now, c);
     AdvanceUna(c);
     ev.inflight_bytes = c->inflight_bytes;
     c->cc->OnAck(ev);
     c->cwnd = c->cc->window_bytes();
     CompleteWrites(c);
+  }
+
+  // Loss by path timeout (see the design notes): transmissions older than
+  // LossTimeout() with a later-sent one acked are resent on other paths and
+  // their paths retired; the window is not touched. Returns how many.
+  uint32_t PathTimeouts(Time now, Conn* c) {
+    uint32_t n = 0;
+    const Time lt = c->LossTimeout();
+    while (c->all_head != kNil) {
+      const uint32_t idx = c->all_head;
+      const TxSlot& s = c->slots[idx];
+      if (s.sent_time >= c->rack_sent || s.sent_time + lt > now) break;
+      const uint16_t path = s.path;
+      ++c->paths[path].st.lost_packets;
+      ++c->st.path_timeouts;
+      MarkLost(c, PsnOfSlot(c, idx), false);
+      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      ++n;
+    }
+    if (n > 0) c->no_path = false;
+    return n;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1693,6 +1746,15 @@ class Engine::Impl {
       }
     }
     if (c->all_head == kNil) return;
+    if (c->PathLossTime() <= now) {
+      congestion::AckEvent ev;
+      ev.now = now;
+      ev.lost = PathTimeouts(now, c);
+      ev.inflight_bytes = c->inflight_bytes;
+      c->cc->OnAck(ev);
+      c->cwnd = c->cc->window_bytes();
+      if (c->all_head == kNil) return;
+    }
     const Time rto = c->Rto();
     if (c->TlpTime() <= now &&
         c->TlpTime() < c->slots[c->all_head].sent_time + rto) {
@@ -1701,13 +1763,21 @@ class Engine::Impl {
       // older than a PTO is presumed lost and resent (on another path); the
       // paths get kLost. At most kMaxTlp times per stall, then the RTO.
       const Time pto = c->Pto();
+      congestion::AckEvent ev;  // the presumed losses, for the controller
+      ev.now = now;
       while (c->all_head != kNil &&
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
         ++c->paths[path].st.lost_packets;
+        ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
         RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+      }
+      if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
+        ev.inflight_bytes = c->inflight_bytes;
+        c->cc->OnAck(ev);
+        c->cwnd = c->cc->window_bytes();
       }
       ++c->tlp_fired;
       ++c->st.tail_loss_probes;
@@ -1720,6 +1790,9 @@ class Engine::Impl {
     // packets sent just after the oldest one would be stranded: each firing
     // doubles the age they must reach while they fill the window.)
     const Time age = c->RtoBase();
+    // Something sent after the oldest transmission was acked: the
+    // connection delivers, only its paths failed. No window cut, no backoff.
+    const bool delivering = c->rack_sent > c->slots[c->all_head].sent_time;
     while (c->all_head != kNil &&
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
@@ -1729,9 +1802,11 @@ class Engine::Impl {
       RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
     }
     ++c->st.rto_events;
-    if (c->backoff < kMaxBackoff) ++c->backoff;
-    c->cc->OnTimeout(now);
-    c->cwnd = c->cc->window_bytes();
+    if (!delivering) {
+      if (c->backoff < kMaxBackoff) ++c->backoff;
+      c->cc->OnTimeout(now);
+      c->cwnd = c->cc->window_bytes();
+    }
     c->no_path = false;
   }
 

@@ -20,7 +20,11 @@
 //   on the wire, starting at LocalInfo().initial_psn), at most 4096 packets
 //   in flight; packets are sprayed over the path set by the PathSelector and
 //   recovered selectively (SACK bitmap, per-path loss inference, TRIMMED
-//   NACK -> immediate resend on another path, RTO with backoff).
+//   NACK -> immediate resend on another path, path timeout: a packet
+//   outstanding for about srtt + 4 rttvar while one sent after it on another
+//   path was acked is resent elsewhere and its path retired, without
+//   touching the window; tail-loss probe; RTO with backoff, which cuts the
+//   window only when nothing sent after the oldest packet was acked).
 // - SACKs are coalesced: every 16 packets, at most base_rtt / 4 after the
 //   first unacknowledged arrival (a timer NextEventTime() reports), and at
 //   once on a gap, ECN CE or a duplicate.
@@ -103,6 +107,12 @@ struct ConnectionOptions {
   std::string congestion = "nscc";  // congestion::ControllerConfig::algorithm
   uint64_t link_rate_bps = 100'000'000'000ull;  // local NIC rate (all planes)
   Time base_rtt = 10 * kMicrosecond;            // expected unloaded RTT
+  // Whether a packet lost without a trim is a congestion signal for the
+  // controller (congestion::ControllerConfig::loss_is_congestion). False for
+  // fabrics that trim (MRC/UET): a plain loss is failure or corruption,
+  // repaired by retransmission. Set true on drop-tail fabrics, where a
+  // buffer overflow drop is the congestion signal.
+  bool loss_is_congestion = false;
   // Minimum / maximum retransmission timeout; the RTO is derived from
   // measured RTT and clamped to these, doubling on consecutive timeouts.
   Time rto_min = 50 * kMicrosecond;
