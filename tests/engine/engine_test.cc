@@ -1020,40 +1020,136 @@ size_t Shuttle(Pair& p, Time& now, int rounds) {
   return max_burst;
 }
 
-// Heap bytes one connected connection holds (glibc mallinfo2; 0 when the
-// allocator is replaced, e.g. under ASan).
-size_t ConnectionHeapBytes(uint32_t window, uint32_t max_msgs) {
-  EngineOptions eo;
-  Engine a(eo), b(eo);
+// Heap bytes in use (glibc mallinfo2; 0 when the allocator is replaced,
+// e.g. under ASan) and resident set size.
+size_t HeapBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+size_t RssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long pages = 0, rss = 0;
+  const int got = std::fscanf(f, "%lu %lu", &pages, &rss);
+  std::fclose(f);
+  return got == 2 ? rss * 4096 : 0;
+}
+
+// Heap bytes one connection holds once it has sent (sender side, `a`) and
+// received (receiver side, `b`) one 64 KiB WRITE: state is allocated on use.
+struct ConnBytes {
+  size_t idle = 0;      // connected, nothing sent
+  size_t sender = 0;    // after sending one WRITE
+  size_t receiver = 0;  // after receiving it
+};
+ConnBytes ConnectionHeapBytes(uint32_t window, uint32_t max_msgs) {
   ConnectionOptions o = Pair::Defaults();
   o.max_inflight_packets = window;
   o.max_outstanding_messages = max_msgs;
-  const ConnId cb = *b.CreateConnection(o);
   constexpr int kConns = 16;
-  const struct mallinfo2 m0 = mallinfo2();
-  const size_t before = m0.uordblks + m0.hblkhd;
-  for (int i = 0; i < kConns; ++i) {
-    const ConnId ca = *a.CreateConnection(o);
-    EXPECT_TRUE(a.Connect(ca, b.LocalInfo(cb)).ok());
+  std::vector<std::unique_ptr<Pair>> pairs;
+  for (int i = 0; i < kConns; ++i) pairs.push_back(std::make_unique<Pair>(o));
+  ConnBytes r;
+  // Idle: one more connection on each side, connected.
+  size_t h0 = HeapBytes();
+  std::vector<ConnId> extra;
+  for (auto& p : pairs) {
+    const ConnId a2 = *p->a->CreateConnection(o);
+    const ConnId b2 = *p->b->CreateConnection(o);
+    EXPECT_TRUE(p->a->Connect(a2, p->b->LocalInfo(b2)).ok());
+    EXPECT_TRUE(p->b->Connect(b2, p->a->LocalInfo(a2)).ok());
   }
-  const struct mallinfo2 m1 = mallinfo2();
-  const size_t after = m1.uordblks + m1.hblkhd;
-  return after > before ? (after - before) / kConns : 0;
+  r.idle = (HeapBytes() - h0) / (2 * kConns);
+  // Sender: post and emit (nothing delivered yet).
+  h0 = HeapBytes();
+  std::vector<std::vector<Cap>> sent(kConns);
+  for (int i = 0; i < kConns; ++i) {
+    EXPECT_TRUE(pairs[i]->Write(0, 1, 0, 64 << 10, 0).ok());
+    sent[i] = Poll(*pairs[i]->a, 0);
+  }
+  const size_t h1 = HeapBytes();
+  size_t caps = 0;
+  for (auto& v : sent) {
+    for (auto& c : v) caps += c.bytes.capacity() + sizeof(Cap);
+    caps += v.capacity() * sizeof(Cap) - v.size() * sizeof(Cap);
+  }
+  r.sender = h1 > h0 + caps ? (h1 - h0 - caps) / kConns : 0;
+  // Receiver: deliver, let it queue its SACKs.
+  h0 = HeapBytes();
+  for (int i = 0; i < kConns; ++i) {
+    for (auto& c : sent[i]) Deliver(*pairs[i]->b, 1000, c);
+  }
+  r.receiver = (HeapBytes() - h0) / kConns;
+  return r;
 }
 
-TEST(Engine, SmallerWindowShrinksPerConnectionMemory) {
-  const size_t big = ConnectionHeapBytes(4096, 4096);
-  if (big == 0) GTEST_SKIP() << "allocator statistics unavailable";
-  const size_t w1024 = ConnectionHeapBytes(1024, 4096);
-  const size_t small = ConnectionHeapBytes(256, 4096);
-  const size_t tiny = ConnectionHeapBytes(256, 256);
+TEST(Engine, ConnectionStateIsAllocatedOnUseAndSizedByWindow) {
+  if (HeapBytes() == 0) GTEST_SKIP() << "allocator statistics unavailable";
+  const ConnBytes big = ConnectionHeapBytes(4096, 4096);
+  const ConnBytes small = ConnectionHeapBytes(256, 256);
   std::printf(
-      "per-connection heap (256 paths): window 4096: %zu B, 1024: %zu "
-      "B, 256: %zu B, 256 + 256 messages: %zu B\n",
-      big, w1024, small, tiny);
-  EXPECT_LT(small, big / 2);
-  EXPECT_LT(tiny, small);
-  EXPECT_LT(w1024, big);
+      "per-connection heap (256 paths): idle %zu B; window 4096: sender %zu B, "
+      "receiver %zu B; window 256 + 256 messages: sender %zu B, receiver %zu "
+      "B\n",
+      small.idle, big.sender, big.receiver, small.sender, small.receiver);
+  // Idle: the path selector (24 B per path) and the connection itself.
+  EXPECT_LT(small.idle, 12u << 10);
+  EXPECT_LT(big.idle, 12u << 10);
+  // Sender: slots (48 B per window packet), retransmit ring (16 B per
+  // window packet), paths (~100 B each), a small message ring.
+  EXPECT_LT(small.sender, 48u << 10);
+  EXPECT_LT(big.sender, 320u << 10);
+  EXPECT_LT(small.sender, big.sender / 4);
+  // Receiver: a message ring of a few entries and the control ring grow on
+  // demand; the bitmap (window / 8 bytes) was allocated at Connect.
+  EXPECT_LT(small.receiver, 4u << 10);
+  EXPECT_LT(big.receiver, 4u << 10);
+}
+
+// 10,000 engines in a ring, each with two connections (to its neighbours),
+// window 256 and 256 paths as the simulator's large fabrics use them: the
+// fixed cost per engine must stay a few KiB beyond the path selectors.
+TEST(Engine, TenThousandIdleEnginesFitInABoundedFootprint) {
+  if (HeapBytes() == 0) GTEST_SKIP() << "allocator statistics unavailable";
+  constexpr int kEngines = 10000;
+  ConnectionOptions o = Pair::Defaults();
+  o.max_inflight_packets = 256;
+  o.max_outstanding_messages = 256;
+  std::vector<std::unique_ptr<Engine>> engines;
+  engines.reserve(kEngines);
+  std::vector<ConnId> next(kEngines), prev(kEngines);
+  const size_t h0 = HeapBytes(), r0 = RssBytes();
+  for (int i = 0; i < kEngines; ++i) {
+    EngineOptions eo;
+    eo.seed = static_cast<uint64_t>(i) + 1;
+    eo.max_connections = 4;
+    engines.push_back(std::make_unique<Engine>(eo));
+  }
+  const size_t h1 = HeapBytes();
+  for (int i = 0; i < kEngines; ++i) {
+    next[i] = *engines[i]->CreateConnection(o);
+    prev[i] = *engines[i]->CreateConnection(o);
+  }
+  for (int i = 0; i < kEngines; ++i) {
+    const int j = (i + 1) % kEngines;
+    ASSERT_TRUE(
+        engines[i]->Connect(next[i], engines[j]->LocalInfo(prev[j])).ok());
+    ASSERT_TRUE(
+        engines[j]->Connect(prev[j], engines[i]->LocalInfo(next[i])).ok());
+  }
+  const size_t h2 = HeapBytes(), r2 = RssBytes();
+  const double engine_bytes = static_cast<double>(h1 - h0) / kEngines;
+  const double conn_bytes = static_cast<double>(h2 - h1) / (2.0 * kEngines);
+  const double rss_per_engine =
+      r2 > r0 ? static_cast<double>(r2 - r0) / kEngines : 0;
+  std::printf(
+      "%d engines x 2 connections (256 paths, window 256): %.0f B per engine "
+      "before connections, %.0f B per idle connection, RSS growth %.0f B per "
+      "engine\n",
+      kEngines, engine_bytes, conn_bytes, rss_per_engine);
+  EXPECT_LT(engine_bytes, 2048);
+  EXPECT_LT(conn_bytes, 12u << 10);
+  EXPECT_LT(rss_per_engine, 32u << 10);
 }
 
 TEST(Engine, SmallWindowBoundsPacketsInFlightAndStillDelivers) {

@@ -31,6 +31,7 @@ constexpr size_t kDescBytes = kDescriptorBytes;
 constexpr size_t kRegionBytes = 32;
 constexpr size_t kRegionGoneBytes = 8;
 constexpr uint32_t kDataRecvBuf = 256;           // PROBE SENDs on data QPs
+constexpr uint32_t kCtrlBytes = 4u << 20;        // control buffers per pool
 constexpr uint32_t kPeerInfoMagic = 0x31495650;  // "PVI1"
 constexpr uint16_t kNoQp = 0xFFFF;               // control QP marker
 // An int, not the enum: libibverbs' ibv_reg_mr macro masks it with an
@@ -459,6 +460,14 @@ class VerbsDatapath::Impl {
       o_.ctrl_depth =
           std::min(o_.ctrl_depth, static_cast<uint32_t>(da.max_srq_wr));
     }
+    // Control buffers hold a whole DATA packet (the fallback for data that
+    // cannot be placed). With large chunks, fewer of them: at most
+    // kCtrlBytes per receive pool and per peer's send ring.
+    ctrl_buf_ = static_cast<uint32_t>(
+        ((wire::kDataHeaderSize + o_.mtu_payload + 255) / 64) * 64);
+    o_.ctrl_depth = std::min<uint32_t>(
+        o_.ctrl_depth,
+        std::max<uint32_t>(4 * o_.signal_every + 1, kCtrlBytes / ctrl_buf_));
     pd_ = ibv_alloc_pd(ctx_);
     if (pd_ == nullptr) return absl::UnavailableError("ibv_alloc_pd failed");
     const int max_cqe = da.max_cqe > 0 ? da.max_cqe : 4096;
@@ -479,8 +488,6 @@ class VerbsDatapath::Impl {
       return absl::UnavailableError("ibv_create_cq failed");
     }
     // Shared receive queues and their buffers.
-    ctrl_buf_ = static_cast<uint32_t>(
-        ((wire::kDataHeaderSize + o_.mtu_payload + 255) / 64) * 64);
     data_bufs_.assign(size_t{o_.data_rq_depth} * kDataRecvBuf, 0);
     ctrl_bufs_.assign(size_t{o_.ctrl_depth} * ctrl_buf_, 0);
     data_mr_ =
@@ -532,8 +539,13 @@ class VerbsDatapath::Impl {
     // Resolve the data QP type: UC unless the device refuses it.
     mode_ = o_.mode == DataQpMode::kRc ? DataQpMode::kRc : DataQpMode::kUc;
     {
-      ibv_qp* t = CreateQp(mode_ == DataQpMode::kUc ? IBV_QPT_UC : IBV_QPT_RC,
-                           data_srq_, 4, nullptr);
+      ibv_qp* t = nullptr;
+      if (mode_ == DataQpMode::kUc && o_.debug_refuse_uc) {
+        errno = EOPNOTSUPP;  // tests: behave like a device without UC
+      } else {
+        t = CreateQp(mode_ == DataQpMode::kUc ? IBV_QPT_UC : IBV_QPT_RC,
+                     data_srq_, 4, nullptr);
+      }
       if (t == nullptr && o_.mode == DataQpMode::kAuto) {
         fprintf(stderr,
                 "prism verbs: %s has no UC queue pairs (%s); using RC\n",
@@ -809,7 +821,7 @@ class VerbsDatapath::Impl {
                        emr.length, " bytes failed: ", strerror(errno)));
     }
     regions_.push_back(lr);
-    last_local_ = nullptr;
+    ForgetRegionCaches();
     if (emr.access & kAccessRemoteWrite) {
       for (auto& pp : peers_) {
         if (pp->used && pp->connected) {
@@ -834,7 +846,7 @@ class VerbsDatapath::Impl {
       }
       ibv_dereg_mr(lr.mr);
       regions_.erase(regions_.begin() + static_cast<long>(i));
-      last_local_ = nullptr;
+      ForgetRegionCaches();
       return absl::OkStatus();
     }
     return absl::NotFoundError(absl::StrCat("no verbs region for lkey ", lkey));
@@ -881,6 +893,15 @@ class VerbsDatapath::Impl {
     }
     st_.tx_ctrl.Add();
     return absl::OkStatus();
+  }
+
+  // last_local_ / last_rx_ point into regions_: every insertion or erasure
+  // may move the elements (a reallocation frees them; the allocator then
+  // reuses the first bytes of the block while the rkey further in survives,
+  // so a stale cache would still "match" and fail every range check).
+  void ForgetRegionCaches() {
+    last_local_ = nullptr;
+    last_rx_ = nullptr;
   }
 
   const LocalRegion* LocalByVa(const uint8_t* ptr, uint32_t len) {
