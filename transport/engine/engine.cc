@@ -261,7 +261,12 @@ struct Conn {
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
-  uint8_t tlp_fired = 0;   // tail-loss probes since then
+  // Newest send time of a transmission known to have been acked (any path):
+  // a timed-out packet sent no later was overtaken, so its path is to
+  // blame; one sent after it only shows that everything is slow.
+  bool any_acked_sent = false;
+  Time last_acked_sent = 0;
+  uint8_t tlp_fired = 0;  // tail-loss probes since then
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -1270,6 +1275,10 @@ class Engine::Impl {
         p.any_acked = true;
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+      if (!c->any_acked_sent || s.sent_time > c->last_acked_sent) {
+        c->last_acked_sent = s.sent_time;
+        c->any_acked_sent = true;
+      }
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1383,6 +1392,16 @@ class Engine::Impl {
     c->cc->OnAck(ev);
     c->cwnd = c->cc->window_bytes();
     CompleteWrites(c);
+  }
+
+  // A transmission that timed out (PTO or RTO) blames its path only if one
+  // sent no earlier (the same burst or later) was acked: then the fabric
+  // delivered those while this one was lost. When nothing sent after it was
+  // acked, the whole connection is slow (a slow receiver or host, a software
+  // NIC) or every path is down; the packet is resent either way, but no path is
+  // retired for it (per-path inference and probes still handle a dead path).
+  static bool Overtaken(const Conn* c, Time sent_time) {
+    return c->any_acked_sent && sent_time <= c->last_acked_sent;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1527,9 +1546,12 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
+        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        }
       }
       ++c->tlp_fired;
       ++c->st.tail_loss_probes;
@@ -1546,9 +1568,12 @@ class Engine::Impl {
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
+      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
       ++c->paths[path].st.lost_packets;
       MarkLost(c, PsnOfSlot(c, idx), false);
-      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      if (overtaken) {
+        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      }
     }
     ++c->st.rto_events;
     if (c->backoff < kMaxBackoff) ++c->backoff;
