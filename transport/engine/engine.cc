@@ -324,6 +324,7 @@ struct Conn {
   Time rack_sent = 0;      // latest send time of a transmission acked
   Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
   uint8_t tlp_fired = 0;                  // tail-loss probes since then
+  bool any_acked_sent = false;  // rack_sent is valid
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -1494,6 +1495,7 @@ class Engine::Impl {
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
       Time& pr = c->plane_rack_sent[s.path % c->num_planes];
       if (s.sent_time > pr) pr = s.sent_time;
+      c->any_acked_sent = true;
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1626,6 +1628,16 @@ class Engine::Impl {
     }
     if (n > 0) c->no_path = false;
     return n;
+  }
+
+  // A transmission that timed out (PTO or RTO) blames its path only if one
+  // sent no earlier (the same burst or later) was acked: then the fabric
+  // delivered those while this one was lost. When nothing sent after it was
+  // acked, the whole connection is slow (a slow receiver or host, a software
+  // NIC) or every path is down; the packet is resent either way, but no path is
+  // retired for it (per-path inference and probes still handle a dead path).
+  static bool Overtaken(const Conn* c, Time sent_time) {
+    return c->any_acked_sent && sent_time <= c->rack_sent;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1781,10 +1793,13 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
+        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        }
       }
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
@@ -1809,9 +1824,12 @@ class Engine::Impl {
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
+      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
       ++c->paths[path].st.lost_packets;
       MarkLost(c, PsnOfSlot(c, idx), false);
-      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      if (overtaken) {
+        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      }
     }
     ++c->st.rto_events;
     if (!delivering) {
