@@ -157,6 +157,10 @@ class PrismDriver : public TransportDriver {
     co.congestion = tc_.congestion;
     co.link_rate_bps = sim->host_rate_bps();
     co.base_rtt = sim->base_rtt();
+    // Where some congestion drops are not trimmed (drop-tail fabric, or
+    // trimming everywhere but the last hop), a loss is a congestion signal.
+    const FabricConfig& fc = sim->scenario().fabric;
+    co.loss_is_congestion = !(fc.trimming && fc.trim_last_hop);
     co.rto_min = tc_.rto_min;
     co.probe_interval = tc_.probe_interval;
     co.payload_checksum = tc_.payload_checksum;

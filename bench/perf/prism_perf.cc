@@ -72,9 +72,11 @@ struct Args {
   bool busy_poll = false;
   bool immediate = false;
   bool zero_checksum = false;
-  bool gso = false;
+  bool gso = true;
   bool gro = true;
+  bool tlp = true;
   int cpu = -1;  // loop thread pinning
+  int spin_us = -1;
   std::string bind = "::";
   std::string device;  // verbs
   uint16_t qps = 8;    // verbs data QPs
@@ -110,9 +112,12 @@ void Usage() {
       "  --probe-interval=US     probe period of retired paths (1000)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
-      "  --gso                   UDP GSO for runs of equal-size packets\n"
+      "  --gso, --no-gso         UDP GSO for runs of equal-size packets (on)\n"
       "  --no-gro                no UDP GRO on receive\n"
+      "  --no-tlp                no tail-loss probes (RTO only)\n"
       "  --cpu=N                 pin the event-loop thread to CPU N\n"
+      "  --spin=US               poll US after the last work before sleeping\n"
+      "                          (-1: the datapath's default; udp 0)\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -133,6 +138,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kZero,
     kGso,
     kNoGro,
+    kNoGso,
+    kNoTlp,
+    kSpin,
     kCpu,
     kBind,
     kPathStats,
@@ -166,7 +174,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"zero-checksum", no_argument, nullptr, kZero},
       {"gso", no_argument, nullptr, kGso},
       {"no-gro", no_argument, nullptr, kNoGro},
+      {"no-gso", no_argument, nullptr, kNoGso},
+      {"no-tlp", no_argument, nullptr, kNoTlp},
       {"cpu", required_argument, nullptr, kCpu},
+      {"spin", required_argument, nullptr, kSpin},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -271,6 +282,17 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kNoGro:
         a->gro = false;
         break;
+      case kNoGso:
+        a->gso = false;
+        break;
+      case kNoTlp:
+        a->tlp = false;
+        break;
+      case kSpin:
+        if (!absl::SimpleAtoi(optarg, &a->spin_us) || a->spin_us < -1 ||
+            a->spin_us > 1000000)
+          return false;
+        break;
       case kCpu:
         if (!num(optarg, &v) || v > 1023) return false;
         a->cpu = static_cast<int>(v);
@@ -325,6 +347,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.gso = a.gso;
   o.gro = a.gro;
   o.cpu = a.cpu;
+  o.idle_spin_us = a.spin_us;
   o.busy_poll = a.busy_poll;
   o.device = a.device;
   o.verbs_qps = a.qps;
@@ -332,6 +355,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.connection.num_paths = a.paths;
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;
+  o.connection.tail_loss_probe = a.tlp;
   o.connection.link_rate_bps = a.rate_gbps * 1'000'000'000ull;
   o.connection.probe_interval =
       static_cast<Time>(a.probe_us * prism::kMicrosecond);
@@ -589,6 +613,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
     auto s = ep->connection_stats(conn);
     if (s.ok()) cs = *s;
   }
+  prism::DatapathStats ds;
+  if (ep) ds = ep->datapath_stats();
   if (a.json) {
     printf(
         "{\"bytes\": %llu, \"seconds\": %.6f, \"gbps\": %.4f, "
@@ -598,7 +624,10 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"errors\": %llu, \"retransmitted_packets\": %llu, "
         "\"rto_events\": %llu, \"paths_retired\": %llu, "
         "\"paths_restored\": %llu, \"paths_active\": %u, "
-        "\"mtu_payload\": %u, \"cpu_seconds\": %.3f",
+        "\"mtu_payload\": %u, \"cpu_seconds\": %.3f, "
+        "\"tail_loss_probes\": %llu, \"sacks_received\": %llu, "
+        "\"tx_sacks\": %llu, \"cwnd_bytes\": %llu, \"srtt_us\": %.1f, "
+        "\"loop_iterations\": %llu, \"loop_sleeps\": %llu",
         static_cast<unsigned long long>(r.bytes), r.seconds, r.avg_gbps,
         r.peak_gbps, r.avg_gbps * 1e3 / 8, r.mpps,
         static_cast<unsigned long long>(a.size),
@@ -608,7 +637,13 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(cs.rto_events),
         static_cast<unsigned long long>(cs.paths_retired),
         static_cast<unsigned long long>(cs.paths_restored), cs.paths_active,
-        ep ? ep->mtu_payload() : 0, CpuSeconds());
+        ep ? ep->mtu_payload() : 0, CpuSeconds(),
+        static_cast<unsigned long long>(cs.tail_loss_probes),
+        static_cast<unsigned long long>(cs.sacks_received),
+        static_cast<unsigned long long>(cs.tx_sacks),
+        static_cast<unsigned long long>(cs.cwnd_bytes), cs.srtt / 1e6,
+        static_cast<unsigned long long>(ds.loop_iterations),
+        static_cast<unsigned long long>(ds.loop_sleeps));
     if (a.path_stats && ep) {
       printf(", \"path_stats\": [");
       for (uint32_t p = 0; p < a.paths; ++p) {
@@ -642,12 +677,13 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
   if (ep) {
     printf(
         " retransmitted %llu pkts, rto %llu, paths retired %llu, restored "
-        "%llu, active %u, srtt %.1f us\n",
+        "%llu, active %u, srtt %.1f us, tlp %llu, cwnd %llu B\n",
         static_cast<unsigned long long>(cs.retransmitted_packets),
         static_cast<unsigned long long>(cs.rto_events),
         static_cast<unsigned long long>(cs.paths_retired),
         static_cast<unsigned long long>(cs.paths_restored), cs.paths_active,
-        cs.srtt / 1e6);
+        cs.srtt / 1e6, static_cast<unsigned long long>(cs.tail_loss_probes),
+        static_cast<unsigned long long>(cs.cwnd_bytes));
   }
   if (r.errors)
     printf(" errors: %llu\n", static_cast<unsigned long long>(r.errors));
@@ -666,10 +702,11 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
              ps->srtt / 1e6);
     }
   }
-  if (ep) {
-    prism::DatapathStats ds = ep->datapath_stats();
-    printf(" datapath: %s\n", ds.detail.c_str());
-  }
+  if (ep)
+    printf(" datapath: %s loop_iterations=%llu loop_sleeps=%llu\n",
+           ds.detail.c_str(),
+           static_cast<unsigned long long>(ds.loop_iterations),
+           static_cast<unsigned long long>(ds.loop_sleeps));
 }
 
 uint64_t RemoteBufferBytes(const Args& a) {

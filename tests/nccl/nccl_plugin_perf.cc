@@ -10,6 +10,8 @@
 // (getrusage), per MB moved. Compare with prism_perf on the same datapath
 // options (tests/nccl/plugin_vs_perf.sh, docs/nccl.md).
 //
+// PRISM_NCCL_PERF_IDLE_US=N: sleep N us when a poll made no progress
+// instead of sched_yield (NCCL's proxy spins; prism_perf blocks).
 // PRISM_NCCL_PERF_VERIFY=1: every message carries a pattern (message index)
 // checked byte by byte at the receiver. PRISM_NCCL_PERF_CUDA=1: the buffers
 // are CUDA device memory (cudaMalloc through a dlopen'ed libcudart,
@@ -60,6 +62,29 @@ struct Cuda {
   }
 };
 
+// Nothing progressed: sched_yield as NCCL's idle proxy thread does, or
+// (PRISM_NCCL_PERF_IDLE_US > 0) sleep, so that the CPU time measured is the
+// plugin's and Prism's work rather than the driver's spinning.
+void Idle(long idle_us) {
+  if (idle_us > 0) {
+    usleep(static_cast<useconds_t>(idle_us));
+  } else {
+    sched_yield();
+  }
+}
+
+// Runs one plugin call, adding its duration to *ns and one to *calls.
+template <typename Fn>
+int Timed(int64_t* ns, int64_t* calls, Fn fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int r = fn();
+  *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - t0)
+             .count();
+  ++*calls;
+  return r;
+}
+
 bool EnvOn(const char* name) {
   const char* v = getenv(name);
   return v != nullptr && strcmp(v, "1") == 0;
@@ -105,6 +130,8 @@ int main(int argc, char** argv) {
     return Die("init failed");
   }
   const bool verify = EnvOn("PRISM_NCCL_PERF_VERIFY");
+  const char* idle_env = getenv("PRISM_NCCL_PERF_IDLE_US");
+  const long idle_us = idle_env != nullptr ? atol(idle_env) : 0;
   const bool cuda = EnvOn("PRISM_NCCL_PERF_CUDA");
   std::vector<char> host(size * depth);
   char* buf = host.data();
@@ -144,6 +171,7 @@ int main(int argc, char** argv) {
                                           size, 5, m, 0) == -1;
   };
   char handle[kPrismNcclHandleMaxSize];
+  int64_t in_plugin = 0, calls = 0;  // ns inside isend/irecv/test, calls
 
   if (child) {
     if (!ReadAll(atoi(argv[2]), handle, sizeof(handle))) {
@@ -167,7 +195,9 @@ int main(int argc, char** argv) {
         void* r = nullptr;
         char* slot = buf + (posted % depth) * size;
         if (verify && !fill(posted, slot)) return Die("fill");
-        if (n->isend(sc, slot, size, 1, mh, nullptr, &r) != 0) {
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->isend(sc, slot, size, 1, mh, nullptr, &r);
+            }) != 0) {
           return Die("isend");
         }
         if (r != nullptr) {
@@ -177,14 +207,26 @@ int main(int argc, char** argv) {
       }
       if (done < posted) {
         int d = 0;
-        if (n->test(win[done % depth], &d, nullptr) != 0) return Die("test");
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->test(win[done % depth], &d, nullptr);
+            }) != 0) {
+          return Die("test");
+        }
         if (d) {
           ++done;
           progressed = true;
         }
       }
-      if (!progressed) sched_yield();  // as NCCL's idle proxy thread does
+      if (!progressed) Idle(idle_us);
     }
+    // This thread's CPU: the driver's own work, the plugin calls and the
+    // polling between them (the endpoint's loop thread is not included).
+    printf(
+        "nccl_plugin_perf: sender in plugin calls %.3f s (%lld calls), "
+        "sender driver thread cpu %.3f s\n",
+        in_plugin / 1e9, static_cast<long long>(calls),
+        CpuSeconds(RUSAGE_THREAD));
+    fflush(stdout);
     n->dereg_mr(sc, mh);
     n->close_send(sc);
     n->finalize(ctx);
@@ -227,7 +269,9 @@ int main(int argc, char** argv) {
       size_t sz = size;
       int tag = 1;
       void* r = nullptr;
-      if (n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r) != 0) {
+      if (Timed(&in_plugin, &calls, [&] {
+            return n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r);
+          }) != 0) {
         return Die("irecv");
       }
       if (r != nullptr) {
@@ -237,7 +281,10 @@ int main(int argc, char** argv) {
     }
     if (done < posted) {
       int d = 0, got = 0;
-      if (n->test(win[done % depth], &d, &got) != 0) return Die("test");
+      if (Timed(&in_plugin, &calls,
+                [&] { return n->test(win[done % depth], &d, &got); }) != 0) {
+        return Die("test");
+      }
       if (d) {
         if (done == 0) t0 = std::chrono::steady_clock::now();  // warm-up
         if (verify && !check(done, buf + (done % depth) * size, got)) ++bad;
@@ -245,12 +292,13 @@ int main(int argc, char** argv) {
         progressed = true;
       }
     }
-    if (!progressed) sched_yield();
+    if (!progressed) Idle(idle_us);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   const double mb = static_cast<double>(size) * (msgs - 1) / 1e6;
+  const double driver_cpu = CpuSeconds(RUSAGE_THREAD);
   // The sender completes when its last WRITE is acknowledged; keep this
   // side's endpoint up until then.
   int status = 0;
@@ -264,10 +312,12 @@ int main(int argc, char** argv) {
   const char* dp = getenv("PRISM_DATAPATH");
   printf(
       "nccl_plugin_perf: datapath %s%s size %zu msgs %ld outstanding %d: "
-      "%.1f MB/s (%.3f s), cpu %.3f s = %.1f us/MB%s\n",
+      "%.1f MB/s (%.3f s), cpu %.3f s = %.1f us/MB (receiver in plugin "
+      "calls %.3f s (%lld calls), receiver driver thread %.3f s)%s\n",
       dp != nullptr ? dp : "default", cuda ? " (CUDA buffers)" : "", size, msgs,
       depth, mb / secs, secs, cpu,
-      cpu * 1e6 / (static_cast<double>(size) * msgs / 1e6),
+      cpu * 1e6 / (static_cast<double>(size) * msgs / 1e6), in_plugin / 1e9,
+      static_cast<long long>(calls), driver_cpu,
       verify ? (bad == 0 ? ", verified" : ", VERIFY FAILED") : "");
   if (bad != 0) {
     fprintf(stderr, "nccl_plugin_perf: %ld messages had wrong bytes\n", bad);

@@ -273,10 +273,11 @@ bool EventLoop::Iterate(Time now) {
     if (n < kBurst) break;
   }
   // 3. Transmit.
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < kTxRounds; ++round) {
     size_t got = 0;
-    if (tx_pending_ < kBurst) {
-      got = engine_->PollTransmit(now, tx_ + tx_pending_, kBurst - tx_pending_);
+    if (tx_pending_ < kTxBurst) {
+      got =
+          engine_->PollTransmit(now, tx_ + tx_pending_, kTxBurst - tx_pending_);
       tx_pending_ += got;
     }
     if (tx_pending_ == 0) break;

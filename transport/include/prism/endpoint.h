@@ -129,6 +129,10 @@ struct EndpointOptions {
   bool busy_poll = false;
   // Pin the loop thread to this CPU (-1: no pinning).
   int cpu = -1;
+  // Microseconds the loop keeps polling after its last useful iteration
+  // before it sleeps; -1: the datapath's default (udp 0: on shared cores
+  // polling steals the peer's CPU; loopback and verbs 50).
+  int32_t idle_spin_us = -1;
   // Max WRITEs queued by PostWrite and not yet taken by the loop.
   size_t submit_queue_size = 1 << 16;
 };

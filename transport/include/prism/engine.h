@@ -107,6 +107,12 @@ struct ConnectionOptions {
   std::string congestion = "nscc";  // congestion::ControllerConfig::algorithm
   uint64_t link_rate_bps = 100'000'000'000ull;  // local NIC rate (all planes)
   Time base_rtt = 10 * kMicrosecond;            // expected unloaded RTT
+  // Whether a packet lost without a trim is a congestion signal for the
+  // controller (congestion::ControllerConfig::loss_is_congestion). False for
+  // fabrics that trim (MRC/UET): a plain loss is failure or corruption,
+  // repaired by retransmission. Set true on drop-tail fabrics, where a
+  // buffer overflow drop is the congestion signal.
+  bool loss_is_congestion = false;
   // Minimum / maximum retransmission timeout; the RTO is derived from
   // measured RTT and clamped to these, doubling on consecutive timeouts.
   Time rto_min = 50 * kMicrosecond;
