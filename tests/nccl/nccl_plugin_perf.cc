@@ -73,6 +73,18 @@ void Idle(long idle_us) {
   }
 }
 
+// Runs one plugin call, adding its duration to *ns and one to *calls.
+template <typename Fn>
+int Timed(int64_t* ns, int64_t* calls, Fn fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int r = fn();
+  *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - t0)
+             .count();
+  ++*calls;
+  return r;
+}
+
 bool EnvOn(const char* name) {
   const char* v = getenv(name);
   return v != nullptr && strcmp(v, "1") == 0;
@@ -159,6 +171,7 @@ int main(int argc, char** argv) {
                                           size, 5, m, 0) == -1;
   };
   char handle[kPrismNcclHandleMaxSize];
+  int64_t in_plugin = 0, calls = 0;  // ns inside isend/irecv/test, calls
 
   if (child) {
     if (!ReadAll(atoi(argv[2]), handle, sizeof(handle))) {
@@ -182,7 +195,9 @@ int main(int argc, char** argv) {
         void* r = nullptr;
         char* slot = buf + (posted % depth) * size;
         if (verify && !fill(posted, slot)) return Die("fill");
-        if (n->isend(sc, slot, size, 1, mh, nullptr, &r) != 0) {
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->isend(sc, slot, size, 1, mh, nullptr, &r);
+            }) != 0) {
           return Die("isend");
         }
         if (r != nullptr) {
@@ -192,7 +207,11 @@ int main(int argc, char** argv) {
       }
       if (done < posted) {
         int d = 0;
-        if (n->test(win[done % depth], &d, nullptr) != 0) return Die("test");
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->test(win[done % depth], &d, nullptr);
+            }) != 0) {
+          return Die("test");
+        }
         if (d) {
           ++done;
           progressed = true;
@@ -200,6 +219,14 @@ int main(int argc, char** argv) {
       }
       if (!progressed) Idle(idle_us);
     }
+    // This thread's CPU: the driver's own work, the plugin calls and the
+    // polling between them (the endpoint's loop thread is not included).
+    printf(
+        "nccl_plugin_perf: sender in plugin calls %.3f s (%lld calls), "
+        "sender driver thread cpu %.3f s\n",
+        in_plugin / 1e9, static_cast<long long>(calls),
+        CpuSeconds(RUSAGE_THREAD));
+    fflush(stdout);
     n->dereg_mr(sc, mh);
     n->close_send(sc);
     n->finalize(ctx);
@@ -242,7 +269,9 @@ int main(int argc, char** argv) {
       size_t sz = size;
       int tag = 1;
       void* r = nullptr;
-      if (n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r) != 0) {
+      if (Timed(&in_plugin, &calls, [&] {
+            return n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r);
+          }) != 0) {
         return Die("irecv");
       }
       if (r != nullptr) {
@@ -252,7 +281,10 @@ int main(int argc, char** argv) {
     }
     if (done < posted) {
       int d = 0, got = 0;
-      if (n->test(win[done % depth], &d, &got) != 0) return Die("test");
+      if (Timed(&in_plugin, &calls,
+                [&] { return n->test(win[done % depth], &d, &got); }) != 0) {
+        return Die("test");
+      }
       if (d) {
         if (done == 0) t0 = std::chrono::steady_clock::now();  // warm-up
         if (verify && !check(done, buf + (done % depth) * size, got)) ++bad;
@@ -266,6 +298,7 @@ int main(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   const double mb = static_cast<double>(size) * (msgs - 1) / 1e6;
+  const double driver_cpu = CpuSeconds(RUSAGE_THREAD);
   // The sender completes when its last WRITE is acknowledged; keep this
   // side's endpoint up until then.
   int status = 0;
@@ -279,10 +312,12 @@ int main(int argc, char** argv) {
   const char* dp = getenv("PRISM_DATAPATH");
   printf(
       "nccl_plugin_perf: datapath %s%s size %zu msgs %ld outstanding %d: "
-      "%.1f MB/s (%.3f s), cpu %.3f s = %.1f us/MB%s\n",
+      "%.1f MB/s (%.3f s), cpu %.3f s = %.1f us/MB (receiver in plugin "
+      "calls %.3f s (%lld calls), receiver driver thread %.3f s)%s\n",
       dp != nullptr ? dp : "default", cuda ? " (CUDA buffers)" : "", size, msgs,
       depth, mb / secs, secs, cpu,
-      cpu * 1e6 / (static_cast<double>(size) * msgs / 1e6),
+      cpu * 1e6 / (static_cast<double>(size) * msgs / 1e6), in_plugin / 1e9,
+      static_cast<long long>(calls), driver_cpu,
       verify ? (bad == 0 ? ", verified" : ", VERIFY FAILED") : "");
   if (bad != 0) {
     fprintf(stderr, "nccl_plugin_perf: %ld messages had wrong bytes\n", bad);

@@ -8,7 +8,12 @@
 #
 # Per run: MB/s (plugin: at the receiver; prism_perf: at the client) and the
 # CPU time of both processes together (perf stat task-clock, children
-# included) per MB moved. Prints every run and the medians.
+# included) per MB moved; for the plugin also the part of it spent on the two
+# driver threads (the mini-NCCL loops, the plugin calls and NCCL-style
+# sched_yield polling between them), the rest being Prism's endpoint loop
+# threads, and the wall time spent inside isend/irecv/test calls (the plugin
+# layer plus the Prism endpoint calls it makes). Prints every run and the
+# medians.
 #
 # Matching options: 64 paths, 9000-byte link MTU, WRITE-with-immediate,
 # `depth` outstanding, base RTT 100 us, and the engine's RTO floor and probe
@@ -31,7 +36,8 @@ task_ms() {  # perf stat -x, output -> task-clock msec
 }
 
 echo "uptime: $(uptime)"
-printf '%-5s %-12s %10s %12s\n' run tool MB/s "cpu us/MB"
+printf '%-5s %-12s %10s %12s %14s %14s\n' run tool MB/s "cpu us/MB" "driver us/MB" \
+  "in-plugin us/MB"
 for r in $(seq "$ROUNDS"); do
   # The plugin (receiver here, sender an exec'd copy).
   perf stat -x, -e task-clock -o "$tmp/ps" env PRISM_ADDRS=127.0.0.1 \
@@ -40,8 +46,14 @@ for r in $(seq "$ROUNDS"); do
     "$DEPTH" >"$tmp/po" 2>&1 || { cat "$tmp/po"; exit 1; }
   mbs=$(sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p' "$tmp/po")
   cpu=$(awk -v t="$(task_ms "$tmp/ps")" -v mb="$MB" 'BEGIN { printf "%.0f", t * 1000 / mb }')
-  printf '%-5s %-12s %10s %12s\n' "$r" plugin "$mbs" "$cpu"
-  echo "plugin $mbs $cpu" >>"$tmp/all"
+  # "... in plugin calls X s ..., ... driver thread Y s" from both sides.
+  read -r drv inp < <(awk -v mb="$MB" '{
+      for (i = 1; i < NF; ++i) {
+        if ($i == "thread") d += $(i + 1) + 0
+        if ($i == "calls" && $(i - 1) == "plugin") p += $(i + 1) + 0
+      } } END { printf "%.0f %.0f\n", d * 1e6 / mb, p * 1e6 / mb }' "$tmp/po")
+  printf '%-5s %-12s %10s %12s %14s %14s\n' "$r" plugin "$mbs" "$cpu" "$drv" "$inp"
+  echo "plugin $mbs $cpu $drv $inp" >>"$tmp/all"
 
   # prism_perf, server and client under one perf stat.
   port=$((19000 + RANDOM % 2000))
@@ -53,16 +65,17 @@ for r in $(seq "$ROUNDS"); do
     { cat "$tmp/qo" "$tmp/qsrv"; exit 1; }
   mbs=$(sed -n 's/.*"MBps": \([0-9.]*\).*/\1/p' "$tmp/qo")
   cpu=$(awk -v t="$(task_ms "$tmp/qs")" -v mb="$MB" 'BEGIN { printf "%.0f", t * 1000 / mb }')
-  printf '%-5s %-12s %10s %12s\n' "$r" prism_perf "$mbs" "$cpu"
-  echo "prism_perf $mbs $cpu" >>"$tmp/all"
+  printf '%-5s %-12s %10s %12s %14s %14s\n' "$r" prism_perf "$mbs" "$cpu" - -
+  echo "prism_perf $mbs $cpu 0 0" >>"$tmp/all"
 done
 for tool in plugin prism_perf; do
-  for col in 2 3; do
+  for col in 2 3 4 5; do
     awk -v t="$tool" -v c="$col" '$1 == t { print $c }' "$tmp/all" | sort -g |
       awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m }' \
       >"$tmp/med_${tool}_$col"
   done
-  printf 'median %-12s %10s MB/s %8s cpu us/MB\n' "$tool" \
-    "$(cat "$tmp/med_${tool}_2")" "$(cat "$tmp/med_${tool}_3")"
+  printf 'median %-12s %8s MB/s %6s cpu us/MB %6s driver us/MB %6s in-plugin us/MB\n' \
+    "$tool" "$(cat "$tmp/med_${tool}_2")" "$(cat "$tmp/med_${tool}_3")" \
+    "$(cat "$tmp/med_${tool}_4")" "$(cat "$tmp/med_${tool}_5")"
 done
 echo "uptime: $(uptime)"

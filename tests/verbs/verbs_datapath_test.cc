@@ -104,17 +104,62 @@ TEST(VerbsDatapathTest, BadOptionsAndMissingDevice) {
   EXPECT_FALSE(d.ok());
 }
 
-// Pumps both sides until `done` or the hang guard (wall time) expires.
-template <typename Done>
-bool PumpUntil(Side& a, Side& b, Done done, Time guard = 150 * kSecond) {
+// Pumps both sides until `done` or the hang guard (wall time) expires;
+// `each` runs after every round (between bursts, as the runtime's control
+// calls do).
+template <typename Done, typename Each>
+bool PumpUntilEach(Side& a, Side& b, Done done, Each each,
+                   Time guard = 150 * kSecond) {
   const Time t0 = NowPs();
   while (!done()) {
     a.Pump();
     b.Pump();
+    each();
     if (NowPs() - t0 > guard) return false;
   }
   return true;
 }
+template <typename Done>
+bool PumpUntil(Side& a, Side& b, Done done, Time guard = 150 * kSecond) {
+  return PumpUntilEach(
+      a, b, done, [] {}, guard);
+}
+
+// Registers and deregisters remote-writable scratch regions on one side
+// while its peer writes into another region (what NCCL's regMr/deregMr on a
+// service thread does during traffic). The number registered at once grows
+// to 9, so the datapath's region table is reallocated and shifted.
+struct RegistrationChurn {
+  Side* side = nullptr;
+  std::vector<std::vector<uint8_t>> bufs =
+      std::vector<std::vector<uint8_t>>(9, std::vector<uint8_t>(8192, 0));
+  std::vector<MemoryRegion> live;
+  int cycles = 0;
+  absl::Status error;
+
+  void Step() {
+    if (!error.ok()) return;
+    const size_t want = 1 + (cycles % bufs.size());
+    if (live.size() < want) {
+      auto mr =
+          side->Register(bufs[live.size()].data(), 8192, kAccessRemoteWrite);
+      if (!mr.ok()) {
+        error = mr.status();
+        return;
+      }
+      live.push_back(*mr);
+      return;
+    }
+    // Deregister the oldest first (the table shifts), then start again.
+    for (const MemoryRegion& mr : live) {
+      absl::Status s = side->dp->DeregisterMemory(mr.lkey);
+      if (s.ok()) s = side->engine->DeregisterMemory(mr.lkey);
+      if (!s.ok()) error = s;
+    }
+    live.clear();
+    ++cycles;
+  }
+};
 
 struct Transfer {
   std::vector<uint64_t> sizes;
@@ -148,8 +193,14 @@ void Fill(std::vector<uint8_t>& v, uint32_t seed) {
 // QPs; after a quarter of a->b's writes completed, a's QP 3 is forced into
 // error. Everything still completes, byte-exact, on the other QPs.
 void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
-                 uint32_t defer = 0) {
+                 uint32_t defer = 0, bool churn = false,
+                 bool refuse_uc = false) {
   VerbsOptions va, vb;
+  va.debug_refuse_uc = vb.debug_refuse_uc = refuse_uc;
+  if (churn) {
+    // A small control ring, so advertisements also wait for room.
+    va.ctrl_depth = vb.ctrl_depth = 24;
+  }
   va.debug_defer_descriptors = vb.debug_defer_descriptors = defer;
   va.mode = vb.mode = mode;
   va.num_qps = vb.num_qps = 8;
@@ -171,6 +222,10 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
   printf("devices %s -> %s, mode %s, inline %u\n", A.dp->device_name().c_str(),
          B.dp->device_name().c_str(), DataQpModeName(A.dp->mode()),
          A.dp->max_inline());
+  if (refuse_uc || mode == DataQpMode::kRc) {
+    EXPECT_EQ(A.dp->mode(), DataQpMode::kRc);
+    EXPECT_EQ(B.dp->mode(), DataQpMode::kRc);
+  }
 
   const Transfer t = MixedSizes();
   std::vector<uint8_t> asrc(t.total), bsrc(t.total), adst(t.total, 0),
@@ -210,18 +265,37 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
     for (const Completion& x : s.completions) c += x.type == type;
     return c;
   };
+  RegistrationChurn churn_b;
+  churn_b.side = &B;
+  if (break_qp || churn) {
+    ASSERT_TRUE(PumpUntilEach(
+        A, B, [&] { return count(A, CompletionType::kWrite) >= n / 4; },
+        [&] {
+          if (churn) churn_b.Step();
+        }))
+        << "no progress before the fault";
+  }
   if (break_qp) {
-    ASSERT_TRUE(PumpUntil(A, B, [&] {
-      return count(A, CompletionType::kWrite) >= n / 4;
-    })) << "no progress before the fault";
     ASSERT_TRUE(A.dp->ForceQpError(A.peer, 3).ok());
   }
-  const bool finished = PumpUntil(A, B, [&] {
-    return count(A, CompletionType::kWrite) == n &&
-           count(B, CompletionType::kWrite) == n &&
-           count(A, CompletionType::kRecvImmediate) == n &&
-           count(B, CompletionType::kRecvImmediate) == n;
-  });
+  const bool finished = PumpUntilEach(
+      A, B,
+      [&] {
+        return count(A, CompletionType::kWrite) == n &&
+               count(B, CompletionType::kWrite) == n &&
+               count(A, CompletionType::kRecvImmediate) == n &&
+               count(B, CompletionType::kRecvImmediate) == n;
+      },
+      [&] {
+        if (churn) churn_b.Step();
+      });
+  if (churn) {
+    EXPECT_TRUE(churn_b.error.ok()) << churn_b.error;
+    EXPECT_GT(churn_b.cycles, 0) << "the churn never completed a cycle";
+    printf("registration churn: %d cycles on B, %lu frames queued\n",
+           churn_b.cycles,
+           static_cast<unsigned long>(B.dp->stats().tx_frames_queued));
+  }
   printf("A: %s\nB: %s\n", A.dp->stats().ToString().c_str(),
          B.dp->stats().ToString().c_str());
   auto cs = A.engine->connection_stats(A.conn);
@@ -265,6 +339,7 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
   EXPECT_GT(sa.tx_descriptors, 0u);
   EXPECT_EQ(sb.rx_drop_bad_imm, 0u);
   EXPECT_EQ(sb.rx_drop_no_descriptor, 0u);
+  EXPECT_EQ(sb.rx_drop_unknown, 0u);
   if (defer > 0) {
     EXPECT_GT(sb.rx_pending, 0u) << "no WRITE overtook its descriptor";
   }
@@ -297,6 +372,51 @@ TEST(VerbsTransferTest, TwoDevicesOverVeth) {
 TEST(VerbsTransferTest, RcFallbackMode) {
   REQUIRE_RDMA();
   RunTransfer(DataQpMode::kRc, /*two_devices=*/false, /*break_qp=*/false);
+}
+
+// A device without UC queue pairs (simulated): kAuto falls back to RC by
+// itself, the transfer (with a QP forced into error) works the same, and
+// kUc forced on such a device is a clear error.
+TEST(VerbsTransferTest, AutoFallsBackToRcWithoutUc) {
+  REQUIRE_RDMA();
+  RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/true,
+              /*defer=*/0, /*churn=*/false, /*refuse_uc=*/true);
+  VerbsOptions vo;
+  vo.device = EnvOr("PRISM_RXE_DEV", "");
+  vo.mode = DataQpMode::kUc;
+  vo.debug_refuse_uc = true;
+  auto d = VerbsDatapath::Create(vo);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable) << d.status();
+}
+
+// Both ends must resolve the same data QP type: a UC side and an RC side
+// refuse to connect, with a message saying why.
+TEST(VerbsTransferTest, ModeMismatchIsRefused) {
+  REQUIRE_RDMA();
+  VerbsOptions vu, vr;
+  vu.device = vr.device = EnvOr("PRISM_RXE_DEV", "");
+  vr.debug_refuse_uc = true;  // auto -> rc
+  auto a = Side::Create(vu, 31);
+  auto b = Side::Create(vr, 32);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Open(SlowLinkOptions(8)).ok());
+  ASSERT_TRUE((*b)->Open(SlowLinkOptions(8)).ok());
+  EXPECT_EQ((*a)->dp->mode(), DataQpMode::kUc);
+  EXPECT_EQ((*b)->dp->mode(), DataQpMode::kRc);
+  const absl::Status s = Connect(**a, **b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("mode mismatch"), absl::string_view::npos) << s;
+}
+
+// NCCL registers and deregisters memory while data flows (the stall of
+// NcclConn.TwoProcessesRandomTraffic over verbs): the receiver's region
+// table changes under the WRITEs landing in another region; every WRITE
+// must still be resolved (no rx_drop_unknown) and the transfer finish.
+TEST(VerbsTransferTest, RegistrationChurnDuringTraffic) {
+  REQUIRE_RDMA();
+  RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/false,
+              /*defer=*/0, /*churn=*/true);
 }
 
 // Descriptors handled late: WRITEs arrive before the message they belong to

@@ -105,14 +105,21 @@ struct VerbsOptions {
   uint16_t num_qps = 8;  // data QPs per peer (path slots)
   DataQpMode mode = DataQpMode::kAuto;
   // The engine's EngineOptions::mtu_payload: bytes per DATA packet, i.e.
-  // per WRITE-with-immediate (the NIC segments it to the path MTU).
-  uint32_t mtu_payload = 4096;
+  // per WRITE-with-immediate (the NIC segments it to the path MTU). This is
+  // the datapath's chunk size: the unit the engine sprays, acknowledges and
+  // retransmits. A WRITE costs a work request, a receive completion and a
+  // rebuilt header whatever its size, so the default is 32 KiB (8 RoCE
+  // packets at a 4096 MTU); 4096 sprays every wire packet on its own, as
+  // MRC does, at 8x the per-WRITE cost. At most 65535 (16-bit length).
+  uint32_t mtu_payload = 32768;
   uint32_t sq_depth = 512;        // per data QP
   uint32_t data_rq_depth = 4096;  // shared receive queue of all data QPs
-  uint32_t ctrl_depth = 512;      // control QP send ring / receive queue
-  uint32_t signal_every = 16;     // one signalled WR per this many
-  uint32_t max_inline = 128;      // requested inline size
-  uint8_t traffic_class = 0;      // GRH traffic class (DSCP << 2 | ECN)
+  // Control QP send ring / receive queue; capped so that each pool of
+  // control buffers (header + mtu_payload bytes each) stays within 4 MiB.
+  uint32_t ctrl_depth = 512;
+  uint32_t signal_every = 16;  // one signalled WR per this many
+  uint32_t max_inline = 128;   // requested inline size
+  uint8_t traffic_class = 0;   // GRH traffic class (DSCP << 2 | ECN)
   // Descriptor ring per peer; must cover the messages one connection can
   // have in flight (ConnectionOptions::max_outstanding_messages).
   uint32_t desc_ring = 8192;
@@ -120,6 +127,9 @@ struct VerbsOptions {
   // late, so WRITEs overtake their descriptors (as they may on a real
   // fabric, where the control QP and the data QPs are not ordered).
   uint32_t debug_defer_descriptors = 0;
+  // Tests only: act as a device that cannot create UC queue pairs (kAuto
+  // then falls back to RC; kUc fails with Unavailable).
+  bool debug_refuse_uc = false;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.
@@ -150,7 +160,8 @@ struct VerbsStats {
   uint64_t tx_drop_device_lost = 0;  // after health() turned bad
   uint64_t tx_drop_malformed = 0;
   uint64_t tx_post_errors = 0;
-  uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
+  uint64_t tx_frames_queued = 0;  // region frames that waited for ring room
+  uint64_t rx_data = 0;           // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
   uint64_t rx_descriptors = 0;
