@@ -134,12 +134,11 @@ struct RegistrationChurn {
   std::vector<std::vector<uint8_t>> bufs =
       std::vector<std::vector<uint8_t>>(9, std::vector<uint8_t>(8192, 0));
   std::vector<MemoryRegion> live;
-  int round = 0;
   int cycles = 0;
   absl::Status error;
 
   void Step() {
-    if (!error.ok() || ++round % 2 != 0) return;
+    if (!error.ok()) return;
     const size_t want = 1 + (cycles % bufs.size());
     if (live.size() < want) {
       auto mr =
@@ -198,6 +197,10 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
                  bool refuse_uc = false) {
   VerbsOptions va, vb;
   va.debug_refuse_uc = vb.debug_refuse_uc = refuse_uc;
+  if (churn) {
+    // A small control ring, so advertisements also wait for room.
+    va.ctrl_depth = vb.ctrl_depth = 24;
+  }
   va.debug_defer_descriptors = vb.debug_defer_descriptors = defer;
   va.mode = vb.mode = mode;
   va.num_qps = vb.num_qps = 8;
@@ -262,16 +265,19 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
     for (const Completion& x : s.completions) c += x.type == type;
     return c;
   };
+  RegistrationChurn churn_b;
+  churn_b.side = &B;
   if (break_qp || churn) {
-    ASSERT_TRUE(PumpUntil(A, B, [&] {
-      return count(A, CompletionType::kWrite) >= n / 4;
-    })) << "no progress before the fault";
+    ASSERT_TRUE(PumpUntilEach(
+        A, B, [&] { return count(A, CompletionType::kWrite) >= n / 4; },
+        [&] {
+          if (churn) churn_b.Step();
+        }))
+        << "no progress before the fault";
   }
   if (break_qp) {
     ASSERT_TRUE(A.dp->ForceQpError(A.peer, 3).ok());
   }
-  RegistrationChurn churn_b;
-  churn_b.side = &B;
   const bool finished = PumpUntilEach(
       A, B,
       [&] {
@@ -286,7 +292,9 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
   if (churn) {
     EXPECT_TRUE(churn_b.error.ok()) << churn_b.error;
     EXPECT_GT(churn_b.cycles, 0) << "the churn never completed a cycle";
-    printf("registration churn: %d cycles on B\n", churn_b.cycles);
+    printf("registration churn: %d cycles on B, %lu frames queued\n",
+           churn_b.cycles,
+           static_cast<unsigned long>(B.dp->stats().tx_frames_queued));
   }
   printf("A: %s\nB: %s\n", A.dp->stats().ToString().c_str(),
          B.dp->stats().ToString().c_str());

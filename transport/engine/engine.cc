@@ -37,7 +37,9 @@
 // than a reordering window (max(srtt_p / 4, base_rtt / 4)) earlier than that
 // packet. A path that died (a link or switch down: packets vanish without a
 // trim) leaves nothing acked behind its packets, so across paths: a packet is
-// lost by path timeout when one sent after it, on any path, was acked and it
+// lost by path timeout when one sent after it on another path of the same
+// plane was acked (other planes' NIC port queues may be shallower, so only
+// same-plane overtaking counts; only the oldest transmission is timed) and it
 // has been out for LossTimeout() = srtt + max(4 rttvar, srtt / 4) + the SACK
 // delay (at least base_rtt): it is resent at once on another path and its
 // path gets kTimeout (ASSUMED_BAD until a probe comes back), as MRC retires
@@ -83,10 +85,27 @@
 // 64) or, when the triggering packet is further ahead, ending at its word.
 // SACK/NACK/PROBE_ACK leave on the path the triggering packet arrived on.
 //
-// Allocation. Everything per connection is preallocated at Connect(); the
-// per-packet path (OnReceive, PollTransmit) allocates nothing. The only
-// growable structure is the completion queue (amortised, grows only when the
-// application does not poll). Hash maps (rkey/lkey -> region, id ->
+// Allocation. A connection costs what it uses: Connect() allocates the
+// receive bitmap (window / 8 bytes); the first PostWrite the sender's slot
+// ring, retransmit ring and per-path state; the sender's message ring
+// doubles (16 entries first) up to max_outstanding_messages, in PostWrite.
+// On the per-packet path only two rings can grow, by doubling and only up
+// to a fixed bound: the receive message ring (8 entries first, at most the
+// window; it grows when a message starts further ahead than it reaches) and
+// the control ring (16 first, at most min(1024, window)). So a connection
+// allocates at most log2(window) times on that path in its whole life and
+// never in steady state. The completion queue also grows (amortised, only
+// when the application does not poll).
+//
+// NextEventTime cache. Every entry point that can change a connection's
+// timers, queues or sender state marks it dirty (Touch); NextEventTime
+// re-evaluates only dirty connections and keeps the combined minimum until
+// the next Touch. PollTransmit runs timers only for connections that are
+// dirty or have a cached deadline <= now, and asks only connections that
+// may emit (dirty, control queued, a probe due, data queued) for packets;
+// the others would neither emit nor change (RunTimers / EmitConn are no-ops
+// for them), so the packets, their order and the round-robin cursor are
+// exactly those of polling everything. Hash maps (rkey/lkey -> region, id ->
 // connection) are only used for lookups, never iterated for decisions:
 // connections are polled in id order from a rotating cursor.
 #include "prism/engine.h"
@@ -214,7 +233,11 @@ inline uint64_t Ext(uint64_t ref, uint32_t v) {
 // than calling memcpy for the whole packet: glibc uses `rep movsb` for
 // packet-sized copies, which on some CPUs (AMD Zen) runs several times
 // slower when destination and source are close modulo 4 KiB, as placement
-// into a region often makes them. Measured in bench/engine_bench.cc.
+// into a region often makes them. Measured in bench/engine_bench.cc:
+// BM_EngineLoopback_GlibcPlacer_... (memcpy per packet) is ~7x slower than
+// the default there, and the default's copy costs about as much as one
+// 1 MiB memcpy of the same bytes (BM_Memcpy_1MiB). A 32-byte AVX2 variant
+// with aligned stores measured the same within noise (2026-12-02).
 class MemcpyPlacer final : public Placer {
  public:
   bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
@@ -235,6 +258,20 @@ class MemcpyPlacer final : public Placer {
     if (i < len) std::memcpy(dst + i, src + i, len - i);
     return true;
   }
+};
+
+// A connection's cached share of NextEventTime and what PollTransmit needs
+// to know to skip it (see Impl::Touch / Impl::Refresh). Kept in a dense array
+// parallel to Impl::order_ so that scanning it touches a few cache lines, not
+// every connection. Valid while !dirty; a dirty connection is on
+// Impl::dirty_.
+struct Sched {
+  Time deadline = kTimeInfinite;  // earliest timer (ack, RTO, TLP, ...)
+  Time probe = kTimeInfinite;     // sel->NextProbeTime()
+  Time send = kTimeInfinite;      // next_send_time when data is sendable
+  bool dirty = false;
+  bool ctrl = false;  // control packets queued
+  bool work = false;  // control, retransmissions or new data queued
 };
 
 struct Conn {
@@ -285,7 +322,9 @@ struct Conn {
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
   Time rack_sent = 0;      // latest send time of a transmission acked
-  uint8_t tlp_fired = 0;   // tail-loss probes since then
+  Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
+  uint8_t tlp_fired = 0;                  // tail-loss probes since then
+  bool any_acked_sent = false;  // rack_sent is valid
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -323,13 +362,8 @@ struct Conn {
   Time plane_resend_gap = 0;
   uint8_t plane_repeats_left = 0;
 
-  // --- NextEventTime cache (see Impl::Touch / Impl::Refresh). Valid while
-  // !cache_dirty; the connection is on Impl::dirty_ while dirty.
-  bool cache_dirty = false;
-  bool cache_ctrl = false;              // control packets queued
-  Time cache_deadline = kTimeInfinite;  // earliest timer (ack, RTO, TLP, ...)
-  Time cache_send = kTimeInfinite;      // next_send_time when data is sendable
-  Time cache_probe = kTimeInfinite;     // sel->NextProbeTime()
+  // Index of this connection in Impl::order_ and Impl::sched_.
+  uint32_t pos = 0;
 
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
@@ -362,10 +396,17 @@ struct Conn {
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     opt.base_rtt);
   }
-  // When the oldest transmission times out across paths (kTimeInfinite: no
-  // transmission sent after it was acked yet).
+  // True when a transmission sent after `s` on another path of its plane
+  // was acked. (Same plane only: the planes' NIC port queues differ in
+  // depth, so a later packet on an emptier plane says nothing; within a
+  // plane both packets queued behind the same ports.)
+  bool OvertakenInPlane(const TxSlot& s) const {
+    return s.sent_time < plane_rack_sent[s.path % num_planes];
+  }
+  // When the oldest transmission times out across paths (kTimeInfinite: not
+  // overtaken in its plane yet). Only the oldest is timed, so this is O(1).
   Time PathLossTime() const {
-    if (all_head == kNil || slots[all_head].sent_time >= rack_sent) {
+    if (all_head == kNil || !OvertakenInPlane(slots[all_head])) {
       return kTimeInfinite;
     }
     return slots[all_head].sent_time + LossTimeout();
@@ -546,7 +587,9 @@ class Engine::Impl {
       by_id_.resize(raw_id(c->id) + 1, nullptr);
     by_id_[c->id] = c.get();
     conns_[c->id] = std::move(c);
-    order_.push_back(raw);          // ids increase: order_ stays sorted
+    raw->pos = static_cast<uint32_t>(order_.size());
+    order_.push_back(raw);  // ids increase: order_ stays sorted
+    sched_.emplace_back();
     dirty_.reserve(order_.size());  // Touch() never allocates per packet
     ++stats_.connections;
     return raw->id;
@@ -630,9 +673,14 @@ class Engine::Impl {
     Conn* c = it->second.get();
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
-    order_.erase(std::find(order_.begin(), order_.end(), c));
-    if (c->cache_dirty)
+    if (sched_[c->pos].dirty) {
       dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
+    }
+    order_.erase(order_.begin() + c->pos);
+    sched_.erase(sched_.begin() + c->pos);
+    for (size_t k = c->pos; k < order_.size(); ++k) {
+      order_[k]->pos = static_cast<uint32_t>(k);
+    }
     next_valid_ = false;
     if (cursor_ >= order_.size()) cursor_ = 0;
     by_id_[id] = nullptr;
@@ -716,10 +764,10 @@ class Engine::Impl {
     // Timers first (deterministic id order). A clean connection whose
     // earliest deadline is in the future has nothing due: skipped (RunTimers
     // would not change it).
-    for (Conn* c : order_) {
-      if (!c->cache_dirty && c->cache_deadline > now) continue;
-      RunTimers(now, c);
-      Touch(c);
+    for (size_t k = 0; k < nc; ++k) {
+      if (!sched_[k].dirty && sched_[k].deadline > now) continue;
+      RunTimers(now, order_[k]);
+      Touch(order_[k]);
     }
     // Then packets, round-robin from a rotating cursor. A connection that
     // cannot emit (nothing queued, no probe due, no data to send; all of it
@@ -729,8 +777,9 @@ class Engine::Impl {
     while (n < max && progress) {
       progress = false;
       for (size_t k = 0; k < nc && n < max; ++k) {
-        Conn* c = order_[(cursor_ + k) % nc];
-        if (!MayEmit(c, now)) continue;
+        const size_t j = (cursor_ + k) % nc;
+        if (!MayEmit(sched_[j], now)) continue;
+        Conn* c = order_[j];
         const size_t before = n;
         n += EmitConn(now, c, out + n, max - n);
         Touch(c);
@@ -754,10 +803,10 @@ class Engine::Impl {
       dirty_.clear();
       bool ctrl = false;
       Time t = kTimeInfinite, send = kTimeInfinite;
-      for (const Conn* c : order_) {
-        ctrl |= c->cache_ctrl;
-        t = std::min(t, std::min(c->cache_deadline, c->cache_probe));
-        send = std::min(send, c->cache_send);
+      for (const Sched& q : sched_) {
+        ctrl |= q.ctrl;
+        t = std::min(t, std::min(q.deadline, q.probe));
+        send = std::min(send, q.send);
       }
       next_ctrl_ = ctrl;
       next_deadline_ = t;
@@ -787,8 +836,9 @@ class Engine::Impl {
   // have changed its timers, queues or sender state calls this).
   void Touch(Conn* c) {
     next_valid_ = false;
-    if (c->cache_dirty) return;
-    c->cache_dirty = true;
+    Sched& q = sched_[c->pos];
+    if (q.dirty) return;
+    q.dirty = true;
     dirty_.push_back(c);
   }
 
@@ -875,14 +925,15 @@ class Engine::Impl {
   // ------------------------------------------------------------ helpers
   // Recomputes a connection's cached share of NextEventTime.
   void Refresh(Conn* c) {
-    c->cache_dirty = false;
-    c->cache_ctrl = false;
-    c->cache_deadline = c->cache_send = c->cache_probe = kTimeInfinite;
+    Sched& q = sched_[c->pos];
+    q = Sched{};
     if (!c->connected || c->failed) return;
-    c->cache_ctrl = c->ctrl_tail != c->ctrl_head;
-    c->cache_probe = c->sel->NextProbeTime();
+    q.ctrl = c->ctrl_tail != c->ctrl_head;
+    q.work =
+        q.ctrl || c->retx_head != c->retx_tail || c->send_msn != c->post_msn;
+    q.probe = c->sel->NextProbeTime();
     Time t = c->ack_deadline;
-    if (HasSendable(c) && !c->no_path) c->cache_send = c->next_send_time;
+    if (HasSendable(c) && !c->no_path) q.send = c->next_send_time;
     if (c->all_head != kNil) {
       t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
       t = std::min(t, c->TlpTime());
@@ -892,14 +943,13 @@ class Engine::Impl {
     if (c->Outstanding()) {
       t = std::min(t, c->last_heard + c->opt.connection_timeout);
     }
-    c->cache_deadline = t;
+    q.deadline = t;
   }
   // False when EmitConn(now, c) would emit nothing and change nothing.
-  bool MayEmit(const Conn* c, Time now) const {
-    if (c->cache_dirty) return true;
-    if (!c->connected || c->failed) return false;
-    return c->ctrl_head != c->ctrl_tail || c->cache_probe <= now ||
-           c->retx_head != c->retx_tail || c->send_msn != c->post_msn;
+  // (A clean connection's queues and selector are as Refresh saw them; one
+  // that is not connected or failed has work == false and probe == inf.)
+  static bool MayEmit(const Sched& q, Time now) {
+    return q.dirty || q.work || q.probe <= now;
   }
   void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
@@ -1443,6 +1493,9 @@ class Engine::Impl {
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
+      Time& pr = c->plane_rack_sent[s.path % c->num_planes];
+      if (s.sent_time > pr) pr = s.sent_time;
+      c->any_acked_sent = true;
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1565,7 +1618,7 @@ class Engine::Impl {
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (s.sent_time >= c->rack_sent || s.sent_time + lt > now) break;
+      if (!c->OvertakenInPlane(s) || s.sent_time + lt > now) break;
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -1575,6 +1628,16 @@ class Engine::Impl {
     }
     if (n > 0) c->no_path = false;
     return n;
+  }
+
+  // A transmission that timed out (PTO or RTO) blames its path only if one
+  // sent no earlier (the same burst or later) was acked: then the fabric
+  // delivered those while this one was lost. When nothing sent after it was
+  // acked, the whole connection is slow (a slow receiver or host, a software
+  // NIC) or every path is down; the packet is resent either way, but no path is
+  // retired for it (per-path inference and probes still handle a dead path).
+  static bool Overtaken(const Conn* c, Time sent_time) {
+    return c->any_acked_sent && sent_time <= c->rack_sent;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1730,10 +1793,13 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
+        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        }
       }
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
@@ -1758,9 +1824,12 @@ class Engine::Impl {
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
+      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
       ++c->paths[path].st.lost_packets;
       MarkLost(c, PsnOfSlot(c, idx), false);
-      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      if (overtaken) {
+        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      }
     }
     ++c->st.rto_events;
     if (!delivering) {
@@ -2035,6 +2104,7 @@ class Engine::Impl {
   absl::flat_hash_map<ConnId, std::unique_ptr<Conn>> conns_;  // owner
   std::vector<Conn*> by_id_;                                  // lookup
   std::vector<Conn*> order_;
+  std::vector<Sched> sched_;  // parallel to order_
   size_t cursor_ = 0;
   ConnId next_conn_id_ = 1;
 
