@@ -1,17 +1,18 @@
 # Prism — the two commands:
 #   make demo   install missing Debian packages, build, run the main job
 #   make test   install missing Debian packages, build, run every test
-# Other targets: build, asan, fuzz, bench, install, format, clean.
+# Other targets: build, asan, tsan, fuzz, bench, install, format, clean.
 JOBS      ?= $(shell nproc)
 BUILD     ?= build
 ASAN      ?= build-asan
+TSAN      ?= build-tsan
 FUZZ      ?= build-fuzz
 PREFIX    ?= /usr/local
 DEMO_OUT  ?= demo-out
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_J   ?= $(JOBS)
 
-.PHONY: all deps build asan fuzz test test-main test-asan test-fuzz demo bench install format clean
+.PHONY: all deps build asan tsan fuzz test test-main test-asan test-tsan test-fuzz demo bench install format clean
 
 all: build
 
@@ -31,6 +32,15 @@ $(ASAN)/CMakeCache.txt:
 asan: deps $(ASAN)/CMakeCache.txt
 	cmake --build $(ASAN) -j $(JOBS) --target prism_unit_tests
 
+# ThreadSanitizer: only the NCCL plugin and its tests (the plugin is the part
+# NCCL drives from several threads at once).
+$(TSAN)/CMakeCache.txt:
+	cmake -S . -B $(TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRISM_TSAN=ON \
+	  -DPRISM_BUILD_BENCH=OFF
+
+tsan: deps $(TSAN)/CMakeCache.txt
+	cmake --build $(TSAN) -j $(JOBS) --target prism_nccl_tests
+
 $(FUZZ)/CMakeCache.txt:
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DPRISM_FUZZ=ON -DPRISM_BUILD_BENCH=OFF
@@ -44,16 +54,21 @@ test-main: build
 test-asan: asan
 	cd $(ASAN) && ctest --output-on-failure -j $(CTEST_J) -L unit
 
+test-tsan: tsan
+	cd $(TSAN) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	  ctest --output-on-failure -j $(CTEST_J) -L nccl
+
 test-fuzz: fuzz
 	cd $(FUZZ) && ctest --output-on-failure -j $(CTEST_J) -L fuzz
 
-# Every test: the main build, the unit tests again under ASan+UBSan, and each
-# libFuzzer target for a bounded time.
-# All three run even when one fails; the exit status says whether any failed.
+# Every test: the main build, the unit tests again under ASan+UBSan, the NCCL
+# plugin's tests under TSan, and each libFuzzer target for a bounded time.
+# All four run even when one fails; the exit status says whether any failed.
 test: deps
 	@rc=0; \
 	$(MAKE) test-main || rc=1; \
 	$(MAKE) test-asan || rc=1; \
+	$(MAKE) test-tsan || rc=1; \
 	$(MAKE) test-fuzz || rc=1; \
 	if [ $$rc -ne 0 ]; then echo "make test: FAILED (see above)"; fi; \
 	exit $$rc
@@ -75,4 +90,4 @@ format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN) $(FUZZ)
+	rm -rf $(BUILD) $(ASAN) $(TSAN) $(FUZZ)

@@ -58,11 +58,13 @@ struct PathSelectorCounters {
   uint64_t retirements = 0;     // -> ASSUMED_BAD transitions
   uint64_t restores = 0;        // ASSUMED_BAD -> GOOD (probe answered)
   uint64_t floor_refusals = 0;  // exclusions refused to honour min_active
-  uint64_t floor_releases = 0;  // SKIP paths released early for the floor
+  uint64_t floor_releases = 0;  // SKIP paths released early: for the floor,
+                                // or on a plane with no GOOD path left
   uint64_t probes_sent = 0;     // NextProbe calls that returned a path
   uint64_t recycled = 0;        // "reps": picks served from the clean-EV cache
   uint64_t bad_input = 0;       // out-of-range path or plane arguments
   uint64_t plane_down_feedback = 0;  // ECN/trim/loss on a down plane, ignored
+  uint64_t slow_rtt = 0;  // clean ACKs taken as ECN for their RTT (additive)
 };
 
 class PathSelector {

@@ -1,8 +1,13 @@
 #include "sim/event_queue.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 namespace prism::sim {
+
+EventQueue::EventQueue()
+    : head_(kBuckets, kNil), tail_(kBuckets, kNil), bits_(kBuckets / 64, 0) {}
 
 uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
   if (time < now_) time = now_;  // never into the past
@@ -12,51 +17,131 @@ uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
   e.kind = kind;
   e.arg = arg;
   e.ptr = ptr;
-  heap_.push_back(e);
-  SiftUp(heap_.size() - 1);
+  ++size_;
+  const int64_t b = time >> kShift;
+  if (b <= cur_) {
+    HeapPush(late_, e);
+  } else if (b < cur_ + static_cast<int64_t>(kBuckets)) {
+    const uint32_t slot = static_cast<uint32_t>(b) & (kBuckets - 1);
+    uint32_t n = free_;
+    if (n == kNil) {
+      n = static_cast<uint32_t>(nodes_.size());
+      nodes_.push_back(Node{e, kNil});
+    } else {
+      free_ = nodes_[n].next;
+      nodes_[n] = Node{e, kNil};
+    }
+    if (head_[slot] == kNil) {
+      head_[slot] = n;
+      bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
+    } else {
+      nodes_[tail_[slot]].next = n;
+    }
+    tail_[slot] = n;
+    ++in_calendar_;
+  } else {
+    HeapPush(far_, e);
+  }
   return e.seq;
 }
 
-Event EventQueue::Pop() {
-  Event top = heap_[0];
-  Event last = heap_.back();
-  heap_.pop_back();
-  if (!heap_.empty()) {
-    heap_[0] = last;
-    SiftDown(0);
+void EventQueue::Advance() {
+  // The next non-empty calendar bucket (buckets hold abs buckets
+  // (cur_, cur_ + kBuckets), so the first set bit after cur_ is the
+  // earliest), compared with the earliest far event's bucket.
+  int64_t next = INT64_MAX;
+  if (in_calendar_ > 0) {
+    const uint32_t start = static_cast<uint32_t>(cur_ + 1) & (kBuckets - 1);
+    uint32_t w = start >> 6;
+    uint64_t word = bits_[w] & (~uint64_t{0} << (start & 63));
+    while (word == 0) {
+      w = (w + 1) & (kBuckets / 64 - 1);
+      word = bits_[w];
+    }
+    const uint32_t slot =
+        (w << 6) | static_cast<uint32_t>(__builtin_ctzll(word));
+    const uint32_t dist = (slot - start) & (kBuckets - 1);
+    next = cur_ + 1 + dist;
   }
+  if (!far_.empty()) next = std::min(next, far_[0].time >> kShift);
+  cur_ = next;
+  ready_.clear();
+  ready_pos_ = 0;
+  const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
+  if (head_[slot] != kNil) {
+    uint32_t n = head_[slot];
+    while (n != kNil) {
+      ready_.push_back(nodes_[n].e);
+      const uint32_t nx = nodes_[n].next;
+      nodes_[n].next = free_;
+      free_ = n;
+      n = nx;
+    }
+    head_[slot] = tail_[slot] = kNil;
+    bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
+    in_calendar_ -= ready_.size();
+  }
+  while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
+    ready_.push_back(HeapPop(far_));
+  }
+  std::sort(ready_.begin(), ready_.end(), Less);
+}
+
+Event EventQueue::Pop() {
+  if (ready_pos_ == ready_.size() && late_.empty()) Advance();
+  Event top;
+  if (!late_.empty() &&
+      (ready_pos_ == ready_.size() || Less(late_[0], ready_[ready_pos_]))) {
+    top = HeapPop(late_);
+  } else {
+    top = ready_[ready_pos_++];
+  }
+  --size_;
   now_ = top.time;
   ++popped_;
   return top;
 }
 
-void EventQueue::SiftUp(size_t i) {
-  Event e = heap_[i];
-  while (i > 0) {
-    size_t parent = (i - 1) / 4;
-    if (!Less(e, heap_[parent])) break;
-    heap_[i] = heap_[parent];
-    i = parent;
-  }
-  heap_[i] = e;
+size_t EventQueue::memory_bytes() const {
+  const size_t n = ready_.capacity() + late_.capacity() + far_.capacity();
+  return n * sizeof(Event) + nodes_.capacity() * sizeof(Node) +
+         (head_.size() + tail_.size()) * sizeof(uint32_t) +
+         bits_.size() * sizeof(uint64_t);
 }
 
-void EventQueue::SiftDown(size_t i) {
-  const size_t n = heap_.size();
-  Event e = heap_[i];
+void EventQueue::HeapPush(std::vector<Event>& h, const Event& e) {
+  size_t i = h.size();
+  h.push_back(e);
+  while (i > 0) {
+    size_t parent = (i - 1) / 4;
+    if (!Less(e, h[parent])) break;
+    h[i] = h[parent];
+    i = parent;
+  }
+  h[i] = e;
+}
+
+Event EventQueue::HeapPop(std::vector<Event>& h) {
+  Event top = h[0];
+  Event e = h.back();
+  h.pop_back();
+  const size_t n = h.size();
+  if (n == 0) return top;
+  size_t i = 0;
   while (true) {
     size_t first = 4 * i + 1;
     if (first >= n) break;
     size_t best = first;
     size_t end = first + 4 < n ? first + 4 : n;
     for (size_t c = first + 1; c < end; ++c) {
-      if (Less(heap_[c], heap_[best])) best = c;
+      if (Less(h[c], h[best])) best = c;
     }
-    if (!Less(heap_[best], e)) break;
-    heap_[i] = heap_[best];
+    if (!Less(h[best], e)) break;
+    h[i] = h[best];
     i = best;
   }
-  heap_[i] = e;
+  h[i] = e;
+  return top;
 }
 
 void Timer::Arm(EventQueue& q, Time when) {

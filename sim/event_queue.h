@@ -34,32 +34,74 @@ struct Event {
   uint16_t kind = 0;
 };
 
+// Implementation: a calendar of kBuckets buckets, each 2^kShift ps wide,
+// covers the near future; an event is appended to its bucket (O(1)). When
+// the clock reaches a bucket its events are sorted by (time, seq) once and
+// popped in order; events pushed into the bucket being drained go to a small
+// heap merged with it. Events beyond the calendar's horizon wait in a 4-ary
+// heap and join the calendar when their bucket comes up. Pop order is exactly
+// (time, seq), as with a single heap. Bucket nodes come from a free list and
+// the vectors keep their capacity, so a run in steady state allocates
+// nothing and memory follows the peak number of pending events.
 class EventQueue {
  public:
   static constexpr uint16_t kTimerKind = 0;
+  static constexpr int kShift = 8;                // 256 ps per bucket
+  static constexpr uint32_t kBuckets = 1u << 14;  // horizon ~4.2 us
 
+  EventQueue();
   // Schedules an event; returns its sequence number. REQUIRES: time >= the
   // time of the last popped event (no scheduling into the past).
   uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr);
-  bool empty() const { return heap_.empty(); }
-  size_t size() const { return heap_.size(); }
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
   // Time of the earliest event. REQUIRES: !empty().
-  Time next_time() const { return heap_[0].time; }
+  Time next_time() {
+    if (ready_pos_ == ready_.size() && late_.empty()) Advance();
+    const bool from_late =
+        !late_.empty() &&
+        (ready_pos_ == ready_.size() || Less(late_[0], ready_[ready_pos_]));
+    return from_late ? late_[0].time : ready_[ready_pos_].time;
+  }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop();
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
   uint64_t pushed() const { return next_seq_; }
   uint64_t popped() const { return popped_; }
+  // Bytes held by the calendar, the heaps and their spare capacity.
+  size_t memory_bytes() const;
 
  private:
   static bool Less(const Event& a, const Event& b) {
     return a.time < b.time || (a.time == b.time && a.seq < b.seq);
   }
-  void SiftUp(size_t i);
-  void SiftDown(size_t i);
+  static void HeapPush(std::vector<Event>& h, const Event& e);
+  static Event HeapPop(std::vector<Event>& h);
+  // Makes the next non-empty bucket current (moves it into ready_).
+  // REQUIRES: ready_ drained, late_ empty, size_ > 0.
+  void Advance();
 
-  std::vector<Event> heap_;  // 4-ary min-heap on (time, seq)
+  // Calendar buckets are singly linked lists of nodes from one pool (free
+  // list), so memory follows the peak number of pending events however
+  // unevenly they spread over the buckets.
+  struct Node {
+    Event e;
+    uint32_t next;
+  };
+  static constexpr uint32_t kNil = 0xffffffffu;
+  std::vector<Node> nodes_;
+  uint32_t free_ = kNil;
+  std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
+  std::vector<uint32_t> tail_;
+  std::vector<uint64_t> bits_;  // non-empty buckets
+  uint64_t in_calendar_ = 0;    // events in buckets_
+  int64_t cur_ = 0;             // current absolute bucket
+  std::vector<Event> ready_;    // current bucket, sorted
+  size_t ready_pos_ = 0;
+  std::vector<Event> late_;  // pushed into the current bucket (4-ary heap)
+  std::vector<Event> far_;   // beyond the horizon (4-ary heap)
+  size_t size_ = 0;
   uint64_t next_seq_ = 0;
   uint64_t popped_ = 0;
   Time now_ = 0;

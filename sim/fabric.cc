@@ -119,6 +119,8 @@ absl::Status Fabric::Init() {
       host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
     }
   }
+  absl::Status pst = BuildProfiles();
+  if (!pst.ok()) return pst;
   // Neighbour tables and uSID maps.
   nbr_.resize(total_ports);
   for (size_t i = 0; i < n; ++i) {
@@ -172,6 +174,64 @@ absl::Status Fabric::Init() {
     for (size_t i = 0; i < plane_switches_[p].size(); ++i) {
       routes_[plane_switches_[p][i]] = routes_[plane_switches_[0][i]];
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Fabric::BuildProfiles() {
+  QueueProfile base;
+  base.trimming = config_.trimming;
+  base.ecn = config_.ecn;
+  base.trim_threshold = trim_threshold_;
+  base.kmin = config_.ecn_kmin_bytes;
+  base.kmax = config_.ecn_kmax_bytes;
+  base.pmax = config_.ecn_pmax;
+  profiles_.assign(1, base);
+  const routing::Topology& t = *topo_;
+  for (size_t id = 0; id < ports_.size(); ++id) {
+    Port& pt = ports_[id];
+    if (pt.host_port) continue;  // NIC ports: no ECN, never trim
+    QueueProfile q = base;
+    if (pt.last_hop) {
+      q.trimming = q.trimming && config_.trim_last_hop;
+      q.ecn = q.ecn && config_.ecn_last_hop;
+    }
+    const routing::Node& from = t.node(pt.from);
+    const bool down = static_cast<int>(nodes_[pt.to].kind) <
+                      static_cast<int>(nodes_[pt.from].kind);
+    for (const QueueOverride& o : config_.overrides) {
+      if (o.tier >= 0 && o.tier != static_cast<int>(from.kind)) continue;
+      if (o.plane >= 0 && o.plane != static_cast<int>(from.plane)) continue;
+      if (o.index >= 0 && o.index != static_cast<int64_t>(from.index)) continue;
+      if (o.ports == QueueOverride::Ports::kDown && !down) continue;
+      if (o.ports == QueueOverride::Ports::kUp && down) continue;
+      if (o.trimming) q.trimming = *o.trimming;
+      if (o.trim_threshold_bytes) {
+        q.trim_threshold =
+            *o.trim_threshold_bytes == 0
+                ? config_.buffer_bytes
+                : std::min(*o.trim_threshold_bytes, config_.buffer_bytes);
+      }
+      if (o.ecn) q.ecn = *o.ecn;
+      if (o.ecn_kmin_bytes) q.kmin = *o.ecn_kmin_bytes;
+      if (o.ecn_kmax_bytes) q.kmax = *o.ecn_kmax_bytes;
+      if (o.ecn_pmax) q.pmax = *o.ecn_pmax;
+    }
+    if (q.ecn && q.kmax <= q.kmin) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("fabric: port %d: ECN kmax %d must exceed kmin %d",
+                          id, q.kmax, q.kmin));
+    }
+    size_t k = 0;
+    while (k < profiles_.size() && !(profiles_[k] == q)) ++k;
+    if (k == profiles_.size()) {
+      if (profiles_.size() >= 256) {
+        return absl::InvalidArgumentError(
+            "fabric: more than 256 distinct queue profiles");
+      }
+      profiles_.push_back(q);
+    }
+    pt.profile = static_cast<uint8_t>(k);
   }
   return absl::OkStatus();
 }
@@ -433,11 +493,9 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   uint32_t size = WireSize(p);
   bool control = p->tclass == TrafficClass::kControl || p->trimmed;
   if (!control) {
-    if (pt.dq_bytes + size > trim_threshold_ ||
-        pt.dq_bytes + size > config_.buffer_bytes) {
-      const bool trim =
-          config_.trimming && (!pt.last_hop || config_.trim_last_hop);
-      if (!trim) {
+    const QueueProfile& qp = profiles_[pt.profile];
+    if (pt.dq_bytes + size > qp.trim_threshold) {
+      if (!qp.trimming) {
         ++pt.c.drops;
         Drop(p, DropReason::kBufferOverflow);
         return;
@@ -449,15 +507,12 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
       control = true;
       ++pt.c.trims;
       ++trims_;
-    } else if (config_.ecn && (!pt.last_hop || config_.ecn_last_hop) &&
-               pt.dq_bytes > config_.ecn_kmin_bytes) {
-      bool mark = pt.dq_bytes >= config_.ecn_kmax_bytes;
+    } else if (qp.ecn && pt.dq_bytes > qp.kmin) {
+      bool mark = pt.dq_bytes >= qp.kmax;
       if (!mark) {
-        const double frac =
-            static_cast<double>(pt.dq_bytes - config_.ecn_kmin_bytes) /
-            static_cast<double>(config_.ecn_kmax_bytes -
-                                config_.ecn_kmin_bytes);
-        mark = rng_.Bernoulli(frac * config_.ecn_pmax);
+        const double frac = static_cast<double>(pt.dq_bytes - qp.kmin) /
+                            static_cast<double>(qp.kmax - qp.kmin);
+        mark = rng_.Bernoulli(frac * qp.pmax);
       }
       if (mark && !p->ecn_ce) {
         p->ecn_ce = true;

@@ -16,6 +16,10 @@
 //   cut to its header and queued in the control queue (never trimmed);
 //   otherwise (drop-tail) it is dropped. Last-hop ports (T0 -> host) can be
 //   exempt from ECN and/or trimming.
+// - Per-switch settings: FabricConfig::overrides, applied in order, set
+//   trimming on/off, the trim threshold and the ECN thresholds of the ports
+//   of the switches they select (tier, plane, index; all, down- or up-facing
+//   ports). Each switch port resolves to a QueueProfile at Init.
 // - SRv6 forwarding: a packet carries up to six 16-bit uSIDs; a switch
 //   matches its own uSID (mismatch: drop), shifts, and forwards to the
 //   neighbour named by the next uSID (static table, never changes); when the
@@ -38,6 +42,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +71,33 @@ enum class DropReason : uint8_t {
 };
 const char* DropReasonName(DropReason r);
 
+// Queue settings for the ports of selected switches (scenario
+// "fabric.overrides"). Unset fields keep what earlier settings gave.
+struct QueueOverride {
+  enum class Ports : uint8_t { kAll, kDown, kUp };
+  int tier = -1;       // 1 = T0, 2 = T1, 3 = T2 (routing::NodeKind); -1: all
+  int plane = -1;      // -1: every plane
+  int64_t index = -1;  // switch index within its tier and plane; -1: all
+  Ports ports = Ports::kAll;  // kDown: towards hosts (T0 -> host included)
+  std::optional<bool> trimming;
+  std::optional<uint32_t> trim_threshold_bytes;  // 0 = buffer
+  std::optional<bool> ecn;
+  std::optional<uint32_t> ecn_kmin_bytes;
+  std::optional<uint32_t> ecn_kmax_bytes;
+  std::optional<double> ecn_pmax;
+};
+
+// What one switch port does when its data queue fills (resolved from
+// FabricConfig and its overrides).
+struct QueueProfile {
+  bool trimming = true;
+  bool ecn = true;
+  uint32_t trim_threshold = 0;  // bytes, <= buffer_bytes
+  uint32_t kmin = 0, kmax = 0;
+  double pmax = 0;
+  bool operator==(const QueueProfile&) const = default;
+};
+
 struct FabricConfig {
   bool ecn = true;
   uint32_t ecn_kmin_bytes = 32 * 1024;
@@ -82,6 +114,7 @@ struct FabricConfig {
   uint32_t wire_overhead_bytes = 66;
   Time routing_convergence = 1 * kSecond;
   uint8_t max_hops = 12;
+  std::vector<QueueOverride> overrides;  // applied in order, after last_hop
 };
 
 struct PortCounters {
@@ -117,6 +150,7 @@ struct Port {
   bool done_pending = false;
   bool host_port = false;  // from a host (NIC port)
   bool last_hop = false;   // T0 -> host
+  uint8_t profile = 0;     // index into Fabric::profiles()
   uint32_t from = 0;
   uint32_t max_dq_bytes = 0;
   uint32_t max_cq_bytes = 0;
@@ -202,6 +236,8 @@ class Fabric {
   // OK when every queue stayed within its limit and counts add up.
   absl::Status CheckInvariants() const;
   const std::vector<Port>& ports() const { return ports_; }
+  // Queue profiles of switch ports (Port::profile indexes this).
+  const std::vector<QueueProfile>& profiles() const { return profiles_; }
   const routing::Topology& topology() const { return *topo_; }
   const FabricConfig& config() const { return config_; }
   uint32_t planes() const { return planes_; }
@@ -248,6 +284,8 @@ class Fabric {
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
   // Fills routes_ for every switch of `plane` from the live topology.
   void ComputeRoutes(uint16_t plane);
+  // Resolves each switch port's QueueProfile from config_ and overrides.
+  absl::Status BuildProfiles();
   static uint64_t Mix(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
@@ -267,6 +305,7 @@ class Fabric {
   uint32_t hosts_ = 0;
   uint32_t trim_threshold_ = 0;
 
+  std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
   std::vector<Port> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link

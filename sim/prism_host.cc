@@ -105,9 +105,6 @@ class PrismHost : public HostAgent, public TimerClient {
   Timer wake_;
   Timer rx_timer_;
   std::vector<SimPacket*> rx_;
-  RxPacket rxv_[kRxBurst];
-  TxPacket txv_[kTxBurst];
-  Completion cq_[64];
   // Messages waiting for PostWrite room: (flow, next message index).
   std::vector<std::pair<uint32_t, uint32_t>> pending_;
   uint64_t plane_errors_ = 0;
@@ -160,6 +157,10 @@ class PrismDriver : public TransportDriver {
     co.congestion = tc_.congestion;
     co.link_rate_bps = sim->host_rate_bps();
     co.base_rtt = sim->base_rtt();
+    // Where some congestion drops are not trimmed (drop-tail fabric, or
+    // trimming everywhere but the last hop), a loss is a congestion signal.
+    const FabricConfig& fc = sim->scenario().fabric;
+    co.loss_is_congestion = !(fc.trimming && fc.trim_last_hop);
     co.rto_min = tc_.rto_min;
     co.probe_interval = tc_.probe_interval;
     co.payload_checksum = tc_.payload_checksum;
@@ -198,6 +199,9 @@ class PrismDriver : public TransportDriver {
       flow_[f.id].msgs_left = static_cast<uint32_t>(
           (f.bytes + f.message_bytes - 1) / f.message_bytes);
     }
+    // The peer map is only needed to wire flows to connections.
+    for (auto& h : hosts_)
+      absl::flat_hash_map<uint32_t, ConnId>().swap(h->by_peer);
     return absl::OkStatus();
   }
   HostAgent* agent(uint32_t host) override { return hosts_[host].get(); }
@@ -211,6 +215,12 @@ class PrismDriver : public TransportDriver {
   std::vector<std::unique_ptr<PrismHost>> hosts_;
   std::vector<uint32_t> flow_pair_;
   std::vector<FlowState> flow_;
+  // Scratch arrays for the engine calls of whichever host runs (one thread,
+  // never re-entered), shared so that a host costs no burst buffers: at
+  // 131,072 hosts per-host copies would take ~0.8 GiB.
+  RxPacket rxv_[kRxBurst];
+  TxPacket txv_[kTxBurst];
+  Completion cq_[64];
 };
 
 EventQueue& PrismHost::queue() { return d_->sim_->queue(); }
@@ -262,7 +272,7 @@ void PrismHost::FlushRx(Time now) {
   const size_t n = rx_.size();
   for (size_t i = 0; i < n; ++i) {
     const SimPacket* p = rx_[i];
-    RxPacket& r = rxv_[i];
+    RxPacket& r = d_->rxv_[i];
     r.data = p->header;
     r.len = p->header_len;
     r.payload = p->payload_len > 0 ? p->payload : nullptr;
@@ -271,7 +281,7 @@ void PrismHost::FlushRx(Time now) {
     r.ecn_ce = p->ecn_ce;
     r.trimmed = p->trimmed;
   }
-  engine_.OnReceive(now, rxv_, n);
+  engine_.OnReceive(now, d_->rxv_, n);
   PacketPool& pool = d_->sim_->pool();
   for (size_t i = 0; i < n; ++i) pool.Free(rx_[i]);
   rx_.clear();
@@ -283,9 +293,9 @@ void PrismHost::Drain(Time now) {
   Simulator& sim = *d_->sim_;
   bool freed = false;
   while (true) {
-    const size_t k = engine_.PollCompletions(cq_, 64);
+    const size_t k = engine_.PollCompletions(d_->cq_, 64);
     for (size_t i = 0; i < k; ++i) {
-      const Completion& c = cq_[i];
+      const Completion& c = d_->cq_[i];
       if (c.type == CompletionType::kConnectionError) {
         ++conn_errors_;
         continue;
@@ -322,9 +332,9 @@ void PrismHost::Pull(Time now) {
     }
     if (room == 0) break;
     const size_t want = std::min(room, kTxBurst);
-    const size_t n = engine_.PollTransmit(now, txv_, want);
+    const size_t n = engine_.PollTransmit(now, d_->txv_, want);
     for (size_t i = 0; i < n; ++i) {
-      const TxPacket& t = txv_[i];
+      const TxPacket& t = d_->txv_[i];
       SimPacket* p = sim.pool().Alloc();
       ResetPacket(p);
       std::memcpy(p->header, t.header, t.header_len);

@@ -3,7 +3,7 @@
 //   prism_sim --scenario FILE.json --out DIR [--seed N] [--quiet]
 //             [--transport NAME] [--no-plot]
 //   prism_sim --bench [--hosts N] [--planes P] [--duration_us T] [--out DIR]
-//   prism_sim --bench-scale [--out DIR]
+//   prism_sim --bench-scale [--hosts N] [--out DIR]
 //
 // Prints the resolved configuration, a progress bar when stderr is a
 // terminal, a result table, and writes DIR/summary.json, CSV time series
@@ -32,14 +32,14 @@ using prism::sim::RunResult;
 using prism::sim::ScenarioConfig;
 
 int Usage() {
-  std::fprintf(
-      stderr,
-      "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
-      "[--quiet] [--transport NAME] [--no-plot]\n"
-      "       prism_sim --bench [--hosts N] [--planes P] "
-      "[--duration_us T] [--transport NAME] [--window N]\n"
-      "                 [--max-messages N] [--out DIR]\n"
-      "       prism_sim --bench-scale [--transport NAME] [--out DIR]\n");
+  std::fprintf(stderr,
+               "usage: prism_sim --scenario FILE.json --out DIR [--seed N] "
+               "[--quiet] [--transport NAME] [--no-plot]\n"
+               "       prism_sim --bench [--hosts N] [--planes P] "
+               "[--duration_us T] [--transport NAME] [--window N]\n"
+               "                 [--max-messages N] [--out DIR]\n"
+               "       prism_sim --bench-scale [--transport NAME] [--hosts N] "
+               "[--out DIR]\n");
   return 2;
 }
 
@@ -79,7 +79,8 @@ void PrintTable(const std::vector<RunResult>& rs) {
 
 std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
                           const std::string& transport, uint32_t group,
-                          bool scale, uint32_t window, uint32_t max_messages) {
+                          bool scale, uint32_t window, uint32_t max_messages,
+                          uint32_t scale_t0) {
   // Engine window / message cap (0: engine defaults; bench-scale: 256).
   if (scale && window == 0) window = 256;
   if (scale && max_messages == 0) max_messages = 256;
@@ -92,10 +93,12 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
   if (scale) {
     // The full MRC fabric: 8 planes of 512-port switches, two tiers:
     // 512 T0 (256 hosts down, 256 up) and 256 T1 per plane, 131,072 hosts.
+    // --hosts N keeps the switches and takes N / 256 T0s per plane (a slice
+    // of the fabric, for per-host memory figures on a small machine).
     return absl::StrFormat(R"({
-  "name": "bench-scale-131072",
+  "name": "bench-scale-%d",
   "seed": 1,
-  "topology": {"kind": "clos2", "planes": 8, "t0_per_plane": 512,
+  "topology": {"kind": "clos2", "planes": 8, "t0_per_plane": %d,
                "t1_per_plane": 256, "hosts_per_t0": 256,
                "host_link_gbps": 100, "fabric_link_gbps": 100},
   "fabric": {"forwarding": "srv6"},
@@ -106,7 +109,8 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
   "workload": {"type": "ring_allreduce", "bytes": %d, "steps": 1,
                "message_bytes": 65536}
 })",
-                           dur_us, extra, transport, 131072ll * 65536);
+                           scale_t0 * 256, scale_t0, dur_us, extra, transport,
+                           static_cast<int64_t>(scale_t0) * 256 * 65536);
   }
   const uint32_t per_t0 = 16;
   const uint32_t t0 = std::max<uint32_t>(1, hosts / per_t0);
@@ -132,7 +136,7 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
 int main(int argc, char** argv) {
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
-  bool have_seed = false;
+  bool have_seed = false, have_hosts = false;
   uint64_t seed = 0;
   uint32_t hosts = 1024, planes = 8, group = 8, window = 0, max_messages = 0;
   double dur_us = 0;
@@ -162,6 +166,7 @@ int main(int argc, char** argv) {
       uint32_t x;
       if (!v || !absl::SimpleAtoi(v, &x) || x == 0) return Usage();
       (a == "--hosts" ? hosts : a == "--planes" ? planes : group) = x;
+      have_hosts = have_hosts || a == "--hosts";
     } else if (a == "--window" || a == "--max-messages") {
       const char* v = next();
       uint32_t x;
@@ -190,8 +195,8 @@ int main(int argc, char** argv) {
   if (bench || bench_scale) {
     const std::string text = BenchScenario(
         hosts, planes, dur_us > 0 ? dur_us : (bench_scale ? 50 : 200),
-        only.empty() ? "prism" : only, group, bench_scale, window,
-        max_messages);
+        only.empty() ? "prism" : only, group, bench_scale, window, max_messages,
+        have_hosts ? std::max<uint32_t>(1, hosts / 256) : 512);
     absl::StatusOr<prism::json::Value> v = prism::json::Parse(text);
     if (!v.ok()) {
       std::fprintf(stderr, "bench scenario: %s\n",
@@ -278,6 +283,16 @@ int main(int argc, char** argv) {
           r.cpu_seconds > 0 ? double(r.packet_hops) / r.cpu_seconds : 0,
           r.cpu_seconds > 0 ? double(r.events) / r.cpu_seconds : 0,
           PeakRssMiB());
+      // Resident memory added by each setup stage (MiB), then the run.
+      std::printf("bench %s: memory", r.transport.c_str());
+      for (const auto& [stage, mib] : r.setup_rss_mib) {
+        std::printf(" %s=+%.0fMiB", stage.c_str(), mib);
+      }
+      std::printf(
+          " (fabric tables %.0f MiB, event queue %.0f MiB, packet pool %.0f "
+          "MiB)\n",
+          r.fabric_bytes / 1048576.0, r.queue_bytes / 1048576.0,
+          r.pool_bytes / 1048576.0);
     }
   }
   int rc = 0;

@@ -22,6 +22,95 @@ absl::Status Bad(const std::string& m) {
     lhs = *_r;                        \
   } while (0)
 
+// One entry of "fabric.overrides": {"tier": "t0"|"t1"|"t2", "plane": n,
+// "index": n, "ports": "all"|"down"|"up", "trimming": bool,
+// "trim_threshold_bytes": n, "ecn": bool | {"enabled", "kmin_bytes",
+// "kmax_bytes", "pmax"}}; selectors left out match everything.
+absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
+  if (!o.is_object()) return Bad("fabric.overrides entries must be objects");
+  static constexpr const char* kKeys[] = {
+      "tier", "plane", "index", "ports", "trimming", "trim_threshold_bytes",
+      "ecn"};
+  for (const auto& [key, val] : o.members()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) {
+          return key == k;
+        }) == std::end(kKeys)) {
+      return Bad("fabric.overrides: unknown key '" + key + "'");
+    }
+  }
+  QueueOverride q;
+  std::string tier, ports;
+  PRISM_ASSIGN_OR(tier, o.GetString("tier", "all"));
+  if (tier == "t0") {
+    q.tier = static_cast<int>(routing::NodeKind::kT0);
+  } else if (tier == "t1") {
+    q.tier = static_cast<int>(routing::NodeKind::kT1);
+  } else if (tier == "t2") {
+    q.tier = static_cast<int>(routing::NodeKind::kT2);
+  } else if (tier != "all") {
+    return Bad("fabric.overrides: tier must be t0, t1, t2 or all");
+  }
+  int64_t x;
+  PRISM_ASSIGN_OR(x, o.GetInt("plane", -1));
+  if (x < -1 || x >= 64) return Bad("fabric.overrides: plane out of range");
+  q.plane = static_cast<int>(x);
+  PRISM_ASSIGN_OR(q.index, o.GetInt("index", -1));
+  if (q.index < -1) return Bad("fabric.overrides: index out of range");
+  PRISM_ASSIGN_OR(ports, o.GetString("ports", "all"));
+  if (ports == "down") {
+    q.ports = QueueOverride::Ports::kDown;
+  } else if (ports == "up") {
+    q.ports = QueueOverride::Ports::kUp;
+  } else if (ports != "all") {
+    return Bad("fabric.overrides: ports must be all, down or up");
+  }
+  if (o.Find("trimming")) {
+    bool b;
+    PRISM_ASSIGN_OR(b, o.GetBool("trimming", true));
+    q.trimming = b;
+  }
+  if (o.Find("trim_threshold_bytes")) {
+    PRISM_ASSIGN_OR(x, o.GetInt("trim_threshold_bytes", 0));
+    if (x < 0 || x > (1 << 30))
+      return Bad("fabric.overrides: trim_threshold_bytes out of range");
+    q.trim_threshold_bytes = static_cast<uint32_t>(x);
+  }
+  if (const json::Value* e = o.Find("ecn")) {
+    if (e->is_bool()) {
+      q.ecn = e->as_bool();
+    } else if (e->is_object()) {
+      bool b;
+      PRISM_ASSIGN_OR(b, e->GetBool("enabled", true));
+      q.ecn = b;
+      if (e->Find("kmin_bytes")) {
+        PRISM_ASSIGN_OR(x, e->GetInt("kmin_bytes", 0));
+        if (x < 0 || x > (1 << 30))
+          return Bad("fabric.overrides: ecn.kmin_bytes out of range");
+        q.ecn_kmin_bytes = static_cast<uint32_t>(x);
+      }
+      if (e->Find("kmax_bytes")) {
+        PRISM_ASSIGN_OR(x, e->GetInt("kmax_bytes", 0));
+        if (x < 1 || x > (1 << 30))
+          return Bad("fabric.overrides: ecn.kmax_bytes out of range");
+        q.ecn_kmax_bytes = static_cast<uint32_t>(x);
+      }
+      if (q.ecn_kmin_bytes && q.ecn_kmax_bytes &&
+          *q.ecn_kmax_bytes <= *q.ecn_kmin_bytes) {
+        return Bad("fabric.overrides: ecn needs kmin < kmax");
+      }
+      if (e->Find("pmax")) {
+        double d;
+        PRISM_ASSIGN_OR(d, e->GetDouble("pmax", 0));
+        if (d < 0 || d > 1) return Bad("fabric.overrides: ecn.pmax in [0,1]");
+        q.ecn_pmax = d;
+      }
+    } else {
+      return Bad("fabric.overrides: ecn must be a bool or an object");
+    }
+  }
+  return q;
+}
+
 absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_object()) return Bad("fabric must be an object");
@@ -78,6 +167,15 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
       PRISM_ASSIGN_OR(f.ecn_last_hop, e->GetBool("last_hop", f.ecn_last_hop));
     } else {
       return Bad("ecn must be a bool or an object");
+    }
+  }
+  if (const json::Value* ov = v->Find("overrides")) {
+    if (!ov->is_array()) return Bad("fabric.overrides must be an array");
+    f.overrides.clear();
+    for (const json::Value& o : ov->items()) {
+      absl::StatusOr<QueueOverride> q = ParseOverride(o);
+      if (!q.ok()) return q.status();
+      f.overrides.push_back(*q);
     }
   }
   return absl::OkStatus();
@@ -302,6 +400,37 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   ecn.Set("pmax", Value::Number(f.ecn_pmax));
   ecn.Set("last_hop", Value::Bool(f.ecn_last_hop));
   fb.Set("ecn", ecn);
+  if (!f.overrides.empty()) {
+    Value ov = Value::Array();
+    for (const QueueOverride& q : f.overrides) {
+      Value e = Value::Object();
+      static constexpr const char* kTier[] = {"host", "t0", "t1", "t2"};
+      e.Set("tier",
+            Value::String(q.tier >= 1 && q.tier <= 3 ? kTier[q.tier] : "all"));
+      if (q.plane >= 0) e.Set("plane", Value::Int(q.plane));
+      if (q.index >= 0) e.Set("index", Value::Int(q.index));
+      e.Set("ports",
+            Value::String(q.ports == QueueOverride::Ports::kDown ? "down"
+                          : q.ports == QueueOverride::Ports::kUp ? "up"
+                                                                 : "all"));
+      if (q.trimming) e.Set("trimming", Value::Bool(*q.trimming));
+      if (q.trim_threshold_bytes) {
+        e.Set("trim_threshold_bytes", Value::Int(*q.trim_threshold_bytes));
+      }
+      if (q.ecn || q.ecn_kmin_bytes || q.ecn_kmax_bytes || q.ecn_pmax) {
+        Value oe = Value::Object();
+        if (q.ecn) oe.Set("enabled", Value::Bool(*q.ecn));
+        if (q.ecn_kmin_bytes)
+          oe.Set("kmin_bytes", Value::Int(*q.ecn_kmin_bytes));
+        if (q.ecn_kmax_bytes)
+          oe.Set("kmax_bytes", Value::Int(*q.ecn_kmax_bytes));
+        if (q.ecn_pmax) oe.Set("pmax", Value::Number(*q.ecn_pmax));
+        e.Set("ecn", oe);
+      }
+      ov.Push(e);
+    }
+    fb.Set("overrides", ov);
+  }
   fb.Set("nic_queue_packets", Value::Int(f.nic_queue_packets));
   fb.Set("nic_buffer_bytes", Value::Int(f.nic_buffer_bytes));
   fb.Set("wire_overhead_bytes", Value::Int(f.wire_overhead_bytes));

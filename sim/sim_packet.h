@@ -31,17 +31,20 @@ inline constexpr int kMaxUsids = 6;
 // Baseline (roce/multiqp) packet types.
 enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
 
-struct SimPacket {
+// Field order: what every hop reads (queue link, wire arrival time, route
+// and queue metadata, SRv6 carrier) fills the first cache line; the slot is
+// cache-line aligned so a hop touches one line of the packet. Payload
+// pointer, baseline fields and header bytes follow (read at the hosts).
+struct alignas(64) SimPacket {
   SimPacket* next = nullptr;  // intrusive queue link
-  const uint8_t* payload = nullptr;
-  uint32_t payload_len = 0;
-  uint32_t src = 0;  // source host
-  uint32_t dst = 0;  // destination host
+  Time wire_time = 0;         // arrival time at the far end while on a wire
+  uint32_t src = 0;           // source host
+  uint32_t dst = 0;           // destination host
   uint32_t entropy = 0;
   uint32_t last_port = 0;  // port it was last transmitted on
   uint32_t epoch = 0;      // that port's link epoch at transmission
+  uint32_t payload_len = 0;
   uint16_t header_len = 0;
-  uint16_t path = 0;
   uint8_t plane = 0;
   TrafficClass tclass = TrafficClass::kData;
   bool ecn_ce = false;
@@ -51,15 +54,19 @@ struct SimPacket {
   uint8_t usid_pos = 0;  // next uSID to match
   uint8_t hops = 0;
   uint16_t usids[kMaxUsids] = {};
+  // Second line: host-side fields.
+  const uint8_t* payload = nullptr;
+  uint16_t path = 0;
   // Baseline transports.
   BlType bl_type = BlType::kNone;
   uint16_t bl_qp = 0;
   uint32_t bl_flow = 0;
   uint32_t bl_psn = 0;
   Time sent_at = 0;
-  Time wire_time = 0;  // arrival time at the far end while on a wire
   uint8_t header[TxPacket::kMaxHeaderBytes];
 };
+static_assert(offsetof(SimPacket, usids) + sizeof(uint16_t) * kMaxUsids <= 64,
+              "per-hop fields must fit the first cache line");
 
 class PacketPool {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 
 #include "absl/strings/str_format.h"
@@ -21,6 +22,16 @@ double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+// Resident set size in MiB (measurement only, like the CPU time).
+double ResidentMiB() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * 4096.0 / 1048576.0;
 }
 
 }  // namespace
@@ -65,13 +76,22 @@ absl::Status Simulator::Init() {
 }
 
 absl::Status Simulator::InitImpl() {
+  double rss = ResidentMiB();
+  auto stage = [&](const char* name) {
+    const double now = ResidentMiB();
+    result_.setup_rss_mib.emplace_back(name, now - rss);
+    rss = now;
+  };
   absl::StatusOr<routing::Topology> t = routing::Topology::Build(sc_.topology);
   if (!t.ok()) return t.status();
   topo_ = std::make_unique<routing::Topology>(std::move(*t));
+  stage("topology");
   fabric_ = std::make_unique<Fabric>(topo_.get(), sc_.fabric, &queue_, &pool_,
                                      SeedFor(1, 0), this);
   absl::Status st = fabric_->Init();
   if (!st.ok()) return st;
+  result_.fabric_bytes = fabric_->memory_bytes();
+  stage("fabric");
   Rng wrng(SeedFor(2, 0));
   absl::StatusOr<std::vector<Flow>> flows = BuildWorkload(
       sc_.workload, topo_->num_hosts(), tc_.mtu, wrng, sc_.base_dir);
@@ -80,11 +100,13 @@ absl::Status Simulator::InitImpl() {
   verifier_ = std::make_unique<Verifier>(&flows_, tc_.mtu, sc_.check_bytes);
   st = BuildFaults();
   if (!st.ok()) return st;
+  stage("workload");
   absl::StatusOr<std::unique_ptr<TransportDriver>> d = MakeTransportDriver(tc_);
   if (!d.ok()) return d.status();
   driver_ = std::move(*d);
   st = driver_->Init(this);
   if (!st.ok()) return st;
+  stage("transport");
   agents_.resize(topo_->num_hosts());
   for (uint32_t h = 0; h < topo_->num_hosts(); ++h)
     agents_[h] = driver_->agent(h);
@@ -507,6 +529,7 @@ void Simulator::TakeSample(Time now) {
 absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
+  const double rss0 = ResidentMiB();
   const Time end = sc_.duration;
   uint64_t n = 0;
   Time now = 0;
@@ -559,6 +582,9 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0)
           .count();
   result_.cpu_seconds = ThreadCpuSeconds() - cpu0;
+  result_.setup_rss_mib.emplace_back("run", ResidentMiB() - rss0);
+  result_.queue_bytes = queue_.memory_bytes();
+  result_.pool_bytes = pool_.capacity() * sizeof(SimPacket);
   if (progress) progress(1.0);
   return absl::OkStatus();
 }

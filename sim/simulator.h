@@ -162,6 +162,13 @@ struct RunResult {
   double wall_seconds = 0;       // Run(): wall clock (measurement only)
   double cpu_seconds = 0;        // Run(): this thread's CPU time
   double setup_cpu_seconds = 0;  // Init(): this thread's CPU time
+  // Resident memory each stage added (measurement only): topology, fabric,
+  // workload (flows and verifier), transport (agents, engines,
+  // connections), run (packets, queues, engine state touched).
+  std::vector<std::pair<std::string, double>> setup_rss_mib;
+  size_t fabric_bytes = 0;  // Fabric::memory_bytes()
+  size_t queue_bytes = 0;   // EventQueue::memory_bytes() at the end
+  size_t pool_bytes = 0;    // packet pool capacity at the end
 };
 
 class Simulator;

@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ struct Args {
   std::vector<std::string> local = {"::1"};
   std::vector<std::string> routes;
   std::string tx_mode = "auto";
-  uint32_t link_mtu = 9000;
+  uint32_t link_mtu = 0;  // 0: the interfaces' MTU
   uint16_t sockets_per_plane = 8;
   std::string cc = "nscc";
   uint64_t rate_gbps = 100;
@@ -71,7 +72,11 @@ struct Args {
   bool busy_poll = false;
   bool immediate = false;
   bool zero_checksum = false;
-  bool gso = false;
+  bool gso = true;
+  bool gro = true;
+  bool tlp = true;
+  int cpu = -1;  // loop thread pinning
+  int spin_us = -1;
   std::string bind = "::";
   std::string device;  // verbs
   uint16_t qps = 8;    // verbs data QPs
@@ -99,14 +104,20 @@ void Usage() {
       "  -u, --udp-port=PORT     UDP port on every plane (0: ephemeral)\n"
       "  -r, --route=R           per-path route (repeat): entropy |\n"
       "                          usid:<carrier> | srh:<seg>,<seg>...\n"
-      "  -m, --mtu=BYTES         link MTU (default 9000)\n"
+      "  -m, --mtu=BYTES         link MTU (default 0: the MTU of the\n"
+      "                          interfaces holding --local)\n"
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US (4000)\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --probe-interval=US     probe period of retired paths (1000)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
-      "  --gso                   UDP GSO for runs of equal-size packets\n"
+      "  --gso, --no-gso         UDP GSO for runs of equal-size packets (on)\n"
+      "  --no-gro                no UDP GRO on receive\n"
+      "  --no-tlp                no tail-loss probes (RTO only)\n"
+      "  --cpu=N                 pin the event-loop thread to CPU N\n"
+      "  --spin=US               poll US after the last work before sleeping\n"
+      "                          (-1: the datapath's default; udp 0)\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -126,6 +137,11 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kBusy,
     kZero,
     kGso,
+    kNoGro,
+    kNoGso,
+    kNoTlp,
+    kSpin,
+    kCpu,
     kBind,
     kPathStats,
     kJson,
@@ -157,6 +173,11 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
       {"gso", no_argument, nullptr, kGso},
+      {"no-gro", no_argument, nullptr, kNoGro},
+      {"no-gso", no_argument, nullptr, kNoGso},
+      {"no-tlp", no_argument, nullptr, kNoTlp},
+      {"cpu", required_argument, nullptr, kCpu},
+      {"spin", required_argument, nullptr, kSpin},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -258,6 +279,24 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kGso:
         a->gso = true;
         break;
+      case kNoGro:
+        a->gro = false;
+        break;
+      case kNoGso:
+        a->gso = false;
+        break;
+      case kNoTlp:
+        a->tlp = false;
+        break;
+      case kSpin:
+        if (!absl::SimpleAtoi(optarg, &a->spin_us) || a->spin_us < -1 ||
+            a->spin_us > 1000000)
+          return false;
+        break;
+      case kCpu:
+        if (!num(optarg, &v) || v > 1023) return false;
+        a->cpu = static_cast<int>(v);
+        break;
       case kDevice:
         a->device = optarg;
         break;
@@ -306,6 +345,9 @@ EndpointOptions MakeOptions(const Args& a) {
   o.routes = a.routes;
   o.accept_zero_checksum = a.zero_checksum;
   o.gso = a.gso;
+  o.gro = a.gro;
+  o.cpu = a.cpu;
+  o.idle_spin_us = a.spin_us;
   o.busy_poll = a.busy_poll;
   o.device = a.device;
   o.verbs_qps = a.qps;
@@ -313,6 +355,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.connection.num_paths = a.paths;
   o.connection.num_planes = a.planes;
   o.connection.congestion = a.cc;
+  o.connection.tail_loss_probe = a.tlp;
   o.connection.link_rate_bps = a.rate_gbps * 1'000'000'000ull;
   o.connection.probe_interval =
       static_cast<Time>(a.probe_us * prism::kMicrosecond);
@@ -547,13 +590,21 @@ void PrintHeader(const Args& a, Endpoint& ep, const char* role) {
   printf(" Paths           : %-16u Planes         : %u\n", a.paths, a.planes);
   printf(" TX depth        : %-16u Congestion     : %s\n", a.tx_depth,
          a.cc.c_str());
-  printf(" Mtu             : %u[B] payload / %u[B] link\n", ep.mtu_payload(),
-         a.link_mtu);
+  printf(" Mtu             : %u[B] payload / %s link\n", ep.mtu_payload(),
+         a.link_mtu ? absl::StrCat(a.link_mtu, "[B]").c_str() : "auto");
   printf(" Local addresses : %s\n", absl::StrJoin(a.local, ",").c_str());
   if (!a.routes.empty())
     printf(" Routes          : %zu (%s ...)\n", a.routes.size(),
            a.routes[0].c_str());
   printf("%s\n", line);
+}
+
+// CPU seconds (user + system) of this process so far, every thread.
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
@@ -562,6 +613,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
     auto s = ep->connection_stats(conn);
     if (s.ok()) cs = *s;
   }
+  prism::DatapathStats ds;
+  if (ep) ds = ep->datapath_stats();
   if (a.json) {
     printf(
         "{\"bytes\": %llu, \"seconds\": %.6f, \"gbps\": %.4f, "
@@ -570,7 +623,11 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"paths\": %u, \"planes\": %u, \"datapath\": \"%s\", "
         "\"errors\": %llu, \"retransmitted_packets\": %llu, "
         "\"rto_events\": %llu, \"paths_retired\": %llu, "
-        "\"paths_restored\": %llu, \"paths_active\": %u",
+        "\"paths_restored\": %llu, \"paths_active\": %u, "
+        "\"mtu_payload\": %u, \"cpu_seconds\": %.3f, "
+        "\"tail_loss_probes\": %llu, \"sacks_received\": %llu, "
+        "\"tx_sacks\": %llu, \"cwnd_bytes\": %llu, \"srtt_us\": %.1f, "
+        "\"loop_iterations\": %llu, \"loop_sleeps\": %llu",
         static_cast<unsigned long long>(r.bytes), r.seconds, r.avg_gbps,
         r.peak_gbps, r.avg_gbps * 1e3 / 8, r.mpps,
         static_cast<unsigned long long>(a.size),
@@ -579,7 +636,14 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(cs.retransmitted_packets),
         static_cast<unsigned long long>(cs.rto_events),
         static_cast<unsigned long long>(cs.paths_retired),
-        static_cast<unsigned long long>(cs.paths_restored), cs.paths_active);
+        static_cast<unsigned long long>(cs.paths_restored), cs.paths_active,
+        ep ? ep->mtu_payload() : 0, CpuSeconds(),
+        static_cast<unsigned long long>(cs.tail_loss_probes),
+        static_cast<unsigned long long>(cs.sacks_received),
+        static_cast<unsigned long long>(cs.tx_sacks),
+        static_cast<unsigned long long>(cs.cwnd_bytes), cs.srtt / 1e6,
+        static_cast<unsigned long long>(ds.loop_iterations),
+        static_cast<unsigned long long>(ds.loop_sleeps));
     if (a.path_stats && ep) {
       printf(", \"path_stats\": [");
       for (uint32_t p = 0; p < a.paths; ++p) {
@@ -613,12 +677,13 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
   if (ep) {
     printf(
         " retransmitted %llu pkts, rto %llu, paths retired %llu, restored "
-        "%llu, active %u, srtt %.1f us\n",
+        "%llu, active %u, srtt %.1f us, tlp %llu, cwnd %llu B\n",
         static_cast<unsigned long long>(cs.retransmitted_packets),
         static_cast<unsigned long long>(cs.rto_events),
         static_cast<unsigned long long>(cs.paths_retired),
         static_cast<unsigned long long>(cs.paths_restored), cs.paths_active,
-        cs.srtt / 1e6);
+        cs.srtt / 1e6, static_cast<unsigned long long>(cs.tail_loss_probes),
+        static_cast<unsigned long long>(cs.cwnd_bytes));
   }
   if (r.errors)
     printf(" errors: %llu\n", static_cast<unsigned long long>(r.errors));
@@ -637,10 +702,11 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
              ps->srtt / 1e6);
     }
   }
-  if (ep) {
-    prism::DatapathStats ds = ep->datapath_stats();
-    printf(" datapath: %s\n", ds.detail.c_str());
-  }
+  if (ep)
+    printf(" datapath: %s loop_iterations=%llu loop_sleeps=%llu\n",
+           ds.detail.c_str(),
+           static_cast<unsigned long long>(ds.loop_iterations),
+           static_cast<unsigned long long>(ds.loop_sleeps));
 }
 
 uint64_t RemoteBufferBytes(const Args& a) {

@@ -227,6 +227,7 @@ void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
     case PathState::kSkip:
       ++pl.skip;
       ListAppend(skip_list_, p);
+      x.due = due;  // passes left
       break;
     case PathState::kAssumedBad:
       x.due = due;
@@ -252,6 +253,8 @@ void MultipathSelector::Retire(uint16_t p, Time now) {
     ++counters_.floor_releases;
   }
   SetState(p, PathState::kAssumedBad, now + probe_interval_);
+  Path& x = paths_[p];
+  if (x.level < kMaxSkipLevel) ++x.level;
   ++counters_.retirements;
 }
 
@@ -271,6 +274,15 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
     return;
   }
   if (rtt > 0) {
+    // A clean ACK far slower than the connection's typical RTT is this
+    // path's congestion sign where the fabric did not mark (a slow or
+    // degraded link, a deep queue below the ECN threshold): ECN for the
+    // state machine. Judged against the typical RTT before this sample.
+    if (fb == PathFeedback::kGood && typical_rtt_ > 0 &&
+        rtt > kSlowRttFactor * typical_rtt_) {
+      fb = PathFeedback::kEcn;
+      ++counters_.slow_rtt;
+    }
     x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
     typical_rtt_ =
         typical_rtt_ == 0 ? rtt : typical_rtt_ + (rtt - typical_rtt_) / 8;
@@ -291,20 +303,32 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
           ++counters_.floor_refusals;
           return;
         }
-        SetState(path, PathState::kSkip, 0);
+        // Backoff: 2^level passes, then one more level for next time.
+        SetState(path, PathState::kSkip, Time{1} << x.level);
+        if (x.level < kMaxSkipLevel) ++x.level;
         ++counters_.skips;
       } else if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
         Retire(path, now);
+      } else if (fb == PathFeedback::kGood && rtt > 0 && x.level > 0) {
+        --x.level;  // a clean ACK with a normal RTT sample
       }
       return;
     case PathState::kSkip:
       if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
         Retire(path, now);  // not counted as usable: never refused
+      } else if (fb == PathFeedback::kGood && rtt > 0 && x.level > 0) {
+        --x.level;  // (the current SKIP runs its course)
       }
       return;
     case PathState::kAssumedBad:
       if (fb == PathFeedback::kProbeOk) {
-        SetState(path, PathState::kGood, 0);
+        // Back in service; a path retired again and again (level >= 2)
+        // first sits out its backoff as SKIP.
+        if (x.level >= 2) {
+          SetState(path, PathState::kSkip, Time{1} << (x.level - 1));
+        } else {
+          SetState(path, PathState::kGood, 0);
+        }
         ++counters_.restores;
       }
       return;
@@ -380,9 +404,12 @@ Time MultipathSelector::NextProbeTime() const {
 // ---- choosing --------------------------------------------------------------
 
 bool MultipathSelector::TakeIfGood(uint16_t p) {
-  const PathState s = paths_[p].state;
-  if (s == PathState::kGood) return true;
-  if (s == PathState::kSkip) SetState(p, PathState::kGood, 0);  // skipped once
+  Path& x = paths_[p];
+  if (x.state == PathState::kGood) return true;
+  // SKIP: passed over this time; GOOD again after its last pass.
+  if (x.state == PathState::kSkip && --x.due <= 0) {
+    SetState(p, PathState::kGood, 0);
+  }
   return false;
 }
 
@@ -412,11 +439,22 @@ int MultipathSelector::NextPlane() {
   return -1;
 }
 
+uint16_t MultipathSelector::ReleaseSkip(uint16_t p) {
+  SetState(p, PathState::kGood, 0);
+  ++counters_.floor_releases;
+  return p;
+}
+
 uint16_t MultipathSelector::RotateInPlane(uint16_t plane) {
   Plane& pl = planes_[plane];
-  // At most two passes: the first may only turn SKIP paths back to GOOD.
   const uint32_t n = static_cast<uint32_t>(pl.members.size());
-  for (uint32_t i = 0; i < 2 * n; ++i) {
+  if (pl.good == 0) {  // only SKIP paths: the next one serves at once
+    const uint16_t k = pl.cursor;
+    pl.cursor = static_cast<uint16_t>(k + 1u >= n ? 0 : k + 1);
+    return ReleaseSkip(pl.members[k]);
+  }
+  // A GOOD path exists: at most one pass (SKIPs on the way use a pass).
+  for (uint32_t i = 0; i < n; ++i) {
     const uint16_t k = pl.cursor;
     pl.cursor = static_cast<uint16_t>(k + 1u >= n ? 0 : k + 1);
     const uint16_t p = pl.members[k];
@@ -428,14 +466,17 @@ uint16_t MultipathSelector::RotateInPlane(uint16_t plane) {
 uint16_t MultipathSelector::RandomInPlane(uint16_t plane) {
   const Plane& pl = planes_[plane];
   const uint32_t n = static_cast<uint32_t>(pl.members.size());
-  // Every member is GOOD or SKIP; a SKIP draw is consumed and redrawn.
+  if (pl.good == 0) {  // only SKIP paths: a random one serves at once
+    return ReleaseSkip(pl.members[rng_.Uniform(n)]);
+  }
+  // Every member is GOOD or SKIP; a SKIP draw uses a pass and is redrawn.
   for (int tries = 0; tries < 4; ++tries) {
     const uint16_t p = pl.members[rng_.Uniform(n)];
     if (TakeIfGood(p)) return p;
   }
-  // Mostly SKIP: scan from a random start (two passes, as in rotation).
+  // Mostly SKIP: scan from a random start (one pass finds a GOOD path).
   uint32_t k = static_cast<uint32_t>(rng_.Uniform(n));
-  for (uint32_t i = 0; i < 2 * n; ++i) {
+  for (uint32_t i = 0; i < n; ++i) {
     const uint16_t p = pl.members[k];
     if (TakeIfGood(p)) return p;
     k = k + 1 == n ? 0 : k + 1;

@@ -5,7 +5,9 @@
 //
 // State machine (per path; see docs/congestion.md for the diagram):
 //   GOOD --kEcn/kTrimmed--> SKIP        (refused if the floor would break)
-//   SKIP --passed over once by the policy--> GOOD   ("one rotation")
+//   SKIP --passed over 2^level times by the policy--> GOOD
+//        (level: consecutive congestion of that path, see Path::level;
+//         one ECN after clean ACKs = one pass = MRC's "one rotation")
 //   GOOD/SKIP --kLost/kTimeout--> ASSUMED_BAD       (probe due after
 //                                                    probe_interval)
 //   ASSUMED_BAD --kProbeOk--> GOOD
@@ -54,6 +56,12 @@ class MultipathSelector final : public PathSelector {
  public:
   // Clean-EV cache entries kept by "reps".
   static constexpr int kRepsCacheSize = 8;
+  // Cap on Path::level: a SKIP lasts at most 2^kMaxSkipLevel passes.
+  static constexpr uint8_t kMaxSkipLevel = 5;
+  // A kGood with an RTT above this many times the connection's typical RTT
+  // (EWMA of all samples) is taken as kEcn: a slow path the fabric did not
+  // mark (counted in PathSelectorCounters::slow_rtt).
+  static constexpr int kSlowRttFactor = 2;
   // "p2c": one pick in this many skips the comparison (exploration).
   static constexpr uint32_t kP2cExploreEvery = 16;
   // Bytes of reps per-connection state beyond the per-path and per-plane
@@ -96,11 +104,16 @@ class MultipathSelector final : public PathSelector {
  public:
   struct Path {
     PathState state = PathState::kGood;  // own state, plane status aside
-    uint16_t prev = kNil;                // probe list or skip list links
+    // Skip backoff level: raised by each ECN/trim that puts the path in
+    // SKIP, lowered by each clean ACK. A SKIP lasts 2^level passes (level
+    // before the raise), so one ECN is MRC's one rotation.
+    uint8_t level = 0;
+    uint16_t prev = kNil;  // probe list or skip list links
     uint16_t next = kNil;
     uint16_t slot = kNil;  // index in its plane's members, kNil if none
-    Time due = 0;          // ASSUMED_BAD: when the next probe is due
-    Time srtt = 0;         // smoothed RTT, 0 = unknown
+    // ASSUMED_BAD: when the next probe is due. SKIP: passes left.
+    Time due = 0;
+    Time srtt = 0;  // smoothed RTT, 0 = unknown
   };
   static constexpr int kPathStateBytes = sizeof(Path);
 
@@ -147,7 +160,9 @@ class MultipathSelector final : public PathSelector {
   // Policy choices within one plane. REQUIRES: plane has good+skip > 0.
   uint16_t RotateInPlane(uint16_t plane);
   uint16_t RandomInPlane(uint16_t plane);
-  // Consumes a SKIP mark; returns true when p is usable now.
+  // A plane with only SKIP paths: p (one of them) is GOOD again and used.
+  uint16_t ReleaseSkip(uint16_t p);
+  // Uses one of a SKIP path's passes; returns true when p is GOOD.
   bool TakeIfGood(uint16_t p);
 
   void RepsPush(uint16_t p);

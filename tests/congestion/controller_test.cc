@@ -41,8 +41,11 @@ AckEvent Ack(Time now, uint32_t packets, Time rtt, uint32_t ecn = 0,
   return e;
 }
 
-NsccController Nscc() {
-  const NsccParams p = NsccParams::Defaults(Cfg("nscc"));
+// The quadrant tests check the decrease formula at md_gain = 1 (its
+// default, 0.3, scales the delay term: DefaultMdGainScalesTheDelayTerm).
+NsccController Nscc(double md_gain = 1.0) {
+  NsccParams p = NsccParams::Defaults(Cfg("nscc"));
+  p.md_gain = md_gain;
   EXPECT_TRUE(p.Validate().ok());
   return NsccController(p);
 }
@@ -268,10 +271,26 @@ TEST(NsccQuadrantTest, TrimsAreCongestion) {
   EXPECT_EQ(c.cwnd_bytes(), 62500u);   // capped at max_md
 }
 
+TEST(NsccQuadrantTest, DefaultMdGainScalesTheDelayTerm) {
+  const NsccParams p = NsccParams::Defaults(Cfg("nscc"));
+  EXPECT_DOUBLE_EQ(p.md_gain, 0.3);
+  NsccController a(p);
+  a.OnAck(Ack(0, 4, 16 * kUs, /*ecn=*/4));  // md = 0.3 x 1/6 = 0.05
+  EXPECT_EQ(a.cwnd_bytes(), 118750u);
+  NsccController c(p);
+  c.OnAck(Ack(0, 4, 500 * kUs, 4));  // md = 0.3 x 0.99: below max_md
+  EXPECT_NEAR(static_cast<double>(c.cwnd_bytes()),
+              125000 * (1 - 0.3 * 485.0 / 490.0), 1);
+  NsccController t(p);
+  t.OnAck(Ack(0, 4, 12 * kUs, 0, /*trimmed=*/1));  // trims: loss_md
+  EXPECT_EQ(t.cwnd_bytes(), 93750u);
+}
+
 NsccController NsccLossIsCongestion(bool on) {
   ControllerConfig c = Cfg("nscc");
   c.loss_is_congestion = on;
-  const NsccParams p = NsccParams::Defaults(c);
+  NsccParams p = NsccParams::Defaults(c);
+  p.md_gain = 1.0;
   EXPECT_EQ(p.loss_is_congestion, on);
   EXPECT_TRUE(p.Validate().ok());
   return NsccController(p);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "routing/path_selector.h"
 #include "tests/protocol/harness.h"
 #include "transport/wire/packet.h"
 
@@ -328,6 +329,114 @@ TEST(Engine, PerPathLossInferenceRetransmitsWithoutTimeout) {
   EXPECT_EQ(re[0].pkt.data.psn, pk[2].pkt.data.psn);
   EXPECT_EQ(p.a->connection_stats(p.ca)->rto_events, 0u);
   EXPECT_EQ(p.a->path_stats(p.ca, 0)->lost_packets, 1u);
+}
+
+// Sends four packets at t = 0 and four more at t = 1 us (each on its own
+// path), delivers all but the first batch's packet `lost` and hands the
+// receiver's SACKs to the sender at 2 us.
+std::vector<Cap> SendTwoBatchesLoseOne(Pair& p, size_t lost) {
+  EXPECT_TRUE(p.Write(0, 1, 0, 4 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  EXPECT_TRUE(p.Write(1000, 2, 4 * 4096, 4 * 4096, 4 * 4096).ok());
+  auto pk2 = Poll(*p.a, 1000);
+  pk.insert(pk.end(), pk2.begin(), pk2.end());
+  EXPECT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < pk.size(); ++i) {
+    if (i != lost) Deliver(*p.b, 1500, pk[i]);
+  }
+  for (auto& c : PollAcks(*p.b, 1500)) Deliver(*p.a, 2000, c);
+  return pk;
+}
+
+TEST(Engine, PacketIntoADeadPathIsResentAfterAPathTimeoutNotTheRto) {
+  // Packet 1 vanishes on its path (a link went down: no trim, nothing on
+  // that path acked after it); packets sent later on other paths are acked.
+  Pair p;
+  auto pk = SendTwoBatchesLoseOne(p, 1);
+  const auto before = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(before.inflight_bytes, 4096u);
+  // LossTimeout = max(srtt + max(4 rttvar, srtt / 4) + base_rtt / 4,
+  // base_rtt) = base_rtt (10 us) here, from the packet's send time: before
+  // the tail-loss probe (2 us + PTO >= 12 us) and far before the RTO (50 us).
+  const Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 10 * kMicrosecond);
+  EXPECT_TRUE(OfType(Poll(*p.a, t - 1), wire::PacketType::kData).empty());
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[1].pkt.data.psn);
+  EXPECT_NE(re[0].path, pk[1].path);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.path_timeouts, 1u);
+  EXPECT_EQ(st.tail_loss_probes, 0u);
+  EXPECT_EQ(st.rto_events, 0u);
+  EXPECT_EQ(st.cwnd_bytes, before.cwnd_bytes);  // a path failure: no cut
+  // MRC: the EV is ASSUMED_BAD until a probe on it is answered.
+  const auto ps = *p.a->path_stats(p.ca, pk[1].path);
+  EXPECT_EQ(ps.retired, 1u);
+  EXPECT_EQ(ps.lost_packets, 1u);
+  EXPECT_EQ(ps.state, static_cast<uint8_t>(routing::PathState::kAssumedBad));
+  Deliver(*p.b, t + 1000, re[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 2000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 2u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(cq[1].status, absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
+}
+
+TEST(Engine, PathTimeoutNeedsALaterSentPacketAcked) {
+  // Only packets sent at the same time as the lost one are acked: that is no
+  // evidence its path failed (it may just be slower), so the path timeout
+  // stays unarmed and the tail-loss probe recovers it.
+  Pair p;
+  ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < 7; ++i) Deliver(*p.b, 1000, pk[i]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  const Time t = p.a->NextEventTime();
+  EXPECT_GT(t, 10 * kMicrosecond);  // the tail-loss probe's time
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.path_timeouts, 0u);
+  EXPECT_EQ(st.tail_loss_probes, 1u);
+}
+
+TEST(Engine, RtoWhileOtherPathsDeliverDoesNotCutTheWindowOrBackOff) {
+  // rto_min 5 us < LossTimeout (base_rtt, 10 us): the RTO fires first. The
+  // connection is delivering (packets sent after the lost one were acked),
+  // so it is a path failure: the packet is resent on another path, but
+  // neither the window (NSCC would halve it) nor the timer (no backoff)
+  // changes.
+  ConnectionOptions o = Pair::Defaults();
+  o.congestion = "nscc";
+  o.rto_min = 5 * kMicrosecond;
+  o.rto_max = 1 * kMillisecond;
+  Pair p(o);
+  auto pk = SendTwoBatchesLoseOne(p, 0);
+  const auto before = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(before.rto, 5 * kMicrosecond);
+  const Time t = p.a->NextEventTime();
+  EXPECT_EQ(t, 5 * kMicrosecond);
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[0].pkt.data.psn);
+  EXPECT_NE(re[0].path, pk[0].path);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.rto_events, 1u);
+  EXPECT_EQ(st.cwnd_bytes, before.cwnd_bytes);
+  EXPECT_EQ(st.rto, 5 * kMicrosecond);  // not doubled
+  EXPECT_EQ(p.a->path_stats(p.ca, pk[0].path)->retired, 1u);
+  // The resent copy is lost too, and now nothing sent after it is acked:
+  // a connection-level timeout, which does back off and cut the window.
+  const Time t2 = p.a->NextEventTime();
+  EXPECT_EQ(t2, t + 5 * kMicrosecond);
+  ASSERT_EQ(OfType(Poll(*p.a, t2), wire::PacketType::kData).size(), 1u);
+  const auto st2 = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st2.rto_events, 2u);
+  EXPECT_EQ(st2.rto, 10 * kMicrosecond);
+  EXPECT_LT(st2.cwnd_bytes, before.cwnd_bytes);
 }
 
 TEST(Engine, ReorderingWithinThresholdIsNotLoss) {
@@ -911,40 +1020,136 @@ size_t Shuttle(Pair& p, Time& now, int rounds) {
   return max_burst;
 }
 
-// Heap bytes one connected connection holds (glibc mallinfo2; 0 when the
-// allocator is replaced, e.g. under ASan).
-size_t ConnectionHeapBytes(uint32_t window, uint32_t max_msgs) {
-  EngineOptions eo;
-  Engine a(eo), b(eo);
+// Heap bytes in use (glibc mallinfo2; 0 when the allocator is replaced,
+// e.g. under ASan) and resident set size.
+size_t HeapBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+size_t RssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long pages = 0, rss = 0;
+  const int got = std::fscanf(f, "%lu %lu", &pages, &rss);
+  std::fclose(f);
+  return got == 2 ? rss * 4096 : 0;
+}
+
+// Heap bytes one connection holds once it has sent (sender side, `a`) and
+// received (receiver side, `b`) one 64 KiB WRITE: state is allocated on use.
+struct ConnBytes {
+  size_t idle = 0;      // connected, nothing sent
+  size_t sender = 0;    // after sending one WRITE
+  size_t receiver = 0;  // after receiving it
+};
+ConnBytes ConnectionHeapBytes(uint32_t window, uint32_t max_msgs) {
   ConnectionOptions o = Pair::Defaults();
   o.max_inflight_packets = window;
   o.max_outstanding_messages = max_msgs;
-  const ConnId cb = *b.CreateConnection(o);
   constexpr int kConns = 16;
-  const struct mallinfo2 m0 = mallinfo2();
-  const size_t before = m0.uordblks + m0.hblkhd;
-  for (int i = 0; i < kConns; ++i) {
-    const ConnId ca = *a.CreateConnection(o);
-    EXPECT_TRUE(a.Connect(ca, b.LocalInfo(cb)).ok());
+  std::vector<std::unique_ptr<Pair>> pairs;
+  for (int i = 0; i < kConns; ++i) pairs.push_back(std::make_unique<Pair>(o));
+  ConnBytes r;
+  // Idle: one more connection on each side, connected.
+  size_t h0 = HeapBytes();
+  std::vector<ConnId> extra;
+  for (auto& p : pairs) {
+    const ConnId a2 = *p->a->CreateConnection(o);
+    const ConnId b2 = *p->b->CreateConnection(o);
+    EXPECT_TRUE(p->a->Connect(a2, p->b->LocalInfo(b2)).ok());
+    EXPECT_TRUE(p->b->Connect(b2, p->a->LocalInfo(a2)).ok());
   }
-  const struct mallinfo2 m1 = mallinfo2();
-  const size_t after = m1.uordblks + m1.hblkhd;
-  return after > before ? (after - before) / kConns : 0;
+  r.idle = (HeapBytes() - h0) / (2 * kConns);
+  // Sender: post and emit (nothing delivered yet).
+  h0 = HeapBytes();
+  std::vector<std::vector<Cap>> sent(kConns);
+  for (int i = 0; i < kConns; ++i) {
+    EXPECT_TRUE(pairs[i]->Write(0, 1, 0, 64 << 10, 0).ok());
+    sent[i] = Poll(*pairs[i]->a, 0);
+  }
+  const size_t h1 = HeapBytes();
+  size_t caps = 0;
+  for (auto& v : sent) {
+    for (auto& c : v) caps += c.bytes.capacity() + sizeof(Cap);
+    caps += v.capacity() * sizeof(Cap) - v.size() * sizeof(Cap);
+  }
+  r.sender = h1 > h0 + caps ? (h1 - h0 - caps) / kConns : 0;
+  // Receiver: deliver, let it queue its SACKs.
+  h0 = HeapBytes();
+  for (int i = 0; i < kConns; ++i) {
+    for (auto& c : sent[i]) Deliver(*pairs[i]->b, 1000, c);
+  }
+  r.receiver = (HeapBytes() - h0) / kConns;
+  return r;
 }
 
-TEST(Engine, SmallerWindowShrinksPerConnectionMemory) {
-  const size_t big = ConnectionHeapBytes(4096, 4096);
-  if (big == 0) GTEST_SKIP() << "allocator statistics unavailable";
-  const size_t w1024 = ConnectionHeapBytes(1024, 4096);
-  const size_t small = ConnectionHeapBytes(256, 4096);
-  const size_t tiny = ConnectionHeapBytes(256, 256);
+TEST(Engine, ConnectionStateIsAllocatedOnUseAndSizedByWindow) {
+  if (HeapBytes() == 0) GTEST_SKIP() << "allocator statistics unavailable";
+  const ConnBytes big = ConnectionHeapBytes(4096, 4096);
+  const ConnBytes small = ConnectionHeapBytes(256, 256);
   std::printf(
-      "per-connection heap (256 paths): window 4096: %zu B, 1024: %zu "
-      "B, 256: %zu B, 256 + 256 messages: %zu B\n",
-      big, w1024, small, tiny);
-  EXPECT_LT(small, big / 2);
-  EXPECT_LT(tiny, small);
-  EXPECT_LT(w1024, big);
+      "per-connection heap (256 paths): idle %zu B; window 4096: sender %zu B, "
+      "receiver %zu B; window 256 + 256 messages: sender %zu B, receiver %zu "
+      "B\n",
+      small.idle, big.sender, big.receiver, small.sender, small.receiver);
+  // Idle: the path selector (24 B per path) and the connection itself.
+  EXPECT_LT(small.idle, 12u << 10);
+  EXPECT_LT(big.idle, 12u << 10);
+  // Sender: slots (48 B per window packet), retransmit ring (16 B per
+  // window packet), paths (~100 B each), a small message ring.
+  EXPECT_LT(small.sender, 48u << 10);
+  EXPECT_LT(big.sender, 320u << 10);
+  EXPECT_LT(small.sender, big.sender / 4);
+  // Receiver: a message ring of a few entries and the control ring grow on
+  // demand; the bitmap (window / 8 bytes) was allocated at Connect.
+  EXPECT_LT(small.receiver, 4u << 10);
+  EXPECT_LT(big.receiver, 4u << 10);
+}
+
+// 10,000 engines in a ring, each with two connections (to its neighbours),
+// window 256 and 256 paths as the simulator's large fabrics use them: the
+// fixed cost per engine must stay a few KiB beyond the path selectors.
+TEST(Engine, TenThousandIdleEnginesFitInABoundedFootprint) {
+  if (HeapBytes() == 0) GTEST_SKIP() << "allocator statistics unavailable";
+  constexpr int kEngines = 10000;
+  ConnectionOptions o = Pair::Defaults();
+  o.max_inflight_packets = 256;
+  o.max_outstanding_messages = 256;
+  std::vector<std::unique_ptr<Engine>> engines;
+  engines.reserve(kEngines);
+  std::vector<ConnId> next(kEngines), prev(kEngines);
+  const size_t h0 = HeapBytes(), r0 = RssBytes();
+  for (int i = 0; i < kEngines; ++i) {
+    EngineOptions eo;
+    eo.seed = static_cast<uint64_t>(i) + 1;
+    eo.max_connections = 4;
+    engines.push_back(std::make_unique<Engine>(eo));
+  }
+  const size_t h1 = HeapBytes();
+  for (int i = 0; i < kEngines; ++i) {
+    next[i] = *engines[i]->CreateConnection(o);
+    prev[i] = *engines[i]->CreateConnection(o);
+  }
+  for (int i = 0; i < kEngines; ++i) {
+    const int j = (i + 1) % kEngines;
+    ASSERT_TRUE(
+        engines[i]->Connect(next[i], engines[j]->LocalInfo(prev[j])).ok());
+    ASSERT_TRUE(
+        engines[j]->Connect(prev[j], engines[i]->LocalInfo(next[i])).ok());
+  }
+  const size_t h2 = HeapBytes(), r2 = RssBytes();
+  const double engine_bytes = static_cast<double>(h1 - h0) / kEngines;
+  const double conn_bytes = static_cast<double>(h2 - h1) / (2.0 * kEngines);
+  const double rss_per_engine =
+      r2 > r0 ? static_cast<double>(r2 - r0) / kEngines : 0;
+  std::printf(
+      "%d engines x 2 connections (256 paths, window 256): %.0f B per engine "
+      "before connections, %.0f B per idle connection, RSS growth %.0f B per "
+      "engine\n",
+      kEngines, engine_bytes, conn_bytes, rss_per_engine);
+  EXPECT_LT(engine_bytes, 2048);
+  EXPECT_LT(conn_bytes, 12u << 10);
+  EXPECT_LT(rss_per_engine, 32u << 10);
 }
 
 TEST(Engine, SmallWindowBoundsPacketsInFlightAndStillDelivers) {

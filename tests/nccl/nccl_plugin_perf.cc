@@ -6,9 +6,19 @@
 // "prism"), then this process receives and an exec'd copy of itself sends
 // `messages` messages of `size_bytes` with `outstanding` (<= 32) requests in
 // flight, on device 0 (PRISM_* variables as for NCCL). Prints one line with
-// MB/s measured at the receiver. Compare with prism_perf on the same
-// datapath options (see docs/nccl.md).
+// MB/s measured at the receiver and the CPU time both processes used
+// (getrusage), per MB moved. Compare with prism_perf on the same datapath
+// options (tests/nccl/plugin_vs_perf.sh, docs/nccl.md).
+//
+// PRISM_NCCL_PERF_IDLE_US=N: sleep N us when a poll made no progress
+// instead of sched_yield (NCCL's proxy spins; prism_perf blocks).
+// PRISM_NCCL_PERF_VERIFY=1: every message carries a pattern (message index)
+// checked byte by byte at the receiver. PRISM_NCCL_PERF_CUDA=1: the buffers
+// are CUDA device memory (cudaMalloc through a dlopen'ed libcudart,
+// registered as NCCL_PTR_CUDA), for tests/nccl/gpu_check.sh on a GPU machine.
+#include <dlfcn.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +40,61 @@ using prism::nccl_test::TestLogger;
 int Die(const char* what) {
   fprintf(stderr, "nccl_plugin_perf: %s\n", what);
   return 1;
+}
+
+// The CUDA runtime calls the device-buffer mode needs (looked up at run
+// time: the driver never links CUDA).
+struct Cuda {
+  int (*set_device)(int) = nullptr;
+  int (*malloc)(void**, size_t) = nullptr;
+  int (*free)(void*) = nullptr;
+  int (*memcpy)(void*, const void*, size_t, int) = nullptr;  // kind 4: default
+  bool Load() {
+    void* h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) h = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return false;
+    set_device = reinterpret_cast<int (*)(int)>(dlsym(h, "cudaSetDevice"));
+    malloc = reinterpret_cast<int (*)(void**, size_t)>(dlsym(h, "cudaMalloc"));
+    free = reinterpret_cast<int (*)(void*)>(dlsym(h, "cudaFree"));
+    memcpy = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(
+        dlsym(h, "cudaMemcpy"));
+    return set_device && malloc && free && memcpy;
+  }
+};
+
+// Nothing progressed: sched_yield as NCCL's idle proxy thread does, or
+// (PRISM_NCCL_PERF_IDLE_US > 0) sleep, so that the CPU time measured is the
+// plugin's and Prism's work rather than the driver's spinning.
+void Idle(long idle_us) {
+  if (idle_us > 0) {
+    usleep(static_cast<useconds_t>(idle_us));
+  } else {
+    sched_yield();
+  }
+}
+
+// Runs one plugin call, adding its duration to *ns and one to *calls.
+template <typename Fn>
+int Timed(int64_t* ns, int64_t* calls, Fn fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int r = fn();
+  *ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - t0)
+             .count();
+  ++*calls;
+  return r;
+}
+
+bool EnvOn(const char* name) {
+  const char* v = getenv(name);
+  return v != nullptr && strcmp(v, "1") == 0;
+}
+
+double CpuSeconds(int who) {
+  rusage ru{};
+  getrusage(who, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 bool ReadAll(int fd, void* p, size_t n) {
@@ -64,8 +129,49 @@ int main(int argc, char** argv) {
   if (n->init(&ctx, 1, nullptr, TestLogger, nullptr) != 0) {
     return Die("init failed");
   }
-  std::vector<char> buf(size * depth);
+  const bool verify = EnvOn("PRISM_NCCL_PERF_VERIFY");
+  const char* idle_env = getenv("PRISM_NCCL_PERF_IDLE_US");
+  const long idle_us = idle_env != nullptr ? atol(idle_env) : 0;
+  const bool cuda = EnvOn("PRISM_NCCL_PERF_CUDA");
+  std::vector<char> host(size * depth);
+  char* buf = host.data();
+  int ptr_type = kPrismNcclPtrHost;
+  Cuda cu;
+  if (cuda) {
+    void* d = nullptr;
+    if (!cu.Load() || cu.set_device(0) != 0 ||
+        cu.malloc(&d, host.size() > 0 ? host.size() : 1) != 0) {
+      return Die("PRISM_NCCL_PERF_CUDA=1: no CUDA runtime or device");
+    }
+    PrismNcclPropertiesV11 props;
+    if (n->get_properties(0, &props) != 0 ||
+        (props.ptr_support & kPrismNcclPtrCuda) == 0) {
+      return Die("PRISM_NCCL_PERF_CUDA=1: ptrSupport has no NCCL_PTR_CUDA");
+    }
+    buf = static_cast<char*>(d);
+    ptr_type = kPrismNcclPtrCuda;
+  }
+  // Message m's bytes: a pattern of (m, offset), written into the buffer
+  // (through cudaMemcpy for device memory) and checked at the receiver.
+  std::vector<uint8_t> pat(verify ? size : 0);
+  auto fill = [&](long m, char* dst) {
+    prism::nccl_test::FillPattern(pat.data(), size, 5, m, 0);
+    if (cuda) return cu.memcpy(dst, pat.data(), size, 4) == 0;
+    memcpy(dst, pat.data(), size);
+    return true;
+  };
+  long bad = 0;
+  auto check = [&](long m, const char* src, int got) {
+    if (got != static_cast<int>(size)) return false;
+    if (cuda) {
+      if (cu.memcpy(pat.data(), src, size, 4) != 0) return false;
+      src = reinterpret_cast<const char*>(pat.data());
+    }
+    return prism::nccl_test::CheckPattern(reinterpret_cast<const uint8_t*>(src),
+                                          size, 5, m, 0) == -1;
+  };
   char handle[kPrismNcclHandleMaxSize];
+  int64_t in_plugin = 0, calls = 0;  // ns inside isend/irecv/test, calls
 
   if (child) {
     if (!ReadAll(atoi(argv[2]), handle, sizeof(handle))) {
@@ -78,7 +184,7 @@ int main(int argc, char** argv) {
       }
     }
     void* mh = nullptr;
-    if (n->reg_mr(sc, buf.data(), buf.size(), kPrismNcclPtrHost, &mh) != 0) {
+    if (n->reg_mr(sc, buf, host.size(), ptr_type, &mh) != 0) {
       return Die("regMr");
     }
     std::vector<void*> win(depth, nullptr);
@@ -87,8 +193,11 @@ int main(int argc, char** argv) {
       bool progressed = false;
       if (posted < msgs && posted - done < depth) {
         void* r = nullptr;
-        if (n->isend(sc, buf.data() + (posted % depth) * size, size, 1, mh,
-                     nullptr, &r) != 0) {
+        char* slot = buf + (posted % depth) * size;
+        if (verify && !fill(posted, slot)) return Die("fill");
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->isend(sc, slot, size, 1, mh, nullptr, &r);
+            }) != 0) {
           return Die("isend");
         }
         if (r != nullptr) {
@@ -98,17 +207,30 @@ int main(int argc, char** argv) {
       }
       if (done < posted) {
         int d = 0;
-        if (n->test(win[done % depth], &d, nullptr) != 0) return Die("test");
+        if (Timed(&in_plugin, &calls, [&] {
+              return n->test(win[done % depth], &d, nullptr);
+            }) != 0) {
+          return Die("test");
+        }
         if (d) {
           ++done;
           progressed = true;
         }
       }
-      if (!progressed) sched_yield();  // as NCCL's idle proxy thread does
+      if (!progressed) Idle(idle_us);
     }
+    // This thread's CPU: the driver's own work, the plugin calls and the
+    // polling between them (the endpoint's loop thread is not included).
+    printf(
+        "nccl_plugin_perf: sender in plugin calls %.3f s (%lld calls), "
+        "sender driver thread cpu %.3f s\n",
+        in_plugin / 1e9, static_cast<long long>(calls),
+        CpuSeconds(RUSAGE_THREAD));
+    fflush(stdout);
     n->dereg_mr(sc, mh);
     n->close_send(sc);
     n->finalize(ctx);
+    if (cuda) cu.free(buf);
     return 0;
   }
 
@@ -134,7 +256,7 @@ int main(int argc, char** argv) {
   }
   n->close_listen(lc);
   void* mh = nullptr;
-  if (n->reg_mr(rc, buf.data(), buf.size(), kPrismNcclPtrHost, &mh) != 0) {
+  if (n->reg_mr(rc, buf, host.size(), ptr_type, &mh) != 0) {
     return Die("regMr");
   }
   std::vector<void*> win(depth, nullptr);
@@ -143,11 +265,13 @@ int main(int argc, char** argv) {
   while (done < msgs) {
     bool progressed = false;
     if (posted < msgs && posted - done < depth) {
-      void* data = buf.data() + (posted % depth) * size;
+      void* data = buf + (posted % depth) * size;
       size_t sz = size;
       int tag = 1;
       void* r = nullptr;
-      if (n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r) != 0) {
+      if (Timed(&in_plugin, &calls, [&] {
+            return n->irecv(rc, 1, &data, &sz, &tag, &mh, nullptr, &r);
+          }) != 0) {
         return Die("irecv");
       }
       if (r != nullptr) {
@@ -157,24 +281,24 @@ int main(int argc, char** argv) {
     }
     if (done < posted) {
       int d = 0, got = 0;
-      if (n->test(win[done % depth], &d, &got) != 0) return Die("test");
+      if (Timed(&in_plugin, &calls,
+                [&] { return n->test(win[done % depth], &d, &got); }) != 0) {
+        return Die("test");
+      }
       if (d) {
         if (done == 0) t0 = std::chrono::steady_clock::now();  // warm-up
+        if (verify && !check(done, buf + (done % depth) * size, got)) ++bad;
         ++done;
         progressed = true;
       }
     }
-    if (!progressed) sched_yield();
+    if (!progressed) Idle(idle_us);
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
   const double mb = static_cast<double>(size) * (msgs - 1) / 1e6;
-  const char* dp = getenv("PRISM_DATAPATH");
-  printf(
-      "nccl_plugin_perf: datapath %s size %zu msgs %ld outstanding %d: "
-      "%.1f MB/s (%.3f s)\n",
-      dp != nullptr ? dp : "default", size, msgs, depth, mb / secs, secs);
+  const double driver_cpu = CpuSeconds(RUSAGE_THREAD);
   // The sender completes when its last WRITE is acknowledged; keep this
   // side's endpoint up until then.
   int status = 0;
@@ -182,5 +306,22 @@ int main(int argc, char** argv) {
   n->dereg_mr(rc, mh);
   n->close_recv(rc);
   n->finalize(ctx);
+  if (cuda) cu.free(buf);
+  // CPU of both processes over the whole run (setup included), per MB.
+  const double cpu = CpuSeconds(RUSAGE_SELF) + CpuSeconds(RUSAGE_CHILDREN);
+  const char* dp = getenv("PRISM_DATAPATH");
+  printf(
+      "nccl_plugin_perf: datapath %s%s size %zu msgs %ld outstanding %d: "
+      "%.1f MB/s (%.3f s), cpu %.3f s = %.1f us/MB (receiver in plugin "
+      "calls %.3f s (%lld calls), receiver driver thread %.3f s)%s\n",
+      dp != nullptr ? dp : "default", cuda ? " (CUDA buffers)" : "", size, msgs,
+      depth, mb / secs, secs, cpu,
+      cpu * 1e6 / (static_cast<double>(size) * msgs / 1e6), in_plugin / 1e9,
+      static_cast<long long>(calls), driver_cpu,
+      verify ? (bad == 0 ? ", verified" : ", VERIFY FAILED") : "");
+  if (bad != 0) {
+    fprintf(stderr, "nccl_plugin_perf: %ld messages had wrong bytes\n", bad);
+    return 1;
+  }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }

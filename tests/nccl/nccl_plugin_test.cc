@@ -288,6 +288,66 @@ TEST(NcclAbi, PropertiesFilledCompletely) {
   SetLogEcho(true);
 }
 
+// GPU memory: the plugin logs (INFO, once, at the first init) which memory
+// it supports, and ptrSupport and regMr follow that line. Built with CUDA
+// (PRISM_NCCL_TEST_CUDA) on a host without a usable device -- or with
+// PRISM_NCCL_EXPECT_HOST_ONLY=1, which ctest sets together with
+// CUDA_VISIBLE_DEVICES=-1 -- it must fall back to host memory only.
+TEST(NcclAbi, GpuSupportMatchesItsLogLine) {
+  InitCtx();
+  std::string gpu_line;
+  for (const LogLine& l : LogSnapshot()) {
+    if (l.text.find("host memory only (ptrSupport HOST)") !=
+            std::string::npos ||
+        l.text.find("ptrSupport HOST|CUDA|DMABUF") != std::string::npos) {
+      EXPECT_EQ(l.level, kPrismNcclLogInfo) << l.text;
+      EXPECT_TRUE(gpu_line.empty()) << "logged twice: " << l.text;
+      gpu_line = l.text;
+    }
+  }
+  ASSERT_FALSE(gpu_line.empty()) << "no GPU support line at init";
+#ifdef PRISM_NCCL_TEST_CUDA
+  const bool cuda_built = true;
+#else
+  const bool cuda_built = false;
+#endif
+  const bool device = gpu_line.find("HOST|CUDA|DMABUF") != std::string::npos;
+  if (!cuda_built) {
+    EXPECT_NE(gpu_line.find("built without CUDA"), std::string::npos)
+        << gpu_line;
+  } else if (!device) {
+    EXPECT_NE(gpu_line.find("no usable CUDA device"), std::string::npos)
+        << gpu_line;
+  }
+  const char* host_only = getenv("PRISM_NCCL_EXPECT_HOST_ONLY");
+  if (host_only != nullptr && strcmp(host_only, "1") == 0) {
+    EXPECT_FALSE(device) << gpu_line;
+  }
+  PrismNcclPropertiesV11 props;
+  ASSERT_EQ(N()->get_properties(0, &props), kOk);
+  EXPECT_EQ(props.ptr_support,
+            device ? kPrismNcclPtrHost | kPrismNcclPtrCuda | kPrismNcclPtrDmaBuf
+                   : kPrismNcclPtrHost);
+  if (!device) {
+    // Host memory only: a CUDA registration fails cleanly, host works.
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+    std::vector<uint8_t> buf(4096);
+    void* mh = reinterpret_cast<void*>(0x1);
+    SetLogEcho(false);
+    EXPECT_EQ(
+        N()->reg_mr(p.recv, buf.data(), buf.size(), kPrismNcclPtrCuda, &mh),
+        kPrismNcclInvalidArgument);
+    SetLogEcho(true);
+    EXPECT_EQ(mh, nullptr);
+    ASSERT_EQ(
+        N()->reg_mr(p.recv, buf.data(), buf.size(), kPrismNcclPtrHost, &mh),
+        kOk);
+    EXPECT_EQ(N()->dereg_mr(p.recv, mh), kOk);
+    ClosePair(&p);
+  }
+}
+
 TEST(NcclConn, OneThreadBasics) {
   InitCtx();
   Pair p;

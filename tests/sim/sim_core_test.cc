@@ -4,6 +4,7 @@
 // scenario validation, and determinism with two simulators in one process.
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -55,6 +56,60 @@ TEST(EventQueueTest, ManyRandomEventsPopSorted) {
     last_seq = e.seq;
   }
   EXPECT_EQ(q.popped(), 20000u);
+}
+
+// The calendar queue pops exactly in (time, seq) order against a reference
+// heap, with pushes into the bucket being drained, across the calendar's
+// horizon, far beyond it, and interleaved with pops.
+TEST(EventQueueTest, CalendarMatchesReferenceOrder) {
+  EventQueue q;
+  Rng rng(11);
+  using Key = std::pair<Time, uint64_t>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ref;
+  const Time horizon = Time{EventQueue::kBuckets} << EventQueue::kShift;
+  Time now = 0;
+  uint64_t popped = 0;
+  for (int round = 0; round < 200000; ++round) {
+    const uint64_t r = rng.Uniform(10);
+    if (r < 5 || ref.empty()) {
+      Time d;
+      switch (rng.Uniform(5)) {
+        case 0:
+          d = 0;
+          break;
+        case 1:
+          d = rng.Range(0, 300);
+          break;
+        case 2:
+          d = rng.Range(0, 2 * kMicrosecond);
+          break;
+        case 3:
+          d = horizon - 512 + rng.Range(0, 1024);
+          break;
+        default:
+          d = rng.Range(0, 200 * kMicrosecond);
+          break;
+      }
+      const uint64_t seq = q.Push(now + d, 1, 0, nullptr);
+      ref.push({now + d, seq});
+    } else {
+      ASSERT_EQ(q.next_time(), ref.top().first);
+      const Event e = q.Pop();
+      ASSERT_EQ(e.time, ref.top().first) << round;
+      ASSERT_EQ(e.seq, ref.top().second) << round;
+      ref.pop();
+      now = e.time;
+      ++popped;
+    }
+    ASSERT_EQ(q.size(), ref.size());
+  }
+  while (!ref.empty()) {
+    const Event e = q.Pop();
+    ASSERT_EQ(e.seq, ref.top().second);
+    ref.pop();
+  }
+  EXPECT_TRUE(q.empty());
+  EXPECT_GT(popped, 50000u);
 }
 
 TEST(EventQueueTest, NeverSchedulesIntoThePast) {
@@ -311,6 +366,153 @@ TEST(FabricTest, LastHopCanBeExemptFromTrimming) {
   EXPECT_EQ(h.fabric->trims(), 0u);
   EXPECT_GT(h.fabric->drops()[static_cast<size_t>(DropReason::kBufferOverflow)],
             0u);
+}
+
+// Per-switch queue overrides: trimming off on one T0's down ports only
+// (the last hop of host 1) turns its overflow into drops; the same override
+// aimed at the other T0 leaves trimming on; ECN thresholds set per tier mark
+// only where that tier's queue builds.
+TEST(FabricTest, PerSwitchOverridesSetTrimmingAndEcn) {
+  const uint32_t size = 4096 + 64 + FabricConfig{}.wire_overhead_bytes;
+  auto run = [&](const std::vector<QueueOverride>& ov, bool ecn) {
+    FabricConfig cfg;
+    cfg.ecn = ecn;
+    cfg.ecn_kmin_bytes = 64 * size;  // never reached by the base profile
+    cfg.ecn_kmax_bytes = 65 * size;
+    cfg.buffer_bytes = 4 * size;
+    cfg.overrides = ov;
+    auto h = std::make_unique<FabricHarness>(SmallClos(), cfg);
+    for (int i = 0; i < 50; ++i) {
+      h->fabric->HostSend(0, 0, 0, h->Data(0, 1, i, 4096));
+      h->fabric->HostSend(0, 2, 0, h->Data(2, 1, 1000 + i, 4096));
+    }
+    h->Run();
+    EXPECT_TRUE(h->fabric->CheckInvariants().ok());
+    EXPECT_EQ(h->pool.live(), 0u);
+    return h;
+  };
+  QueueOverride no_trim_t0_0;
+  no_trim_t0_0.tier = static_cast<int>(routing::NodeKind::kT0);
+  no_trim_t0_0.index = 0;
+  no_trim_t0_0.ports = QueueOverride::Ports::kDown;
+  no_trim_t0_0.trimming = false;
+  {
+    auto h = run({no_trim_t0_0}, false);
+    EXPECT_EQ(h->fabric->trims(), 0u);
+    EXPECT_GT(
+        h->fabric->drops()[static_cast<size_t>(DropReason::kBufferOverflow)],
+        0u);
+    // Only T0 0's down-facing ports got the new profile.
+    const Port& last = h->fabric->ports()[h->fabric->host_down_port(1, 0)];
+    const Port& other = h->fabric->ports()[h->fabric->host_down_port(2, 0)];
+    EXPECT_FALSE(h->fabric->profiles()[last.profile].trimming);
+    EXPECT_TRUE(h->fabric->profiles()[other.profile].trimming);
+  }
+  {
+    QueueOverride o = no_trim_t0_0;
+    o.index = 1;  // the other T0: the bottleneck keeps trimming
+    auto h = run({o}, false);
+    EXPECT_GT(h->fabric->trims(), 0u);
+    EXPECT_EQ(h->fabric->total_drops(), 0u);
+  }
+  {
+    QueueOverride up_only = no_trim_t0_0;
+    up_only.index = -1;
+    up_only.ports =
+        QueueOverride::Ports::kUp;  // T0 uplinks: not the bottleneck
+    auto h = run({up_only}, false);
+    EXPECT_GT(h->fabric->trims(), 0u);
+  }
+  QueueOverride ecn_t0;
+  ecn_t0.tier = static_cast<int>(routing::NodeKind::kT0);
+  ecn_t0.ecn = true;
+  ecn_t0.ecn_kmin_bytes = size;
+  ecn_t0.ecn_kmax_bytes = 2 * size;
+  {
+    auto h = run({ecn_t0}, false);  // ECN off globally, on at T0s
+    EXPECT_GT(h->fabric->ecn_marks(), 0u);
+    size_t marked = 0;
+    for (const auto& g : h->got) marked += g.ecn;
+    EXPECT_EQ(marked, h->fabric->ecn_marks());
+  }
+  {
+    QueueOverride ecn_t1 = ecn_t0;
+    ecn_t1.tier = static_cast<int>(routing::NodeKind::kT1);
+    auto h = run({ecn_t1}, false);  // T1 queues never build here
+    EXPECT_EQ(h->fabric->ecn_marks(), 0u);
+    // A later override wins: T0 on, then T0 0 off again.
+    QueueOverride off = ecn_t0;
+    off.index = 0;
+    off.ecn = false;
+    auto h2 = run({ecn_t0, off}, false);
+    EXPECT_EQ(h2->fabric->ecn_marks(), 0u);
+  }
+  {
+    QueueOverride bad = ecn_t0;
+    bad.ecn_kmax_bytes = 10;
+    FabricConfig cfg;
+    cfg.overrides = {bad};
+    EventQueue q;
+    PacketPool pool;
+    absl::StatusOr<routing::Topology> t = routing::Topology::Build(SmallClos());
+    ASSERT_TRUE(t.ok());
+    Fabric f(&*t, cfg, &q, &pool, 1, nullptr);
+    EXPECT_THAT(std::string(f.Init().message()), HasSubstr("kmax"));
+  }
+}
+
+TEST(ScenarioTest, ParsesFabricOverrides) {
+  ScenarioConfig sc = MustParse(R"({
+    "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
+                 "t1_per_plane": 2, "hosts_per_t0": 2},
+    "fabric": {"overrides": [
+      {"tier": "t0", "ports": "down", "trimming": false},
+      {"tier": "t1", "plane": 1, "index": 0, "trim_threshold_bytes": 20000,
+       "ecn": {"kmin_bytes": 1000, "kmax_bytes": 9000, "pmax": 0.5}},
+      {"ecn": false}]},
+    "workload": {"type": "bulk", "src": 0, "dst": 3, "bytes": 65536},
+    "transports": ["roce"]})");
+  ASSERT_EQ(sc.fabric.overrides.size(), 3u);
+  const QueueOverride& a = sc.fabric.overrides[0];
+  EXPECT_EQ(a.tier, static_cast<int>(routing::NodeKind::kT0));
+  EXPECT_EQ(a.ports, QueueOverride::Ports::kDown);
+  EXPECT_EQ(a.trimming, std::optional<bool>(false));
+  EXPECT_FALSE(a.ecn.has_value());
+  const QueueOverride& b = sc.fabric.overrides[1];
+  EXPECT_EQ(b.plane, 1);
+  EXPECT_EQ(b.index, 0);
+  EXPECT_EQ(b.trim_threshold_bytes, std::optional<uint32_t>(20000));
+  EXPECT_EQ(b.ecn_kmin_bytes, std::optional<uint32_t>(1000));
+  EXPECT_EQ(b.ecn_kmax_bytes, std::optional<uint32_t>(9000));
+  EXPECT_EQ(b.ecn_pmax, std::optional<double>(0.5));
+  EXPECT_EQ(sc.fabric.overrides[2].tier, -1);
+  EXPECT_EQ(sc.fabric.overrides[2].ecn, std::optional<bool>(false));
+  // The resolved configuration lists them.
+  const std::string desc = json::Serialize(DescribeScenario(sc));
+  EXPECT_THAT(desc, HasSubstr("overrides"));
+  // A run with them keeps every invariant.
+  std::vector<RunResult> rs = MustRun(sc);
+  ASSERT_EQ(rs.size(), 1u);
+  testing::ExpectInvariants(rs[0]);
+  EXPECT_TRUE(rs[0].completed);
+
+  auto bad = [](const std::string& ov) -> std::string {
+    absl::StatusOr<json::Value> v = json::Parse(
+        R"({"topology": {"kind": "clos2", "planes": 1}, "workload": {},
+            "fabric": {"overrides": )" +
+        ov + "}}");
+    EXPECT_TRUE(v.ok());
+    absl::StatusOr<ScenarioConfig> r = ParseScenario(*v, "");
+    EXPECT_FALSE(r.ok()) << ov;
+    return r.ok() ? "" : std::string(r.status().message());
+  };
+  EXPECT_THAT(bad(R"({"tier": "t0"})"), HasSubstr("array"));
+  EXPECT_THAT(bad(R"([{"tier": "t7"}])"), HasSubstr("tier"));
+  EXPECT_THAT(bad(R"([{"ports": "sideways"}])"), HasSubstr("ports"));
+  EXPECT_THAT(bad(R"([{"trim": false}])"), HasSubstr("unknown key 'trim'"));
+  EXPECT_THAT(bad(R"([{"ecn": {"kmin_bytes": 9, "kmax_bytes": 9}}])"),
+              HasSubstr("kmin < kmax"));
+  EXPECT_THAT(bad(R"([{"ecn": {"pmax": 2}}])"), HasSubstr("pmax"));
 }
 
 TEST(FabricTest, EcnMarksAboveKmax) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -144,6 +145,49 @@ TEST(EndpointUdp, ByteExactMixedSizesOverLoopbackAddress) {
   DatapathStats ds = p.a->datapath_stats();
   EXPECT_GT(ds.tx_packets, 0u);
   EXPECT_EQ(ds.drops, 0u) << ds.detail;
+}
+
+TEST(EndpointUdp, GsoAndGroByteExactAtTheInterfaceMtu) {
+  // GSO on send, GRO on receive, the payload size following lo's MTU
+  // (link_mtu 0): super-packets end to end, every byte in place.
+  EndpointOptions o;
+  o.local_addrs = {"::1", "::1"};
+  o.link_mtu = 0;
+  o.tx_mode = "sockets";
+  o.gso = true;
+  o.sockets_per_plane = 2;
+  Pair p = MakePair(o, Conn(16, 2));
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_GT(p.a->mtu_payload(), 9000u) << "lo's MTU is large";
+  Stream(p, 24 << 20, 3);
+  // And at a 9000-byte MTU, where one GSO send carries several packets.
+  EndpointOptions o9 = o;
+  o9.link_mtu = 9000;
+  Pair q = MakePair(o9, Conn(16, 2));
+  Stream(q, 24 << 20, 4);
+  const DatapathStats sa = q.a->datapath_stats(), sb = q.b->datapath_stats();
+  EXPECT_EQ(sa.drops, 0u) << sa.detail;
+  EXPECT_EQ(sb.drops, 0u) << sb.detail;
+  EXPECT_NE(sa.detail.find("gso=1"), std::string::npos) << sa.detail;
+  EXPECT_EQ(sa.detail.find("tx_gso_batches=0 "), std::string::npos)
+      << sa.detail;
+  if (sb.detail.find("gro=1") != std::string::npos) {
+    EXPECT_EQ(sb.detail.find("rx_gro_batches=0"), std::string::npos)
+        << sb.detail;
+  }
+}
+
+TEST(EndpointUdp, GsoWithoutGroByteExact) {
+  EndpointOptions o;
+  o.link_mtu = 9000;
+  o.tx_mode = "sockets";
+  o.gso = true;
+  o.gro = false;
+  Pair p = MakePair(o, Conn(16, 1));
+  Stream(p, 16 << 20, 5);
+  const DatapathStats sb = p.b->datapath_stats();
+  EXPECT_NE(sb.detail.find("gro=0"), std::string::npos) << sb.detail;
+  EXPECT_NE(sb.detail.find("rx_gro_batches=0"), std::string::npos) << sb.detail;
 }
 
 TEST(EndpointUdp, RawModeByteExact) {

@@ -9,9 +9,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -123,13 +126,15 @@ uint32_t Connect(UdpDatapath& from, const UdpDatapath& to) {
   return *id;
 }
 
-// Receives until `want` packets arrived or ~2 s passed.
+// Receives until `want` packets arrived or ~2 s passed, `burst` at a time.
 std::vector<std::vector<uint8_t>> Drain(UdpDatapath& dp, size_t want,
-                                        std::vector<bool>* ce = nullptr) {
+                                        std::vector<bool>* ce = nullptr,
+                                        size_t burst = 64) {
   std::vector<std::vector<uint8_t>> out;
   RxPacket rx[64];
+  burst = std::min<size_t>(burst, 64);
   for (int spins = 0; out.size() < want && spins < 2000; ++spins) {
-    size_t n = dp.RxBurst(0, rx, 64);
+    size_t n = dp.RxBurst(0, rx, burst);
     for (size_t i = 0; i < n; ++i) {
       out.emplace_back(rx[i].data, rx[i].data + rx[i].len);
       if (ce) ce->push_back(rx[i].ecn_ce);
@@ -405,6 +410,197 @@ TEST(UdpDatapathTest, UnreachablePeerDropsOnlyThatPacket) {
   EXPECT_EQ(a->TxBurst(0, tx, 3), 3u);
   EXPECT_EQ(a->stats().tx_errors, 1u);
   EXPECT_EQ(Drain(*b, 2).size(), 2u);
+}
+
+// --- GRO: super-packets split into engine packets ------------------------
+
+struct GroPair {
+  std::unique_ptr<UdpDatapath> a, b;  // a sends with GSO, b receives
+  uint32_t peer = 0;
+};
+
+GroPair MakeGroPair(bool gro, uint32_t rx_buffer_bytes = 0) {
+  GroPair g;
+  UdpOptions o;
+  o.tx_mode = TxMode::kSockets;
+  o.sockets_per_plane = 1;
+  o.link_mtu = 9000;
+  o.gso = true;
+  o.gro = false;
+  g.a = std::move(*UdpDatapath::Create(o));
+  o.gso = false;
+  o.gro = gro;
+  o.rx_buffer_bytes = rx_buffer_bytes;
+  g.b = std::move(*UdpDatapath::Create(o));
+  g.peer = Connect(*g.a, *g.b);
+  return g;
+}
+
+// Packets with distinct contents; sizes[i] = header (64) + payload bytes.
+std::vector<TxPacket> SizedPackets(const std::vector<uint32_t>& sizes,
+                                   uint32_t peer, std::vector<uint8_t>* store,
+                                   uint32_t seed) {
+  Rng rng(seed);
+  size_t total = 0;
+  for (uint32_t sz : sizes) total += sz;
+  store->resize(total);
+  for (auto& x : *store) x = rng.Next32();
+  std::vector<TxPacket> tx(sizes.size());
+  size_t off = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    tx[i].header_len = 64;
+    for (size_t k = 0; k < 64; ++k) tx[i].header[k] = (*store)[off + k];
+    tx[i].payload = store->data() + off + 64;
+    tx[i].payload_len = sizes[i] - 64;
+    tx[i].peer = peer;
+    off += sizes[i];
+  }
+  return tx;
+}
+
+std::vector<std::vector<uint8_t>> Bytes(const std::vector<TxPacket>& tx) {
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& t : tx) {
+    std::vector<uint8_t> v(t.header, t.header + t.header_len);
+    v.insert(v.end(), t.payload, t.payload + t.payload_len);
+    out.push_back(v);
+  }
+  return out;
+}
+
+TEST(UdpGroTest, SuperPacketsSplitInOrderWithMixedSizesAndShortTails) {
+  GroPair g = MakeGroPair(true);
+  if (!g.b->gro_enabled()) GTEST_SKIP() << "kernel refuses UDP_GRO";
+  // GSO runs of one size each, the last of a run shorter (a message's
+  // tail), then a run of another size: one super-packet per run.
+  std::vector<uint32_t> sizes;
+  for (int i = 0; i < 9; ++i) sizes.push_back(1464);
+  sizes.push_back(400);  // short tail of the 1464 run
+  for (int i = 0; i < 6; ++i) sizes.push_back(1000);
+  for (int i = 0; i < 5; ++i) sizes.push_back(2100);
+  sizes.push_back(2099);  // tail one byte short
+  sizes.push_back(77);    // a lone small packet
+  std::vector<uint8_t> store;
+  auto tx = SizedPackets(sizes, g.peer, &store, 11);
+  ASSERT_EQ(g.a->TxBurst(0, tx.data(), tx.size()), tx.size());
+  EXPECT_GE(g.a->stats().tx_gso_batches, 3u);
+  auto got = Drain(*g.b, tx.size());
+  // One socket, one flow: order is kept, so compare in order.
+  EXPECT_EQ(got, Bytes(tx));
+  const UdpStats s = g.b->stats();
+  EXPECT_EQ(s.rx_packets, tx.size());
+  EXPECT_GE(s.rx_gro_batches, 3u) << s.ToString();
+  EXPECT_LE(s.rx_syscalls, 8u) << "super-packets: few receives";
+  EXPECT_EQ(s.rx_truncated, 0u);
+}
+
+TEST(UdpGroTest, SegmentsBeyondTheCallersArrayStayPending) {
+  GroPair g = MakeGroPair(true);
+  if (!g.b->gro_enabled()) GTEST_SKIP() << "kernel refuses UDP_GRO";
+  // Three bursts of 40 packets (several super-packets each) received three
+  // packets at a time: segments left over by one RxBurst come out first in
+  // the next, and nothing received later overwrites them.
+  std::vector<std::vector<uint8_t>> want;
+  std::vector<std::vector<uint8_t>> stores(3);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint32_t> sizes(40, 1200 + 100 * round);
+    sizes[19] = 300;
+    auto tx = SizedPackets(sizes, g.peer, &stores[round], 20 + round);
+    ASSERT_EQ(g.a->TxBurst(0, tx.data(), tx.size()), tx.size());
+    for (auto& v : Bytes(tx)) want.push_back(v);
+  }
+  auto got = Drain(*g.b, want.size(), nullptr, 3);
+  EXPECT_EQ(got, want);
+  EXPECT_GE(g.b->stats().rx_gro_batches, 3u) << g.b->stats().ToString();
+  // Every view of one call stays intact until the next call.
+  std::vector<uint32_t> sizes(30, 900);
+  auto tx = SizedPackets(sizes, g.peer, &stores[0], 99);
+  ASSERT_EQ(g.a->TxBurst(0, tx.data(), tx.size()), tx.size());
+  auto bytes = Bytes(tx);
+  RxPacket rx[7];
+  size_t seen = 0;
+  for (int spins = 0; seen < tx.size() && spins < 2000; ++spins) {
+    const size_t n = g.b->RxBurst(0, rx, 7);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::vector<uint8_t>(rx[i].data, rx[i].data + rx[i].len),
+                bytes[seen + i])
+          << "packet " << seen + i;
+    }
+    seen += n;
+    if (n == 0) usleep(500);
+  }
+  EXPECT_EQ(seen, tx.size());
+}
+
+TEST(UdpGroTest, TruncatedSuperPacketKeepsItsWholeSegments) {
+  // A receive buffer of 5000 bytes: a super-packet of 8 x 1000 is cut by
+  // the kernel (MSG_TRUNC); the first five whole segments are handed out,
+  // the cut rest counts once as rx_truncated.
+  GroPair g = MakeGroPair(true, 5000);
+  if (!g.b->gro_enabled()) GTEST_SKIP() << "kernel refuses UDP_GRO";
+  std::vector<uint8_t> store;
+  auto tx = SizedPackets(std::vector<uint32_t>(8, 1000), g.peer, &store, 5);
+  ASSERT_EQ(g.a->TxBurst(0, tx.data(), tx.size()), tx.size());
+  ASSERT_EQ(g.a->stats().tx_gso_batches, 1u);
+  std::vector<uint8_t> store2;
+  auto tail = SizedPackets({333}, g.peer, &store2, 6);  // then a plain one
+  ASSERT_EQ(g.a->TxBurst(0, tail.data(), 1), 1u);
+  auto got = Drain(*g.b, 6);
+  auto want = Bytes(tx);
+  want.resize(5);
+  want.push_back(Bytes(tail)[0]);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(g.b->stats().rx_truncated, 1u);
+}
+
+TEST(UdpGroTest, DisabledGroReceivesOneDatagramPerPacket) {
+  GroPair g = MakeGroPair(false);
+  EXPECT_FALSE(g.b->gro_enabled());
+  std::vector<uint32_t> sizes(20, 1400);
+  sizes.push_back(100);
+  std::vector<uint8_t> store;
+  auto tx = SizedPackets(sizes, g.peer, &store, 8);
+  ASSERT_EQ(g.a->TxBurst(0, tx.data(), tx.size()), tx.size());
+  EXPECT_GE(g.a->stats().tx_gso_batches, 1u);
+  // The kernel segments the GSO send for a socket without UDP_GRO.
+  auto got = Drain(*g.b, tx.size());
+  EXPECT_EQ(got, Bytes(tx));
+  EXPECT_EQ(g.b->stats().rx_gro_batches, 0u);
+  EXPECT_EQ(g.b->stats().rx_packets, tx.size());
+}
+
+TEST(UdpGroTest, GroReceiverTakesPlainPacketsAndDropsOversizedOnes) {
+  // With GRO the buffers are 64 KiB, but a datagram longer than mtu() + 64
+  // is still dropped and counted, as without GRO.
+  UdpOptions o;
+  o.tx_mode = TxMode::kSockets;
+  o.link_mtu = 1500;
+  auto b = std::move(*UdpDatapath::Create(o));
+  std::string huge(4000, 'x');
+  SendTclass(b->local()[0].port, 0, huge.c_str());
+  SendTclass(b->local()[0].port, 0, "small");
+  auto got = Drain(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(std::string(got[0].begin(), got[0].end()), "small");
+  EXPECT_EQ(b->stats().rx_truncated, 1u);
+}
+
+TEST(UdpMtuTest, LinkMtuZeroFollowsTheInterface) {
+  auto lo = DetectLinkMtu(*ParseIp6("::1"));
+  ASSERT_TRUE(lo.ok()) << lo.status();
+  EXPECT_GE(*lo, 1280u);
+  EXPECT_FALSE(DetectLinkMtu(*ParseIp6("fd99:1:2:3::77")).ok());
+  UdpOptions o;
+  o.tx_mode = TxMode::kSockets;
+  o.link_mtu = 0;
+  auto dp = UdpDatapath::Create(o);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_EQ((*dp)->mtu(), std::min<size_t>(*lo - 48, 65507));
+  // An address no interface holds ("::", the wildcard): 1500.
+  o.planes[0].addr = "::";
+  dp = UdpDatapath::Create(o);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_EQ((*dp)->mtu(), 1500u - 48);
 }
 
 }  // namespace

@@ -35,11 +35,22 @@
 // path p is declared lost when, on the same path, kDupThresh packets sent
 // after it were acked, or one sent after it was acked and it was sent more
 // than a reordering window (max(srtt_p / 4, base_rtt / 4)) earlier than that
-// packet. Anything else is recovered by the RTO: srtt + 4 * rttvar from echoed
+// packet. A path that died (a link or switch down: packets vanish without a
+// trim) leaves nothing acked behind its packets, so across paths: a packet is
+// lost by path timeout when one sent after it, on any path, was acked and it
+// has been out for LossTimeout() = srtt + max(4 rttvar, srtt / 4) + the SACK
+// delay (at least base_rtt): it is resent at once on another path and its
+// path gets kTimeout (ASSUMED_BAD until a probe comes back), as MRC retires
+// an EV after a loss by timeout. That is a path failure, not congestion: the
+// window is left alone. Anything else is recovered by the tail-loss probe
+// and the RTO: srtt + 4 * rttvar from echoed
 // timestamps, clamped to [rto_min, rto_max], doubled per consecutive timeout
 // without progress; when it fires every transmission older than the RTO is
 // retransmitted and its path gets kTimeout. (The timer is the backed-off
-// RTO; the age that makes a transmission "timed out" is the plain one.)
+// RTO; the age that makes a transmission "timed out" is the plain one.) Only
+// an RTO with nothing acked since the oldest transmission left is a
+// connection-level timeout (window cut, backoff); one that fires while other
+// paths deliver is a path failure like the path timeout above.
 //
 // Failure. A NACK BAD_KEY / BAD_RANGE for a PSN in flight is a remote access
 // error (as on an RDMA RC queue pair): the WRITE completes with
@@ -124,16 +135,27 @@ struct TxSlot {
   uint8_t tx_count = 0;
 };
 
+// Per-path sender state (allocated with the sender state, one per path).
+struct PathCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t acked_packets = 0;
+  uint64_t lost_packets = 0;
+  uint64_t trimmed_packets = 0;
+  uint64_t ecn_marked = 0;
+  uint64_t retired = 0;
+  uint64_t restored = 0;
+};
+
 struct PathInfo {
   uint32_t head = kNil, tail = kNil;
   uint32_t tx_seq = 0;
   uint32_t acked_seq_hi = 0;
-  bool any_acked = false;
-  bool dirty = false;
   Time last_acked_sent = 0;
   Time srtt = 0;
-  Time rttvar = 0;
-  PathStats st;
+  bool any_acked = false;
+  bool dirty = false;
+  PathCounters st;
 };
 
 struct TxMsg {
@@ -238,9 +260,10 @@ struct Conn {
   uint64_t rx_word_mask = 0;  // win / 64 - 1
   uint64_t snd_win = 0;       // send limit: min(win, peer's window)
   uint64_t retx_size = 0;     // 2 * win
-  uint64_t ctrl_size = 0;     // min(kCtrlRing, win)
+  uint64_t ctrl_size = 0;     // min(kCtrlRing, win): control ring capacity
 
-  // --- sender
+  // --- sender (slots, paths, retx: allocated by the first PostWrite; msgs
+  // grows by doubling up to max_outstanding_messages)
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
   std::vector<TxMsg> msgs;
@@ -261,21 +284,18 @@ struct Conn {
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
-  // Newest send time of a transmission known to have been acked (any path):
-  // a timed-out packet sent no later was overtaken, so its path is to
-  // blame; one sent after it only shows that everything is slow.
-  bool any_acked_sent = false;
-  Time last_acked_sent = 0;
-  uint8_t tlp_fired = 0;  // tail-loss probes since then
+  Time rack_sent = 0;      // latest send time of a transmission acked
+  uint8_t tlp_fired = 0;   // tail-loss probes since then
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
   uint32_t probe_seq = 0;
   std::vector<uint16_t> dirty_paths;
 
-  // --- receiver
+  // --- receiver (rx_msgs grows by doubling up to win, on demand)
   std::vector<uint64_t> rx_bits;
   std::vector<RxMsg> rx_msgs;
+  uint32_t rx_msg_mask = 0;  // rx_msgs.size() - 1 (when non-empty)
   uint64_t rcv_nxt = 0;
   uint64_t rcv_high = 0;  // one past the highest PSN received
   uint32_t rcv_msn_next = 0;
@@ -292,7 +312,7 @@ struct Conn {
   uint32_t last_region = kNil;
   uint64_t last_region_gen = 0;
 
-  // --- control queue
+  // --- control queue (grows by doubling up to ctrl_size)
   std::vector<CtrlItem> ctrl;
   uint64_t ctrl_head = 0, ctrl_tail = 0;
   uint32_t planes_down_local = 0;
@@ -302,6 +322,14 @@ struct Conn {
   Time plane_resend_at = kTimeInfinite;  // next repeat of our PLANE_STATUS
   Time plane_resend_gap = 0;
   uint8_t plane_repeats_left = 0;
+
+  // --- NextEventTime cache (see Impl::Touch / Impl::Refresh). Valid while
+  // !cache_dirty; the connection is on Impl::dirty_ while dirty.
+  bool cache_dirty = false;
+  bool cache_ctrl = false;              // control packets queued
+  Time cache_deadline = kTimeInfinite;  // earliest timer (ack, RTO, TLP, ...)
+  Time cache_send = kTimeInfinite;      // next_send_time when data is sendable
+  Time cache_probe = kTimeInfinite;     // sel->NextProbeTime()
 
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
@@ -326,6 +354,22 @@ struct Conn {
     }
     return std::max(last_progress, slots[all_head].sent_time) + Pto();
   }
+  // Age at which a packet is lost by path timeout once a packet sent after
+  // it was acked: srtt + max(4 rttvar, srtt / 4) + the SACK delay, at least
+  // base_rtt; before an RTT sample 2 base_rtt.
+  Time LossTimeout() const {
+    if (srtt == 0) return 2 * opt.base_rtt;
+    return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
+                    opt.base_rtt);
+  }
+  // When the oldest transmission times out across paths (kTimeInfinite: no
+  // transmission sent after it was acked yet).
+  Time PathLossTime() const {
+    if (all_head == kNil || slots[all_head].sent_time >= rack_sent) {
+      return kTimeInfinite;
+    }
+    return slots[all_head].sent_time + LossTimeout();
+  }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
     Time r = RtoBase();
@@ -335,7 +379,55 @@ struct Conn {
   bool CtrlFull() const { return ctrl_tail - ctrl_head >= ctrl_size; }
   CtrlItem* PushCtrl() {
     if (CtrlFull()) return nullptr;
-    return &ctrl[(ctrl_tail++) % ctrl_size];
+    if (ctrl_tail - ctrl_head >= ctrl.size()) GrowCtrl();
+    return &ctrl[(ctrl_tail++) & (ctrl.size() - 1)];
+  }
+  CtrlItem& CtrlAt(uint64_t i) { return ctrl[i & (ctrl.size() - 1)]; }
+  // Doubles the control ring (16 entries first), keeping its order. At most
+  // log2(ctrl_size / 16) times in a connection's life.
+  void GrowCtrl() {
+    const size_t n =
+        std::min<size_t>(ctrl_size, std::max<size_t>(16, 2 * ctrl.size()));
+    std::vector<CtrlItem> grown(n);
+    for (uint64_t i = ctrl_head; i != ctrl_tail; ++i) {
+      grown[i & (n - 1)] = ctrl[i & (ctrl.size() - 1)];
+    }
+    ctrl.swap(grown);
+  }
+  // Sender state, allocated when the first WRITE is posted.
+  void EnsureSender() {
+    if (!slots.empty()) return;
+    slots.assign(win, TxSlot{});
+    paths.assign(num_paths, PathInfo{});
+    retx.assign(retx_size, 0);
+    dirty_paths.reserve(num_paths);
+  }
+  // Doubles the message ring (16 entries first) up to max_outstanding_messages
+  // rounded up to a power of two, keeping every outstanding message at
+  // msn & msg_mask.
+  void GrowMsgs() {
+    uint32_t cap = 1;
+    while (cap < max_msgs) cap <<= 1;
+    const uint32_t n = std::min<uint32_t>(
+        cap, std::max<uint32_t>(16, 2 * static_cast<uint32_t>(msgs.size())));
+    std::vector<TxMsg> grown(n);
+    for (uint32_t m = msg_una; m != post_msn; ++m) grown[m & (n - 1)] = Msg(m);
+    msgs.swap(grown);
+    msg_mask = n - 1;
+  }
+  // Makes the receive message ring hold MSN offsets [0, md] from
+  // rcv_msn_next (doubling, 8 entries first, at most win). Active entries
+  // keep msn & rx_msg_mask. At most log2(win / 8) times per connection.
+  void GrowRxMsgs(uint64_t md) {
+    size_t n = std::max<size_t>(8, rx_msgs.size());
+    while (n <= md && n < win) n *= 2;
+    if (n == rx_msgs.size()) return;
+    std::vector<RxMsg> grown(n);
+    for (const RxMsg& m : rx_msgs) {
+      if (m.active) grown[m.msn & (n - 1)] = m;
+    }
+    rx_msgs.swap(grown);
+    rx_msg_mask = static_cast<uint32_t>(n - 1);
   }
 };
 
@@ -454,7 +546,8 @@ class Engine::Impl {
       by_id_.resize(raw_id(c->id) + 1, nullptr);
     by_id_[c->id] = c.get();
     conns_[c->id] = std::move(c);
-    order_.push_back(raw);  // ids increase: order_ stays sorted
+    order_.push_back(raw);          // ids increase: order_ stays sorted
+    dirty_.reserve(order_.size());  // Touch() never allocates per packet
     ++stats_.connections;
     return raw->id;
   }
@@ -515,24 +608,19 @@ class Engine::Impl {
     }
     c->retx_size = 2 * c->win;
     c->ctrl_size = std::min<uint64_t>(kCtrlRing, c->win);
-    c->slots.assign(c->win, TxSlot{});
-    c->paths.assign(np, PathInfo{});
-    uint32_t cap = 1;
-    while (cap < c->opt.max_outstanding_messages) cap <<= 1;
-    c->msgs.assign(cap, TxMsg{});
-    c->msg_mask = cap - 1;
+    // Sender rings (slots, paths, retransmit ring, messages) are allocated
+    // by the first PostWrite, the receiver's message ring and the control
+    // ring on demand: a connection costs what it uses (docs/benchmarks.md,
+    // "Simulator speed and scale").
     c->max_msgs = c->opt.max_outstanding_messages;
-    c->retx.assign(c->retx_size, 0);
-    c->dirty_paths.reserve(np);
     const uint64_t start = (uint64_t{1} << 32) + c->initial_psn;
     c->next_assign_psn = c->snd_una = c->snd_nxt = start;
     c->cwnd = c->cc->window_bytes();
     // Receiver state.
     c->rx_bits.assign(c->win / 64, 0);
-    c->rx_msgs.assign(c->win, RxMsg{});
     c->rcv_nxt = c->rcv_high = (uint64_t{1} << 32) + remote.initial_psn;
-    c->ctrl.assign(c->ctrl_size, CtrlItem{});
     c->connected = true;
+    Touch(c);
     return absl::OkStatus();
   }
 
@@ -543,6 +631,9 @@ class Engine::Impl {
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
     order_.erase(std::find(order_.begin(), order_.end(), c));
+    if (c->cache_dirty)
+      dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
+    next_valid_ = false;
     if (cursor_ >= order_.size()) cursor_ = 0;
     by_id_[id] = nullptr;
     conns_.erase(it);
@@ -588,7 +679,10 @@ class Engine::Impl {
       return absl::ResourceExhaustedError(absl::StrCat(
           "max_outstanding_messages (", c->max_msgs, ") WRITEs outstanding"));
     }
+    c->EnsureSender();
+    if (c->post_msn - c->msg_una >= c->msgs.size()) c->GrowMsgs();
     if (!c->Outstanding()) c->last_heard = std::max(c->last_heard, now);
+    Touch(c);
     TxMsg& m = c->Msg(c->post_msn);
     m = TxMsg{};
     m.wr_id = req.wr_id;
@@ -619,16 +713,27 @@ class Engine::Impl {
     size_t n = 0;
     const size_t nc = order_.size();
     if (nc == 0 || max == 0) return 0;
-    // Timers first (every connection, deterministic id order).
-    for (Conn* c : order_) RunTimers(now, c);
-    // Then packets, round-robin from a rotating cursor.
+    // Timers first (deterministic id order). A clean connection whose
+    // earliest deadline is in the future has nothing due: skipped (RunTimers
+    // would not change it).
+    for (Conn* c : order_) {
+      if (!c->cache_dirty && c->cache_deadline > now) continue;
+      RunTimers(now, c);
+      Touch(c);
+    }
+    // Then packets, round-robin from a rotating cursor. A connection that
+    // cannot emit (nothing queued, no probe due, no data to send; all of it
+    // unchanged since its cache was refreshed) is skipped: EmitConn would
+    // return 0 without side effects.
     bool progress = true;
     while (n < max && progress) {
       progress = false;
       for (size_t k = 0; k < nc && n < max; ++k) {
         Conn* c = order_[(cursor_ + k) % nc];
+        if (!MayEmit(c, now)) continue;
         const size_t before = n;
         n += EmitConn(now, c, out + n, max - n);
+        Touch(c);
         if (n != before) progress = true;
       }
       cursor_ = (cursor_ + 1) % nc;
@@ -637,26 +742,32 @@ class Engine::Impl {
     return n;
   }
 
-  Time NextEventTime() const {
-    Time t = kTimeInfinite;
-    for (const Conn* c : order_) {
-      if (!c->connected || c->failed) continue;
-      if (c->ctrl_tail != c->ctrl_head) return last_now_;
-      t = std::min(t, c->ack_deadline);
-      if (c->sel->NextProbeTime() < t) t = c->sel->NextProbeTime();
-      if (HasSendable(c) && !c->no_path) {
-        t = std::min(t, std::max(last_now_, c->next_send_time));
+  // Earliest event over all connections. Each connection's share is cached
+  // (Refresh) and recomputed only after something touched it; the engine's
+  // minimum is cached too, so a call without intervening input costs O(1).
+  // Result: last_now_ when any control packet is queued, else
+  // min(min deadline, max(last_now_, min next_send_time of connections with
+  // sendable data)) -- the same value as evaluating every connection.
+  Time NextEventTime() {
+    if (!next_valid_) {
+      for (Conn* c : dirty_) Refresh(c);
+      dirty_.clear();
+      bool ctrl = false;
+      Time t = kTimeInfinite, send = kTimeInfinite;
+      for (const Conn* c : order_) {
+        ctrl |= c->cache_ctrl;
+        t = std::min(t, std::min(c->cache_deadline, c->cache_probe));
+        send = std::min(send, c->cache_send);
       }
-      if (c->all_head != kNil) {
-        t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
-        t = std::min(t, c->TlpTime());
-      }
-      t = std::min(t, c->plane_resend_at);
-      if (c->Outstanding()) {
-        t = std::min(t, c->last_heard + c->opt.connection_timeout);
-      }
+      next_ctrl_ = ctrl;
+      next_deadline_ = t;
+      next_send_ = send;
+      next_valid_ = true;
     }
-    return t;
+    if (next_ctrl_) return last_now_;
+    return next_send_ == kTimeInfinite
+               ? next_deadline_
+               : std::min(next_deadline_, std::max(last_now_, next_send_));
   }
 
   size_t PollCompletions(Completion* out, size_t max) {
@@ -671,6 +782,15 @@ class Engine::Impl {
   }
 
   EngineStats stats() const { return stats_; }
+
+  // Marks a connection's cached NextEventTime share stale (anything that may
+  // have changed its timers, queues or sender state calls this).
+  void Touch(Conn* c) {
+    next_valid_ = false;
+    if (c->cache_dirty) return;
+    c->cache_dirty = true;
+    dirty_.push_back(c);
+  }
 
   absl::StatusOr<ConnectionStats> connection_stats(ConnId id) const {
     const Conn* c = Find(id);
@@ -702,8 +822,19 @@ class Engine::Impl {
       return absl::NotFoundError(
           absl::StrCat("path ", path, " >= num_paths ", c->num_paths));
     }
-    PathStats s = c->paths[path].st;
-    s.srtt = c->paths[path].srtt;
+    PathStats s;
+    if (!c->paths.empty()) {  // sender state allocated (something was sent)
+      const PathInfo& pi = c->paths[path];
+      s.tx_packets = pi.st.tx_packets;
+      s.tx_bytes = pi.st.tx_bytes;
+      s.acked_packets = pi.st.acked_packets;
+      s.lost_packets = pi.st.lost_packets;
+      s.trimmed_packets = pi.st.trimmed_packets;
+      s.ecn_marked = pi.st.ecn_marked;
+      s.retired = pi.st.retired;
+      s.restored = pi.st.restored;
+      s.srtt = pi.srtt;
+    }
     s.state = static_cast<uint8_t>(c->sel->state(path));
     return s;
   }
@@ -727,6 +858,7 @@ class Engine::Impl {
       c->planes_down_local |= bit;
     }
     if (before == c->planes_down_local) return absl::OkStatus();
+    Touch(c);
     ApplyPlane(c, plane, up, now);
     ++c->plane_seq;
     // Tell the peer over every plane that is up on both sides, then repeat
@@ -741,6 +873,34 @@ class Engine::Impl {
 
  private:
   // ------------------------------------------------------------ helpers
+  // Recomputes a connection's cached share of NextEventTime.
+  void Refresh(Conn* c) {
+    c->cache_dirty = false;
+    c->cache_ctrl = false;
+    c->cache_deadline = c->cache_send = c->cache_probe = kTimeInfinite;
+    if (!c->connected || c->failed) return;
+    c->cache_ctrl = c->ctrl_tail != c->ctrl_head;
+    c->cache_probe = c->sel->NextProbeTime();
+    Time t = c->ack_deadline;
+    if (HasSendable(c) && !c->no_path) c->cache_send = c->next_send_time;
+    if (c->all_head != kNil) {
+      t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
+      t = std::min(t, c->TlpTime());
+      t = std::min(t, c->PathLossTime());
+    }
+    t = std::min(t, c->plane_resend_at);
+    if (c->Outstanding()) {
+      t = std::min(t, c->last_heard + c->opt.connection_timeout);
+    }
+    c->cache_deadline = t;
+  }
+  // False when EmitConn(now, c) would emit nothing and change nothing.
+  bool MayEmit(const Conn* c, Time now) const {
+    if (c->cache_dirty) return true;
+    if (!c->connected || c->failed) return false;
+    return c->ctrl_head != c->ctrl_tail || c->cache_probe <= now ||
+           c->retx_head != c->retx_tail || c->send_msn != c->post_msn;
+  }
   void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
       if ((c->planes_down_local | c->peer_planes_down) & (1u << p)) continue;
@@ -791,6 +951,7 @@ class Engine::Impl {
     cc.link_rate_bps = o.link_rate_bps;
     cc.base_rtt = o.base_rtt;
     cc.mtu_bytes = opt_.mtu_payload;
+    cc.loss_is_congestion = o.loss_is_congestion;
     return congestion::MakeController(cc);
   }
   void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
@@ -925,6 +1086,7 @@ class Engine::Impl {
       ++stats_.rx_drop_unknown_conn;
       return;
     }
+    Touch(c);
     switch (pkt_.type) {
       case wire::PacketType::kData:
         OnData(now, c, rx);
@@ -968,7 +1130,7 @@ class Engine::Impl {
         if (before == routing::PathState::kAssumedBad &&
             c->sel->state(p) != routing::PathState::kAssumedBad) {
           ++c->st.paths_restored;
-          ++c->paths[p].st.restored;
+          if (!c->paths.empty()) ++c->paths[p].st.restored;
         }
         c->no_path = false;
         return;
@@ -1005,7 +1167,7 @@ class Engine::Impl {
         (((c->planes_down_local | c->peer_planes_down) >> plane) & 1) == 0;
     c->sel->SetPlaneUp(plane, effective_up, now);
     c->no_path = false;
-    if (effective_up) return;
+    if (effective_up || c->paths.empty()) return;
     for (uint32_t p = plane; p < c->num_paths; p += c->num_planes) {
       while (c->paths[p].head != kNil) {
         const uint32_t idx = c->paths[p].head;
@@ -1121,10 +1283,15 @@ class Engine::Impl {
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     const uint64_t base_addr = h.remote_addr - h.msg_offset;
-    RxMsg& m = c->rx_msgs[h.msn & c->win_mask];
     const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
-    if (md < 0 || md >= static_cast<int32_t>(c->win) ||
-        (m.active && m.msn != h.msn)) {
+    if (md < 0 || md >= static_cast<int32_t>(c->win)) {
+      ++stats_.rx_drop_out_of_window;
+      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
+      return;
+    }
+    if (static_cast<uint64_t>(md) >= c->rx_msgs.size()) c->GrowRxMsgs(md);
+    RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+    if (m.active && m.msn != h.msn) {
       ++stats_.rx_drop_out_of_window;
       QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
       return;
@@ -1195,7 +1362,7 @@ class Engine::Impl {
 
   void DeliverInOrder(Conn* c) {
     for (;;) {
-      RxMsg& m = c->rx_msgs[c->rcv_msn_next & c->win_mask];
+      RxMsg& m = c->rx_msgs[c->rcv_msn_next & c->rx_msg_mask];
       if (!m.active || m.msn != c->rcv_msn_next || !m.complete) return;
       if (m.has_imm) {
         Completion cpl;
@@ -1275,10 +1442,7 @@ class Engine::Impl {
         p.any_acked = true;
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
-      if (!c->any_acked_sent || s.sent_time > c->last_acked_sent) {
-        c->last_acked_sent = s.sent_time;
-        c->any_acked_sent = true;
-      }
+      if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1338,14 +1502,11 @@ class Engine::Impl {
     // RTT from the echoed timestamp of the triggering transmission.
     if (rtt > 0) {
       UpdateRtt(c, rtt);
-      if (h.echo_path < c->num_paths) {
+      if (h.echo_path < c->paths.size()) {
         PathInfo& p = c->paths[h.echo_path];
         if (p.srtt == 0) {
           p.srtt = rtt;
-          p.rttvar = rtt / 2;
         } else {
-          const Time d = rtt > p.srtt ? rtt - p.srtt : p.srtt - rtt;
-          p.rttvar += (d - p.rttvar) / 4;
           p.srtt += (rtt - p.srtt) / 8;
         }
       }
@@ -1387,6 +1548,7 @@ class Engine::Impl {
       }
     }
     c->dirty_paths.clear();
+    ev.lost += PathTimeouts(now, c);
     AdvanceUna(c);
     ev.inflight_bytes = c->inflight_bytes;
     c->cc->OnAck(ev);
@@ -1401,7 +1563,28 @@ class Engine::Impl {
   // NIC) or every path is down; the packet is resent either way, but no path is
   // retired for it (per-path inference and probes still handle a dead path).
   static bool Overtaken(const Conn* c, Time sent_time) {
-    return c->any_acked_sent && sent_time <= c->last_acked_sent;
+    return c->rack_sent > 0 && sent_time <= c->rack_sent;
+  }
+
+  // Loss by path timeout (see the design notes): transmissions older than
+  // LossTimeout() with a later-sent one acked are resent on other paths and
+  // their paths retired; the window is not touched. Returns how many.
+  uint32_t PathTimeouts(Time now, Conn* c) {
+    uint32_t n = 0;
+    const Time lt = c->LossTimeout();
+    while (c->all_head != kNil) {
+      const uint32_t idx = c->all_head;
+      const TxSlot& s = c->slots[idx];
+      if (s.sent_time >= c->rack_sent || s.sent_time + lt > now) break;
+      const uint16_t path = s.path;
+      ++c->paths[path].st.lost_packets;
+      ++c->st.path_timeouts;
+      MarkLost(c, PsnOfSlot(c, idx), false);
+      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      ++n;
+    }
+    if (n > 0) c->no_path = false;
+    return n;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1411,7 +1594,7 @@ class Engine::Impl {
     if (before != routing::PathState::kAssumedBad &&
         c->sel->state(path) == routing::PathState::kAssumedBad) {
       ++c->st.paths_retired;
-      ++c->paths[path].st.retired;
+      if (!c->paths.empty()) ++c->paths[path].st.retired;
     }
   }
 
@@ -1534,6 +1717,15 @@ class Engine::Impl {
       }
     }
     if (c->all_head == kNil) return;
+    if (c->PathLossTime() <= now) {
+      congestion::AckEvent ev;
+      ev.now = now;
+      ev.lost = PathTimeouts(now, c);
+      ev.inflight_bytes = c->inflight_bytes;
+      c->cc->OnAck(ev);
+      c->cwnd = c->cc->window_bytes();
+      if (c->all_head == kNil) return;
+    }
     const Time rto = c->Rto();
     if (c->TlpTime() <= now &&
         c->TlpTime() < c->slots[c->all_head].sent_time + rto) {
@@ -1542,16 +1734,24 @@ class Engine::Impl {
       // older than a PTO is presumed lost and resent (on another path); the
       // paths get kLost. At most kMaxTlp times per stall, then the RTO.
       const Time pto = c->Pto();
+      congestion::AckEvent ev;  // the presumed losses, for the controller
+      ev.now = now;
       while (c->all_head != kNil &&
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
         const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
+        ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
         if (overtaken) {
           RetireFeedback(c, path, routing::PathFeedback::kLost, now);
         }
+      }
+      if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
+        ev.inflight_bytes = c->inflight_bytes;
+        c->cc->OnAck(ev);
+        c->cwnd = c->cc->window_bytes();
       }
       ++c->tlp_fired;
       ++c->st.tail_loss_probes;
@@ -1564,6 +1764,9 @@ class Engine::Impl {
     // packets sent just after the oldest one would be stranded: each firing
     // doubles the age they must reach while they fill the window.)
     const Time age = c->RtoBase();
+    // Something sent after the oldest transmission was acked: the
+    // connection delivers, only its paths failed. No window cut, no backoff.
+    const bool delivering = c->rack_sent > c->slots[c->all_head].sent_time;
     while (c->all_head != kNil &&
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
@@ -1576,9 +1779,11 @@ class Engine::Impl {
       }
     }
     ++c->st.rto_events;
-    if (c->backoff < kMaxBackoff) ++c->backoff;
-    c->cc->OnTimeout(now);
-    c->cwnd = c->cc->window_bytes();
+    if (!delivering) {
+      if (c->backoff < kMaxBackoff) ++c->backoff;
+      c->cc->OnTimeout(now);
+      c->cwnd = c->cc->window_bytes();
+    }
     c->no_path = false;
   }
 
@@ -1606,7 +1811,7 @@ class Engine::Impl {
     size_t n = 0;
     // Control packets.
     while (n < max && c->ctrl_head != c->ctrl_tail) {
-      const CtrlItem& it = c->ctrl[(c->ctrl_head++) % c->ctrl_size];
+      const CtrlItem& it = c->CtrlAt(c->ctrl_head++);
       EmitCtrl(now, c, it, out[n]);
       ++n;
     }
@@ -1851,6 +2056,14 @@ class Engine::Impl {
 
   std::vector<Completion> cq_;
   size_t cq_head_ = 0;
+
+  // NextEventTime cache: connections touched since the last call, and the
+  // combined minimum (valid while next_valid_).
+  std::vector<Conn*> dirty_;
+  bool next_valid_ = false;
+  bool next_ctrl_ = false;
+  Time next_deadline_ = kTimeInfinite;
+  Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
 };

@@ -68,6 +68,7 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "retransmitted_bytes", retransmitted_bytes);
   Add(&s, "rto_events", rto_events);
   Add(&s, "tail_loss_probes", tail_loss_probes);
+  Add(&s, "path_timeouts", path_timeouts);
   Add(&s, "plane_status_repeats", plane_status_repeats);
   Add(&s, "trims_received", trims_received);
   Add(&s, "nacks_received", nacks_received);

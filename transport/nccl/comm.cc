@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/base/random.h"
+#include "transport/nccl/gpu.h"
 #include "transport/nccl/log.h"
 #include "transport/nccl/socket.h"
 
@@ -138,6 +139,55 @@ struct CommBase : SinkBase {
   uint64_t nonce = 0;
   Rng rng{1};
   int live_mrs = 0;
+  uint32_t test_polls = 0;  // test() calls that had to make progress
+
+  // GPU memory (gpu.h): the runtime, a stream created by the first
+  // NCCL_PTR_CUDA registration, and host mirrors whose deregMr came while
+  // requests were outstanding (freed at close).
+  GpuRuntime* const gpu = Gpu();
+  GpuStream stream = nullptr;
+  std::vector<void*> deferred_mirrors;
+
+  absl::Status EnsureStream() {
+    if (stream != nullptr) return absl::OkStatus();
+    auto s = gpu->CreateStream();
+    if (!s.ok()) return s.status();
+    stream = *s;
+    return absl::OkStatus();
+  }
+  // Enqueues a copy and records the request's event after it.
+  template <typename Req>
+  absl::Status StartCopy(Req* r, void* dst, const void* src, uint64_t n,
+                         bool to_device) {
+    if (r->ev == nullptr) {
+      auto e = gpu->CreateEvent();
+      if (!e.ok()) return e.status();
+      r->ev = *e;
+    }
+    if (absl::Status st = gpu->CopyAsync(dst, src, n, to_device, stream);
+        !st.ok()) {
+      return st;
+    }
+    return gpu->Record(r->ev, stream);
+  }
+  // Teardown: waits for copies, destroys events and stream, frees mirrors.
+  template <typename Req>
+  void ReleaseGpu(Req* reqs, int n) {
+    if (gpu == nullptr) return;
+    if (stream != nullptr) {
+      if (absl::Status st = gpu->Synchronize(stream); !st.ok()) {
+        PRISM_NCCL_WARN("close: %s", std::string(st.message()).c_str());
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      if (reqs[i].ev != nullptr) gpu->DestroyEvent(reqs[i].ev);
+      reqs[i].ev = nullptr;
+    }
+    if (stream != nullptr) gpu->DestroyStream(stream);
+    stream = nullptr;
+    for (void* p : deferred_mirrors) gpu->FreePinned(p);
+    deferred_mirrors.clear();
+  }
 
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   // Prism data path: the device's endpoint and this comm's connection.
@@ -228,12 +278,16 @@ struct MemHandle {
   uint8_t* addr = nullptr;
   size_t size = 0;
   int type = kPrismNcclPtrHost;
+  // What the data path reads and writes: `addr` for host memory, the pinned
+  // host mirror of the device range for NCCL_PTR_CUDA.
+  uint8_t* host = nullptr;
   uint32_t lkey = 0;  // Prism data path
   uint32_t rkey = 0;
 };
 
 struct Slot {
-  uint8_t* addr = nullptr;
+  uint8_t* addr = nullptr;  // where the data path writes (a mirror if staged)
+  uint8_t* dev = nullptr;   // staged: the device buffer NCCL posted
   uint64_t size = 0;
   uint32_t rkey = 0;
   int tag = 0;
@@ -253,7 +307,26 @@ struct Request {
   int n = 0;
   int ndone = 0;
   Slot slots[kMaxRecvs];
+  // GPU staging: a copy for this request is in flight until `ev` completes
+  // (send: device -> mirror before the WRITE; recv: mirror -> device before
+  // test() reports done).
+  bool staging = false;
+  GpuEvent ev = nullptr;
+  // Send on the Prism data path, posted once staged (or once earlier
+  // pending WRITEs are posted).
+  const uint8_t* src = nullptr;
+  uint64_t remote_addr = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint32_t imm = 0;
 };
+
+// The data path's address for (data, mh): the mirror when staged.
+const uint8_t* HostAddr(const MemHandle* mh, const void* data) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (mh == nullptr || mh->host == mh->addr) return p;
+  return mh->host + (p - mh->addr);
+}
 
 bool InRegion(const MemHandle* mh, const void* data, uint64_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -332,6 +405,12 @@ struct SendComm : CommBase {
   int out_head = 0;
   int out_count = 0;
 
+  // Prism WRITEs matched to a CTS but not posted yet, in posting order
+  // (staged sends wait for their copy; later sends wait behind them).
+  Request* pend[kPool];
+  int pend_head = 0;
+  int pend_count = 0;
+
   bool HasOutstanding() const override {
     for (const Request& r : reqs) {
       if (r.in_use && !r.done) return true;
@@ -365,6 +444,15 @@ struct SendComm : CommBase {
   void Flush() {
     while (out_count > 0 && !failed) {
       OutItem& it = out[out_head];
+      if (it.req != nullptr && it.req->staging) {
+        const absl::Status st = gpu->Query(it.req->ev);
+        if (absl::IsUnavailable(st)) return;  // payload still being copied
+        if (!st.ok()) {
+          FailGpu(st);
+          return;
+        }
+        it.req->staging = false;
+      }
       const uint64_t total = it.hdr_len + it.payload_len;
       while (it.sent < total) {
         size_t moved = 0;
@@ -390,6 +478,50 @@ struct SendComm : CommBase {
       --out_count;
     }
   }
+
+  void FailGpu(const absl::Status& st) {
+    PRISM_NCCL_WARN("dev %d send comm: %s", dev,
+                    std::string(st.message()).c_str());
+    Fail(kPrismNcclUnhandledCudaError, "GPU copy failed", 0);
+  }
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  // Posts the pending WRITEs whose payload is in host memory, in order.
+  void PostPending() {
+    while (pend_count > 0 && !failed) {
+      Request* r = pend[pend_head];
+      if (r->staging) {
+        const absl::Status st = gpu->Query(r->ev);
+        if (absl::IsUnavailable(st)) return;
+        if (!st.ok()) {
+          FailGpu(st);
+          return;
+        }
+        r->staging = false;
+      }
+      WriteRequest wr;
+      wr.wr_id = (static_cast<uint64_t>(r->gen) << 16) |
+                 static_cast<uint64_t>(r - reqs);
+      wr.local_addr = r->src;
+      wr.length = r->size;
+      wr.lkey = r->lkey;
+      wr.remote_addr = r->remote_addr;
+      wr.rkey = r->rkey;
+      wr.has_immediate = true;
+      wr.immediate = r->imm;
+      const absl::Status st = dep->ep()->PostWrite(conn, wr);
+      if (absl::IsResourceExhausted(st)) return;  // again at the next call
+      if (!st.ok()) {
+        PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
+                        std::string(st.message()).c_str());
+        r->done = true;
+        r->result = kPrismNcclInternalError;
+      }
+      pend_head = (pend_head + 1) % kPool;
+      --pend_count;
+    }
+  }
+#endif
 
   void ApplyCts() {
     const CtsBody& b = in_body;
@@ -457,7 +589,9 @@ struct SendComm : CommBase {
     }
   }
 
-  void Progress() {
+  // `read_side` false: skip the side channel's receive (a system call) when
+  // nothing needs it now; see Test().
+  void Progress(bool read_side = true) {
     // Completions first: a peer that closes right after its last ack is
     // then seen with nothing outstanding.
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
@@ -480,8 +614,10 @@ struct SendComm : CommBase {
         r.result = kPrismNcclRemoteError;
       }
     });
+    PostPending();
 #endif
     Flush();
+    if (!read_side) return;
     ReadInput();
     Flush();
   }
@@ -541,10 +677,70 @@ struct RecvComm : CommBase {
     return false;
   }
 
+  int nstaging = 0;  // requests whose mirror -> device copies are in flight
+
   void CompleteSlot(Request* r, Slot* s, bool ok) {
     s->done = true;
     if (!ok) r->result = kPrismNcclRemoteError;
-    if (++r->ndone == r->n) r->done = true;
+    if (++r->ndone == r->n) FinishRecv(r);
+  }
+
+  // Every slot has arrived: copy staged slots to the device first.
+  void FinishRecv(Request* r) {
+    bool copies = false;
+    if (r->result == kPrismNcclSuccess && gpu != nullptr) {
+      for (int i = 0; i < r->n; ++i) {
+        Slot& s = r->slots[i];
+        if (s.dev == nullptr || s.received == 0) continue;
+        if (absl::Status st =
+                gpu->CopyAsync(s.dev, s.addr, s.received, true, stream);
+            !st.ok()) {
+          FailRecvGpu(r, st);
+          return;
+        }
+        copies = true;
+      }
+    }
+    if (copies) {
+      if (r->ev == nullptr) {
+        auto e = gpu->CreateEvent();
+        if (!e.ok()) {
+          FailRecvGpu(r, e.status());
+          return;
+        }
+        r->ev = *e;
+      }
+      if (absl::Status st = gpu->Record(r->ev, stream); !st.ok()) {
+        FailRecvGpu(r, st);
+        return;
+      }
+      r->staging = true;
+      ++nstaging;
+      return;
+    }
+    r->done = true;
+  }
+  void FailRecvGpu(Request* r, const absl::Status& st) {
+    PRISM_NCCL_WARN("dev %d recv comm: %s", dev,
+                    std::string(st.message()).c_str());
+    r->result = kPrismNcclUnhandledCudaError;
+    r->done = true;
+  }
+  // Completes the requests whose device copies have finished.
+  void PollStaging() {
+    for (Request& r : reqs) {
+      if (nstaging == 0) return;
+      if (!r.staging) continue;
+      const absl::Status st = gpu->Query(r.ev);
+      if (absl::IsUnavailable(st)) continue;
+      r.staging = false;
+      --nstaging;
+      if (!st.ok()) {
+        FailRecvGpu(&r, st);
+      } else {
+        r.done = true;
+      }
+    }
   }
 
   // Finds the posted, not yet filled slot (seq, idx); nullptr if none.
@@ -655,7 +851,7 @@ struct RecvComm : CommBase {
     }
   }
 
-  void Progress() {
+  void Progress(bool read_side = true) {
     Flush();
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     DrainInbox([this](const Completion& c) {
@@ -678,7 +874,8 @@ struct RecvComm : CommBase {
       CompleteSlot(r, s, c.status == absl::StatusCode::kOk);
     });
 #endif
-    ReadInput();
+    if (read_side) ReadInput();
+    if (nstaging > 0) PollStaging();
   }
 };
 
@@ -770,7 +967,7 @@ T* AsComm(void* p, CommKind kind) {
 
 }  // namespace
 
-int SupportedPtrTypes() { return kPrismNcclPtrHost; }
+int SupportedPtrTypes() { return GpuInit(); }
 
 void ReleaseIdleResources() {
   PRISM_NCCL_INFO("rejected so far: %llu protocol errors, %llu API misuses",
@@ -1141,6 +1338,7 @@ PrismNcclResult CloseSend(void* send_comm) {
     CloseFd(s->fd);
     s->fd = -1;
     s->ReleaseConnection();
+    s->ReleaseGpu(s->reqs, SendComm::kPool);
     if (s->live_mrs != 0) {
       PRISM_NCCL_INFO("closeSend with %d registrations left", s->live_mrs);
     }
@@ -1158,6 +1356,7 @@ PrismNcclResult CloseRecv(void* recv_comm) {
     CloseFd(r->fd);
     r->fd = -1;
     r->ReleaseConnection();
+    r->ReleaseGpu(r->reqs, kMaxRequests);
     if (r->live_mrs != 0) {
       PRISM_NCCL_INFO("closeRecv with %d registrations left", r->live_mrs);
     }
@@ -1178,25 +1377,45 @@ PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
     ++g_api_errors;
     return kPrismNcclInvalidArgument;
   }
-  if ((type & SupportedPtrTypes()) == 0 || (type & (type - 1)) != 0) {
+  const int supported = SupportedPtrTypes();
+  if ((type != kPrismNcclPtrHost && type != kPrismNcclPtrCuda) ||
+      (type & supported) == 0 ||
+      (type == kPrismNcclPtrCuda && c->gpu == nullptr)) {
     ++g_api_errors;
     PRISM_NCCL_WARN(
         "regMr: pointer type %d not supported (supported mask "
         "%d)",
-        type, SupportedPtrTypes());
+        type, supported);
     return kPrismNcclInvalidArgument;
   }
   if (data == nullptr && size > 0) return kPrismNcclInvalidArgument;
   auto* mh = new (std::nothrow) MemHandle();
   if (mh == nullptr) return kPrismNcclSystemError;
   std::lock_guard<std::mutex> lock(c->mu);
+  uint8_t* host = static_cast<uint8_t*>(data);
+  if (type == kPrismNcclPtrCuda && size > 0) {
+    // Device memory: the data path uses a pinned host mirror (gpu.h).
+    absl::Status st = c->gpu->CheckDevicePointer(data, size);
+    if (st.ok()) st = c->EnsureStream();
+    absl::StatusOr<void*> mirror =
+        st.ok() ? c->gpu->AllocPinned(size) : absl::StatusOr<void*>(st);
+    if (!mirror.ok()) {
+      ++g_api_errors;
+      PRISM_NCCL_WARN("regMr %p +%zu (CUDA): %s", data, size,
+                      std::string(mirror.status().message()).c_str());
+      delete mh;
+      return kPrismNcclInvalidArgument;
+    }
+    host = static_cast<uint8_t*>(*mirror);
+  }
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   if (c->dep != nullptr && size > 0) {
-    auto mr = c->dep->ep()->RegisterMemory(data, size,
+    auto mr = c->dep->ep()->RegisterMemory(host, size,
                                            kAccessLocal | kAccessRemoteWrite);
     if (!mr.ok()) {
       PRISM_NCCL_WARN("regMr %p +%zu: %s", data, size,
                       std::string(mr.status().message()).c_str());
+      if (host != data) c->gpu->FreePinned(host);
       delete mh;
       return kPrismNcclSystemError;
     }
@@ -1206,6 +1425,7 @@ PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
 #endif
   mh->comm = c;
   mh->addr = static_cast<uint8_t*>(data);
+  mh->host = host;
   mh->size = size;
   mh->type = type;
   if (mh->lkey == 0) mh->rkey = c->rng.Next32() | 1u;
@@ -1223,6 +1443,7 @@ PrismNcclResult DeregMr(void* comm, void* mhandle) {
     return kPrismNcclInvalidArgument;
   }
   std::lock_guard<std::mutex> lock(c->mu);
+  bool deferred = false;
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   if (c->dep != nullptr && mh->lkey != 0) {
     if (absl::Status s = c->dep->ep()->DeregisterMemory(mh->lkey); !s.ok()) {
@@ -1231,9 +1452,19 @@ PrismNcclResult DeregMr(void* comm, void* mhandle) {
       PRISM_NCCL_INFO("deregMr deferred to close: %s",
                       std::string(s.message()).c_str());
       c->deferred_lkeys.push_back(mh->lkey);
+      deferred = true;
     }
   }
 #endif
+  if (mh->host != mh->addr) {
+    // A mirror may still be read or written (a WRITE, a side-channel send
+    // or a copy of an outstanding request): then it is freed at close.
+    if (deferred || c->HasOutstanding()) {
+      c->deferred_mirrors.push_back(mh->host);
+    } else {
+      c->gpu->FreePinned(mh->host);
+    }
+  }
   --c->live_mrs;
   mh->magic = kDeadMagic;
   delete mh;
@@ -1272,7 +1503,21 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
   const CtsEntry& e = g.e[idx];
   Request* req = s->Alloc();
   req->size = size;
+  req->staging = false;
   FrameHeader fh{};
+  // Device memory: copy it to its host mirror first (gpu.h).
+  const uint8_t* src = HostAddr(mh, data);
+  const bool staged = size > 0 && size <= e.size && src != data;
+  if (staged) {
+    if (absl::Status st = s->StartCopy(req, const_cast<uint8_t*>(src), data,
+                                       size, /*to_device=*/false);
+        !st.ok()) {
+      s->Free(req);
+      s->FailGpu(st);
+      return s->failure;
+    }
+    req->staging = true;
+  }
   if (size > e.size) {
     ++g_api_errors;
     PRISM_NCCL_WARN(
@@ -1297,29 +1542,40 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
     memcpy(it->hdr, &fh, sizeof(fh));
     memcpy(it->hdr + sizeof(fh), &dh, sizeof(dh));
     it->hdr_len = sizeof(fh) + sizeof(dh);
-    it->payload = static_cast<const uint8_t*>(data);
+    it->payload = src;  // Flush waits for a staged payload's copy
     it->payload_len = size;
     it->req = req;
   } else {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     // Prism WRITE-with-immediate straight into the posted buffer.
-    WriteRequest wr;
-    wr.wr_id = (static_cast<uint64_t>(req->gen) << 16) |
-               static_cast<uint64_t>(req - s->reqs);
-    wr.local_addr = data;
-    wr.length = size;
-    wr.lkey = mh != nullptr ? mh->lkey : 0;
-    wr.remote_addr = e.addr;
-    wr.rkey = e.rkey;
-    wr.has_immediate = true;
-    wr.immediate = MakeImmediate(g.seq, static_cast<uint32_t>(idx));
-    const absl::Status st = s->dep->ep()->PostWrite(s->conn, wr);
-    if (!st.ok()) {
-      s->Free(req);
-      if (absl::IsResourceExhausted(st)) return kPrismNcclSuccess;  // again
-      PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
-                      std::string(st.message()).c_str());
-      return kPrismNcclInternalError;
+    req->src = src;
+    req->lkey = mh != nullptr ? mh->lkey : 0;
+    req->remote_addr = e.addr;
+    req->rkey = e.rkey;
+    req->imm = MakeImmediate(g.seq, static_cast<uint32_t>(idx));
+    if (staged || s->pend_count > 0) {
+      // Posted by Progress once the copy (and every earlier one) is done.
+      s->pend[(s->pend_head + s->pend_count) % SendComm::kPool] = req;
+      ++s->pend_count;
+    } else {
+      WriteRequest wr;
+      wr.wr_id = (static_cast<uint64_t>(req->gen) << 16) |
+                 static_cast<uint64_t>(req - s->reqs);
+      wr.local_addr = src;
+      wr.length = size;
+      wr.lkey = req->lkey;
+      wr.remote_addr = e.addr;
+      wr.rkey = e.rkey;
+      wr.has_immediate = true;
+      wr.immediate = req->imm;
+      const absl::Status st = s->dep->ep()->PostWrite(s->conn, wr);
+      if (!st.ok()) {
+        s->Free(req);
+        if (absl::IsResourceExhausted(st)) return kPrismNcclSuccess;  // again
+        PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
+                        std::string(st.message()).c_str());
+        return kPrismNcclInternalError;
+      }
     }
 #else
     s->Free(req);
@@ -1369,6 +1625,7 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   req.seq = rc->next_seq;
   req.n = n;
   req.ndone = 0;
+  req.staging = false;
   RecvComm::CtsOut& o = rc->out[(rc->out_head + rc->out_count) % kMaxRequests];
   CtsBody body{};
   body.seq = req.seq;
@@ -1377,11 +1634,13 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     const auto* mh = static_cast<const MemHandle*>(mhandles[i]);
     Slot& s = req.slots[i];
     s = Slot();
-    s.addr = static_cast<uint8_t*>(data[i]);
+    // Device memory: the sender writes the host mirror (gpu.h).
+    s.addr = const_cast<uint8_t*>(HostAddr(mh, data[i]));
+    if (s.addr != data[i]) s.dev = static_cast<uint8_t*>(data[i]);
     s.size = sizes[i];
     s.rkey = mh != nullptr ? mh->rkey : 0;
     s.tag = tags[i];
-    body.e[i] = CtsEntry{reinterpret_cast<uintptr_t>(data[i]), sizes[i], s.rkey,
+    body.e[i] = CtsEntry{reinterpret_cast<uintptr_t>(s.addr), sizes[i], s.rkey,
                          tags[i]};
   }
   FrameHeader fh{kFrameCts, 0, CtsLen(n)};
@@ -1403,7 +1662,10 @@ PrismNcclResult Iflush(void* recv_comm, int n, void** data, int* sizes,
   (void)sizes;
   (void)mhandles;
   if (request == nullptr) return kPrismNcclInvalidArgument;
-  // Host memory only: received bytes are visible once test() reports them.
+  // Nothing to flush: host memory is written by the data path itself, and
+  // device memory is staged, its mirror -> device copy complete before
+  // test() reported the receive done. NCCL (v8..v11) reads a NULL request
+  // as "flush complete".
   *request = nullptr;
   if (AsComm<RecvComm>(recv_comm, CommKind::kRecv) == nullptr) {
     return kPrismNcclInvalidArgument;
@@ -1427,10 +1689,16 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
     return kPrismNcclInvalidArgument;
   }
   if (!r->done) {
+    // On the Prism data paths the side channel only carries what isend
+    // reads itself (CTS) or rare events (a send error, the peer closing):
+    // read it on every 16th poll, saving a system call on the others
+    // (NCCL's proxy polls test() in a tight loop).
+    const bool read_side =
+        c->mode == DataMode::kTcpInterim || (++c->test_polls & 15) == 0;
     if (c->kind == CommKind::kSend) {
-      static_cast<SendComm*>(c)->Progress();
+      static_cast<SendComm*>(c)->Progress(read_side);
     } else {
-      static_cast<RecvComm*>(c)->Progress();
+      static_cast<RecvComm*>(c)->Progress(read_side);
     }
   }
   if (!r->done) return c->failed ? c->failure : kPrismNcclSuccess;

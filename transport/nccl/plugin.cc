@@ -19,6 +19,7 @@
 
 #include "transport/nccl/comm.h"
 #include "transport/nccl/config.h"
+#include "transport/nccl/gpu.h"
 #include "transport/nccl/log.h"
 #include "transport/nccl/net_abi.h"
 
@@ -82,6 +83,8 @@ PrismNcclResult InitCommon(PrismNcclLogger log) {
                      st.config.paths, st.config.planes,
                      DataModeName(st.config.mode));
     }
+    // GPU memory: decided (and logged) once, see gpu.h.
+    (void)GpuInit();
     st.loaded = true;
   }
   ++st.refs;

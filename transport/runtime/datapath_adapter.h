@@ -27,6 +27,9 @@ class DatapathAdapter {
   // Longest the loop may sleep without a descriptor event (loopback: short,
   // since arrivals do not wake it).
   virtual Time max_sleep() const { return kMillisecond; }
+  // How long the loop polls after its last useful iteration before sleeping
+  // (EndpointOptions::idle_spin_us = -1).
+  virtual Time idle_spin() const { return 50 * kMicrosecond; }
   virtual BlobDatapath kind() const = 0;
   // A peer slot id >= 1, or 0 when none could be made (reserve_error()
   // says why).

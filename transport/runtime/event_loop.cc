@@ -262,8 +262,10 @@ bool EventLoop::Iterate(Time now) {
       work = true;
     }
   }
-  // 2. Receive.
-  for (int round = 0; round < 4; ++round) {
+  // 2. Receive: drain what has arrived (up to kRxRounds bursts) before the
+  // timers run, so acknowledgements that sat in the socket while this
+  // thread was descheduled count before a tail-loss probe or RTO fires.
+  for (int round = 0; round < kRxRounds; ++round) {
     const size_t n = dp_->RxBurst(now, rx_, kBurst);
     if (n == 0) break;
     engine_->OnReceive(now, rx_, n);
@@ -271,10 +273,11 @@ bool EventLoop::Iterate(Time now) {
     if (n < kBurst) break;
   }
   // 3. Transmit.
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < kTxRounds; ++round) {
     size_t got = 0;
-    if (tx_pending_ < kBurst) {
-      got = engine_->PollTransmit(now, tx_ + tx_pending_, kBurst - tx_pending_);
+    if (tx_pending_ < kTxBurst) {
+      got =
+          engine_->PollTransmit(now, tx_ + tx_pending_, kTxBurst - tx_pending_);
       tx_pending_ += got;
     }
     if (tx_pending_ == 0) break;

@@ -62,6 +62,12 @@ struct LoopCounters {
 class EventLoop {
  public:
   static constexpr size_t kBurst = 32;
+  // Receive bursts per iteration at most (before the timers run).
+  static constexpr int kRxRounds = 16;
+  // Packets per transmit burst (64: long runs per socket for UDP GSO), and
+  // transmit bursts per iteration at most.
+  static constexpr size_t kTxBurst = 64;
+  static constexpr int kTxRounds = 4;
 
   EventLoop(Engine* engine, Datapath* datapath, const LoopOptions& options);
   ~EventLoop();  // Stop()
@@ -130,7 +136,7 @@ class EventLoop {
 
   // Loop-thread buffers.
   RxPacket rx_[kBurst];
-  TxPacket tx_[kBurst];
+  TxPacket tx_[kTxBurst];
   size_t tx_pending_ = 0;
   Completion comp_[kBurst];
 

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -19,6 +21,9 @@
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
 #endif
 #ifndef UDP_NO_CHECK6_TX
 #define UDP_NO_CHECK6_TX 101
@@ -41,6 +46,9 @@ constexpr size_t kMaxNetHeader = kIp6HeaderBytes + 8 +
                                  16 * (UdpDatapath::kMaxSrhSegments + 1) +
                                  kUdpHeaderBytes;
 constexpr size_t kRxControlBytes = 64;
+// Receive buffer per slot with GRO: the largest UDP payload over IPv6
+// (65535 - 8) rounded up.
+constexpr size_t kGroBufferBytes = 65536;
 
 absl::Status Errno(absl::string_view what) {
   return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
@@ -141,6 +149,36 @@ uint16_t Udp6Checksum(const Ip6& src, const Ip6& dst, const uint8_t* udp_hdr,
   return c == 0 ? 0xffff : c;  // 0 means "no checksum" in UDP
 }
 
+absl::StatusOr<uint32_t> DetectLinkMtu(const Ip6& addr) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return Errno("getifaddrs");
+  std::string name;
+  for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET6) continue;
+    const auto* sa = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+    if (memcmp(&sa->sin6_addr, addr.data(), 16) == 0) {
+      name = i->ifa_name;
+      break;
+    }
+  }
+  freeifaddrs(ifs);
+  if (name.empty() || name.size() >= IFNAMSIZ)
+    return absl::NotFoundError(
+        absl::StrCat("no interface holds ", FormatIp6(addr)));
+  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno("socket");
+  ifreq ifr{};
+  memcpy(ifr.ifr_name, name.data(), name.size());
+  const int r = ioctl(fd, SIOCGIFMTU, &ifr);
+  absl::Status err =
+      r != 0 ? Errno(absl::StrCat("SIOCGIFMTU ", name)) : absl::OkStatus();
+  close(fd);
+  if (!err.ok()) return err;
+  if (ifr.ifr_mtu <= 0)
+    return absl::NotFoundError(absl::StrCat("interface ", name, " has no MTU"));
+  return static_cast<uint32_t>(ifr.ifr_mtu);
+}
+
 absl::StatusOr<Ip6> ParseIp6(absl::string_view text) {
   std::string s(absl::StripSuffix(absl::StripPrefix(text, "["), "]"));
   Ip6 a{};
@@ -189,10 +227,10 @@ std::string UdpStats::ToString() const {
       "tx_packets=%d tx_bytes=%d tx_backpressure=%d tx_errors=%d "
       "tx_drop_unknown_peer=%d tx_drop_too_big=%d rx_packets=%d rx_bytes=%d "
       "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d tx_syscalls=%d "
-      "rx_syscalls=%d tx_gso_batches=%d",
+      "rx_syscalls=%d tx_gso_batches=%d rx_gro_batches=%d",
       tx_packets, tx_bytes, tx_backpressure, tx_errors, tx_drop_unknown_peer,
       tx_drop_too_big, rx_packets, rx_bytes, rx_ecn_ce, rx_truncated, rx_errors,
-      tx_syscalls, rx_syscalls, tx_gso_batches);
+      tx_syscalls, rx_syscalls, tx_gso_batches, rx_gro_batches);
 }
 
 // A precomputed route to a peer: the network header template raw mode
@@ -235,6 +273,14 @@ struct UdpDatapath::Impl {
   std::vector<uint8_t> rctl;
   std::vector<uint8_t> rbuf;
   size_t rbuf_size = 0;
+  size_t rx_max_packet = 0;  // longer datagrams / segments are dropped
+  // Per receive slot after recvmmsg: usable bytes (0: dropped), segment
+  // size (the whole datagram when not coalesced), CE mark.
+  std::vector<uint32_t> rlen, rseg;
+  std::vector<uint8_t> rce;
+  // Segments received but not yet handed out: slots [pend_slot, pend_end),
+  // the first from byte pend_off.
+  size_t pend_slot = 0, pend_end = 0, pend_off = 0;
 };
 
 UdpDatapath::~UdpDatapath() {
@@ -273,13 +319,24 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
           65536u)
     return absl::InvalidArgumentError(
         "UdpOptions: entropy ports must lie within 1..65535");
+  if (o.link_mtu == 0) {
+    // The smallest MTU of the planes' interfaces; 1500 when none is known.
+    uint32_t best = 0;
+    for (const LocalPlane& lp : o.planes) {
+      auto a = ParseIp6(lp.addr);
+      if (!a.ok()) return a.status();
+      auto m = DetectLinkMtu(*a);
+      if (m.ok()) best = best == 0 ? *m : std::min(best, *m);
+    }
+    opt_.link_mtu = best == 0 ? 1500 : std::min<uint32_t>(best, 65575);
+  }
   const size_t srh_room =
       o.max_srh_segments ? 8 + 16 * (o.max_srh_segments + 1) : 0;
   const size_t overhead = kIp6HeaderBytes + kUdpHeaderBytes + srh_room;
-  if (o.link_mtu < overhead + 128 || o.link_mtu > 65575)
+  if (opt_.link_mtu < overhead + 128 || opt_.link_mtu > 65575)
     return absl::InvalidArgumentError(
-        absl::StrCat("UdpOptions: link_mtu ", o.link_mtu, " out of range"));
-  mtu_ = std::min<size_t>(o.link_mtu - overhead, 65507);
+        absl::StrCat("UdpOptions: link_mtu ", opt_.link_mtu, " out of range"));
+  mtu_ = std::min<size_t>(opt_.link_mtu - overhead, 65507);
 
   // Transmit mode.
   if (o.tx_mode != TxMode::kSockets) {
@@ -328,6 +385,15 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
         setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one));
         if (o.accept_zero_checksum)
           setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
+        // GRO on every plane or on none (a refusal turns it off for all).
+        if (o.gro && (p == 0 || gro_)) {
+          gro_ = setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+          if (!gro_) {
+            const int zero = 0;
+            for (int prev : rx_fd_)
+              setsockopt(prev, IPPROTO_UDP, UDP_GRO, &zero, sizeof(zero));
+          }
+        }
         SetBuffers(fd, o.socket_buffer_bytes);
         rx_fd_.push_back(fd);
         local.port = ntohs(sa.sin6_port);
@@ -370,7 +436,13 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
   Impl& m = *impl_;
   memset(m.msgs, 0, sizeof(m.msgs));
   const size_t nb = o.rx_burst;
-  m.rbuf_size = mtu_ + 64;
+  m.rx_max_packet = mtu_ + 64;
+  m.rbuf_size = o.rx_buffer_bytes != 0 ? o.rx_buffer_bytes
+                : gro_                 ? kGroBufferBytes
+                                       : m.rx_max_packet;
+  m.rlen.assign(nb, 0);
+  m.rseg.assign(nb, 0);
+  m.rce.assign(nb, 0);
   m.rmsgs.assign(nb, mmsghdr{});
   m.riov.assign(nb, iovec{});
   m.rsrc.assign(nb, sockaddr_in6{});
@@ -514,6 +586,7 @@ UdpStats UdpDatapath::stats() const {
   s.rx_errors = ld(c_.rx_errors);
   s.tx_syscalls = ld(c_.tx_syscalls);
   s.tx_gso_batches = ld(c_.tx_gso_batches);
+  s.rx_gro_batches = ld(c_.rx_gro_batches);
   s.rx_syscalls = ld(c_.rx_syscalls);
   return s;
 }
@@ -862,11 +935,63 @@ size_t UdpDatapath::TxSockets(const TxPacket* pkts, size_t n) {
   return accepted;
 }
 
+// Hands out the segments of slots [*slot, end) into pkts[got, n), from byte
+// *off of the first; advances *slot/*off past what it handed out.
+size_t UdpDatapath::EmitSegments(RxPacket* pkts, size_t got, size_t n,
+                                 size_t* slot, size_t end, size_t* off) {
+  Impl& m = *impl_;
+  uint64_t bytes = 0, ce = 0;
+  const size_t first = got;
+  while (*slot < end && got < n) {
+    const size_t i = *slot;
+    const uint32_t len = m.rlen[i];
+    const uint32_t seg = m.rseg[i];
+    const uint8_t* base = m.rbuf.data() + i * m.rbuf_size;
+    if (len == 0 && seg == 0) {  // an empty datagram: the engine counts it
+      RxPacket& p = pkts[got++];
+      p = RxPacket{};
+      p.data = base;
+      p.ecn_ce = m.rce[i] != 0;
+      ce += m.rce[i];
+      ++*slot;
+      continue;
+    }
+    while (*off < len && got < n) {
+      const uint32_t l = std::min<uint32_t>(seg, len - *off);
+      RxPacket& p = pkts[got++];
+      p = RxPacket{};
+      p.data = base + *off;
+      p.len = l;
+      p.ecn_ce = m.rce[i] != 0;
+      bytes += l;
+      ce += m.rce[i];
+      *off += l;
+    }
+    if (*off >= len) {
+      ++*slot;
+      *off = 0;
+    }
+  }
+  Bump(c_.rx_packets, got - first);
+  Bump(c_.rx_bytes, bytes);
+  if (ce) Bump(c_.rx_ecn_ce, ce);
+  return got;
+}
+
 size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
   Impl& m = *impl_;
   const size_t nb = m.rmsgs.size();
   size_t got = 0;   // packets handed out
   size_t slot = 0;  // next free receive buffer (never reused in one call)
+  if (m.pend_slot < m.pend_end) {
+    // Segments of super-packets received by an earlier call come first;
+    // their buffers lie before `slot`, so nothing received now overwrites
+    // them (nor the packets handed out now).
+    got = EmitSegments(pkts, got, n, &m.pend_slot, m.pend_end, &m.pend_off);
+    if (m.pend_slot < m.pend_end) return got;  // the caller's array is full
+    slot = m.pend_end;
+    m.pend_slot = m.pend_end = m.pend_off = 0;
+  }
   const size_t np = rx_fd_.size();
   for (size_t k = 0; k < np && got < n && slot < nb; ++k) {
     const size_t plane = (rx_next_plane_ + k) % np;
@@ -886,15 +1011,13 @@ size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
       if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
       continue;
     }
-    uint64_t bytes = 0, ce = 0, ok = 0;
+    uint64_t batches = 0;
     for (int j = 0; j < r; ++j) {
       const size_t i = slot + j;
       msghdr& mh = m.rmsgs[i].msg_hdr;
-      if (mh.msg_flags & MSG_TRUNC) {
-        Bump(c_.rx_truncated);
-        continue;
-      }
+      const uint32_t len = m.rmsgs[i].msg_len;
       bool is_ce = false;
+      uint32_t seg = 0;
       for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr;
            c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
@@ -902,22 +1025,47 @@ size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
           int tc;
           memcpy(&tc, CMSG_DATA(c), sizeof(int));
           is_ce = (tc & 0x3) == kEcnCe;
+        } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO &&
+                   c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int gs;
+          memcpy(&gs, CMSG_DATA(c), sizeof(int));
+          if (gs > 0) seg = static_cast<uint32_t>(gs);
         }
       }
-      RxPacket& p = pkts[got++];
-      p = RxPacket{};
-      p.data = static_cast<const uint8_t*>(m.riov[i].iov_base);
-      p.len = m.rmsgs[i].msg_len;
-      p.peer = 0;
-      p.ecn_ce = is_ce;
-      bytes += p.len;
-      ce += is_ce;
-      ++ok;
+      uint32_t use = len;
+      if (seg == 0 || seg >= len) {
+        // One datagram: dropped when cut short or longer than a packet.
+        seg = len;
+        if ((mh.msg_flags & MSG_TRUNC) || len > m.rx_max_packet) {
+          Bump(c_.rx_truncated);
+          use = 0;
+        }
+      } else if (seg > m.rx_max_packet) {
+        Bump(c_.rx_truncated);  // segments longer than a packet: all dropped
+        use = 0;
+      } else if (mh.msg_flags & MSG_TRUNC) {
+        // A super-packet cut by the buffer: its whole segments are good, the
+        // cut one (and whatever followed) is lost.
+        use = len - len % seg;
+        Bump(c_.rx_truncated);
+      }
+      if (use > seg) ++batches;
+      m.rlen[i] = use;
+      // rseg 0 marks an empty datagram to hand out; dropped slots have 1.
+      m.rseg[i] = use == 0 ? (len == 0 && seg == 0 ? 0 : 1) : seg;
+      m.rce[i] = is_ce;
     }
-    slot += r;
-    Bump(c_.rx_packets, ok);
-    Bump(c_.rx_bytes, bytes);
-    if (ce) Bump(c_.rx_ecn_ce, ce);
+    if (batches) Bump(c_.rx_gro_batches, batches);
+    size_t cur = slot, off = 0;
+    const size_t end = slot + r;
+    got = EmitSegments(pkts, got, n, &cur, end, &off);
+    slot = end;
+    if (cur < end) {  // the caller's array is full: keep the rest
+      m.pend_slot = cur;
+      m.pend_end = end;
+      m.pend_off = off;
+      break;
+    }
   }
   rx_next_plane_ = (rx_next_plane_ + 1) % np;
   return got;

@@ -29,6 +29,18 @@
 //             checksums: UdpOptions::accept_zero_checksum).
 // - ECN: data packets are sent ECN-capable (ECT(0)); the receive sockets
 //   request IPV6_RECVTCLASS and RxPacket::ecn_ce is set for CE.
+// - GSO (transmit, sockets mode): runs of equal-size data packets to one
+//   destination leave as one UDP_SEGMENT message (the iovecs of the run
+//   gathered, no copy). GRO (receive): the receive sockets set UDP_GRO, so
+//   the kernel may hand over a super-packet (segments of one size, the last
+//   one possibly shorter) with its segment size in a cmsg; RxBurst splits it
+//   into one RxPacket per segment pointing into the receive buffer (no
+//   copy). Segments that do not fit in the caller's array stay pending for
+//   the next RxBurst call (their buffers are not reused until handed out).
+//   Where the kernel refuses UDP_GRO, receive falls back to one datagram
+//   per packet (gro_enabled() says which).
+// - MTU: link_mtu = 0 reads the MTU of the interface holding each plane's
+//   address (the smallest over the planes; 1500 when none is found).
 // - Control packets (TrafficClass::kControl) carry DSCP `control_dscp`.
 // - RxPacket::peer is 0: the engine finds the connection from the header.
 //
@@ -114,7 +126,8 @@ struct UdpOptions {
   uint16_t entropy_port_base = 49152;
   uint16_t entropy_port_count = 16384;
   // IP MTU of the links (IPv6 header included). mtu() = link_mtu - 48 -
-  // room for the longest SRH configured (max_srh_segments).
+  // room for the longest SRH configured (max_srh_segments). 0: detect it
+  // from the interfaces holding the plane addresses (see DetectLinkMtu).
   uint32_t link_mtu = 1500;
   uint16_t max_srh_segments = 0;
   bool ect = true;  // mark data packets ECT(0)
@@ -127,6 +140,12 @@ struct UdpOptions {
   // into one UDP GSO send (UDP_SEGMENT). Turned off by itself when the
   // kernel refuses it (no checksum offload on the egress device).
   bool gso = false;
+  // Receive coalesced super-packets (UDP_GRO) and split them. Falls back to
+  // plain receives when the kernel refuses the option.
+  bool gro = true;
+  // Receive buffer bytes per burst slot; 0 = mtu() + 64, or 65536 with GRO.
+  // (A smaller value only serves tests of truncated super-packets.)
+  uint32_t rx_buffer_bytes = 0;
 };
 
 struct UdpStats {
@@ -144,6 +163,7 @@ struct UdpStats {
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
   uint64_t tx_gso_batches = 0;  // UDP GSO messages (>= 2 packets each)
+  uint64_t rx_gro_batches = 0;  // received super-packets (>= 2 segments)
   std::string ToString() const;
 };
 
@@ -177,6 +197,8 @@ class UdpDatapath : public Datapath {
   const std::vector<PlaneAddress>& local() const { return local_; }
   size_t num_planes() const { return local_.size(); }
   bool raw_mode() const { return raw_fd_ >= 0; }
+  bool gso_enabled() const { return gso_; }
+  bool gro_enabled() const { return gro_; }
   // Receive file descriptors (one per plane), for epoll.
   std::vector<int> rx_fds() const;
   // The UDP source port packets of (peer, path) leave with. 0 if unknown.
@@ -193,6 +215,8 @@ class UdpDatapath : public Datapath {
   size_t TxRaw(const TxPacket* pkts, size_t n);
   size_t TxSockets(const TxPacket* pkts, size_t n);
   bool SendGso(int fd, size_t b, size_t e, uint64_t* bytes, uint64_t* sent);
+  size_t EmitSegments(RxPacket* pkts, size_t got, size_t n, size_t* slot,
+                      size_t end, size_t* off);
 
   UdpOptions opt_;
   size_t mtu_ = 0;
@@ -207,15 +231,20 @@ class UdpDatapath : public Datapath {
   std::unique_ptr<Impl> impl_;                // preallocated buffers
   size_t rx_next_plane_ = 0;
   bool gso_ = false;
+  bool gro_ = false;
 
   struct Counters {
     std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0},
         tx_errors{0}, tx_drop_unknown_peer{0}, tx_drop_too_big{0},
         rx_packets{0}, rx_bytes{0}, rx_ecn_ce{0}, rx_truncated{0}, rx_errors{0},
-        tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0};
+        tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0}, rx_gro_batches{0};
   };
   Counters c_;
 };
+
+// The IP MTU of the interface that holds `addr` (getifaddrs + SIOCGIFMTU);
+// NotFound when no interface has it (e.g. "::").
+absl::StatusOr<uint32_t> DetectLinkMtu(const Ip6& addr);
 
 // Ones' complement checksum helpers (exposed for tests).
 // UDP/IPv6 checksum of `udp` (UDP header with checksum field zeroed, then

@@ -99,7 +99,8 @@ struct EndpointOptions {
   std::string tx_mode = "auto";
   // sockets mode: UDP source ports per plane (the entropy set).
   uint16_t sockets_per_plane = 8;
-  // IP MTU of the links (IPv6 header included).
+  // IP MTU of the links (IPv6 header included); 0 = the MTU of the
+  // interfaces holding local_addrs (the smallest; 1500 if none is found).
   uint32_t link_mtu = 1500;
   // Optional route per path, applied to every connection: path p uses
   // routes[p % routes.size()]: "entropy", "usid:<carrier>" or
@@ -108,6 +109,9 @@ struct EndpointOptions {
   // sockets mode: UDP GSO for runs of equal-size data packets (falls back
   // to plain sends by itself where the kernel refuses it).
   bool gso = false;
+  // Receive coalesced UDP super-packets (UDP_GRO) and split them into
+  // packets without copying (plain receives where the kernel refuses it).
+  bool gro = true;
   // Accept UDP packets with a zero checksum (needed by sockets-mode uSID).
   bool accept_zero_checksum = false;
 
@@ -125,6 +129,10 @@ struct EndpointOptions {
   bool busy_poll = false;
   // Pin the loop thread to this CPU (-1: no pinning).
   int cpu = -1;
+  // Microseconds the loop keeps polling after its last useful iteration
+  // before it sleeps; -1: the datapath's default (udp 0: on shared cores
+  // polling steals the peer's CPU; loopback and verbs 50).
+  int32_t idle_spin_us = -1;
   // Max WRITEs queued by PostWrite and not yet taken by the loop.
   size_t submit_queue_size = 1 << 16;
 };

@@ -14,12 +14,17 @@
 //
 // Thread safety: none. One thread drives one engine.
 //
-// Protocol contract (details: the comment block atop transport/engine/engine.cc):
+// Protocol contract (details: the comment block atop
+// transport/engine/engine.cc):
 // - Each connection numbers DATA packets with a PSN space of its own (32 bits
 //   on the wire, starting at LocalInfo().initial_psn), at most 4096 packets
 //   in flight; packets are sprayed over the path set by the PathSelector and
 //   recovered selectively (SACK bitmap, per-path loss inference, TRIMMED
-//   NACK -> immediate resend on another path, RTO with backoff).
+//   NACK -> immediate resend on another path, path timeout: a packet
+//   outstanding for about srtt + 4 rttvar while one sent after it on another
+//   path was acked is resent elsewhere and its path retired, without
+//   touching the window; tail-loss probe; RTO with backoff, which cuts the
+//   window only when nothing sent after the oldest packet was acked).
 // - SACKs are coalesced: every 16 packets, at most base_rtt / 4 after the
 //   first unacknowledged arrival (a timer NextEventTime() reports), and at
 //   once on a gap, ECN CE or a duplicate.
@@ -96,12 +101,18 @@ struct EngineOptions {
 struct ConnectionOptions {
   // Opaque destination id copied into every TxPacket (see prism/packet.h).
   uint32_t peer = 0;
-  uint16_t num_paths = 256;   // size of the path set (1 .. 65535)
-  uint16_t num_planes = 1;    // path p is on plane p % num_planes
+  uint16_t num_paths = 256;              // size of the path set (1 .. 65535)
+  uint16_t num_planes = 1;               // path p is on plane p % num_planes
   std::string path_policy = "rotation";  // routing::PathSelectorConfig::policy
-  std::string congestion = "nscc";       // congestion::ControllerConfig::algorithm
+  std::string congestion = "nscc";  // congestion::ControllerConfig::algorithm
   uint64_t link_rate_bps = 100'000'000'000ull;  // local NIC rate (all planes)
   Time base_rtt = 10 * kMicrosecond;            // expected unloaded RTT
+  // Whether a packet lost without a trim is a congestion signal for the
+  // controller (congestion::ControllerConfig::loss_is_congestion). False for
+  // fabrics that trim (MRC/UET): a plain loss is failure or corruption,
+  // repaired by retransmission. Set true on drop-tail fabrics, where a
+  // buffer overflow drop is the congestion signal.
+  bool loss_is_congestion = false;
   // Minimum / maximum retransmission timeout; the RTO is derived from
   // measured RTT and clamped to these, doubling on consecutive timeouts.
   Time rto_min = 50 * kMicrosecond;
@@ -130,8 +141,11 @@ struct ConnectionOptions {
   // in ConnectionInfo) packets beyond the cumulative ack, so with a datapath
   // that does not carry ConnectionInfo::max_inflight_packets use the same
   // value on both ends. Memory per connection: see docs/wire-format.md
-  // ("Engine memory"). The window caps one connection at window * mtu / RTT
-  // (4096 x 4 KiB over 10 us = 13 Tb/s; 256 -> 0.8 Tb/s).
+  // ("Engine memory"); the sender's rings are allocated by the first
+  // PostWrite, the receiver's message ring and the control ring grow on
+  // demand, so an idle or receive-only connection costs a few KiB. The window
+  // caps one connection at window * mtu / RTT (4096 x 4 KiB over 10 us = 13
+  // Tb/s; 256 -> 0.8 Tb/s).
   uint32_t max_inflight_packets = 4096;
 };
 
@@ -153,20 +167,20 @@ struct ConnectionInfo {
 };
 
 struct WriteRequest {
-  uint64_t wr_id = 0;           // returned in the completion
+  uint64_t wr_id = 0;  // returned in the completion
   const void* local_addr = nullptr;
-  uint64_t length = 0;          // 0 .. 2^32-1 bytes
-  uint32_t lkey = 0;            // local region holding [local_addr, +length)
-  uint64_t remote_addr = 0;     // final address in the peer's region
+  uint64_t length = 0;       // 0 .. 2^32-1 bytes
+  uint32_t lkey = 0;         // local region holding [local_addr, +length)
+  uint64_t remote_addr = 0;  // final address in the peer's region
   uint32_t rkey = 0;
-  bool has_immediate = false;   // WRITE-with-immediate
+  bool has_immediate = false;  // WRITE-with-immediate
   uint32_t immediate = 0;
 };
 
 enum class CompletionType : uint8_t {
-  kWrite,           // sender: a posted WRITE was fully acknowledged
-  kRecvImmediate,   // receiver: a WRITE-with-immediate fully arrived
-  kConnectionError, // the connection failed (status says why)
+  kWrite,            // sender: a posted WRITE was fully acknowledged
+  kRecvImmediate,    // receiver: a WRITE-with-immediate fully arrived
+  kConnectionError,  // the connection failed (status says why)
 };
 
 struct Completion {
@@ -215,11 +229,22 @@ class Engine {
   // bad-key and out-of-range packets are dropped and counted, never written.
   void OnReceive(Time now, const RxPacket* pkts, size_t n);
   // Runs timers due at `now` and fills up to `max` packets to transmit.
+  // Batch semantics: one call fills as many packets as are ready (up to
+  // `max`); a return value < max means nothing more is sendable at `now`, so
+  // callers need not poll again before new input or NextEventTime(). Cost:
+  // connections untouched since the last call whose timers are not due and
+  // that have nothing queued are skipped after a compare of cached values.
   size_t PollTransmit(Time now, TxPacket* out, size_t max);
   // Earliest time something new can happen without new input (a timer, a
   // paced send, a probe); kTimeInfinite when idle. When packets are ready to
   // send now it returns the latest `now` the engine has seen: call
   // PollTransmit again.
+  // Cost: O(1) when nothing happened since the previous call (the result is
+  // cached); otherwise each connection touched since then (by OnReceive,
+  // PostWrite, PollTransmit, SetPlaneUp, Connect) is re-evaluated once and
+  // the cached per-connection values are combined (a compare per
+  // connection, no virtual calls). The value is the same as a full
+  // evaluation.
   Time NextEventTime() const;
 
   // --- completions and stats ----------------------------------------------

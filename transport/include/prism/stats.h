@@ -47,6 +47,7 @@ struct ConnectionStats {
   uint64_t retransmitted_bytes = 0;
   uint64_t rto_events = 0;           // retransmission timeouts fired
   uint64_t tail_loss_probes = 0;     // PTO firings (early retransmits)
+  uint64_t path_timeouts = 0;        // lost by path timeout (engine.h)
   uint64_t plane_status_repeats = 0; // PLANE_STATUS re-sends (see engine.h)
   uint64_t trims_received = 0;       // TRIMMED NACKs received (as sender)
   uint64_t nacks_received = 0;       // all NACKs received

@@ -1,0 +1,498 @@
+// GPU memory staging of the NCCL plugin (transport/nccl/gpu.h) against a
+// fake GPU runtime, linked directly against the plugin's core library: no
+// GPU is needed. The fake keeps "device memory" in allocations of its own
+// and runs every copy lazily, one queued operation per event query, so a
+// WRITE posted before its device -> host copy finished (or a receive
+// reported done before its host -> device copy) shows up as wrong bytes:
+// fresh pinned mirrors are filled with 0xa5.
+//
+// The real CUDA path (tests/nccl/gpu_check.sh) needs a GPU machine.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/nccl/mini_nccl.h"
+#include "transport/base/random.h"
+#include "transport/nccl/comm.h"
+#include "transport/nccl/config.h"
+#include "transport/nccl/gpu.h"
+
+namespace prism::nccl {
+namespace {
+
+using prism::nccl_test::CheckPattern;
+using prism::nccl_test::FillPattern;
+
+class FakeGpu final : public GpuRuntime {
+ public:
+  struct Stats {
+    int d2h = 0;
+    int h2d = 0;
+    int bad_copies = 0;  // a copy whose ends are not device/pinned memory
+    int pinned_live = 0;
+    int streams_live = 0;
+    int events_live = 0;
+  };
+
+  const char* Name() const override { return "fake"; }
+  absl::StatusOr<int> DeviceCount() override { return 1; }
+
+  // "cudaMalloc".
+  uint8_t* AllocDevice(size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* p = new uint8_t[n];
+    memset(p, 0xdd, n);
+    device_[p] = n;
+    return p;
+  }
+  void FreeDevice(uint8_t* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    device_.erase(p);
+    delete[] p;
+  }
+  absl::Status CheckDevicePointer(const void* p, size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return InDevice(p, n) ? absl::OkStatus()
+                          : absl::InvalidArgumentError("not device memory");
+  }
+  absl::StatusOr<void*> AllocPinned(size_t n) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* p = new uint8_t[n];
+    memset(p, 0xa5, n);
+    pinned_[p] = n;
+    ++stats_.pinned_live;
+    return p;
+  }
+  void FreePinned(void* p) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pinned_.find(static_cast<uint8_t*>(p));
+    if (it == pinned_.end()) {
+      ++stats_.bad_copies;
+      return;
+    }
+    pinned_.erase(it);
+    delete[] static_cast<uint8_t*>(p);
+    --stats_.pinned_live;
+  }
+  absl::StatusOr<GpuStream> CreateStream() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.streams_live;
+    return static_cast<GpuStream>(new Stream());
+  }
+  void DestroyStream(GpuStream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_.streams_live;
+    delete static_cast<Stream*>(s);
+  }
+  absl::StatusOr<GpuEvent> CreateEvent() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.events_live;
+    return static_cast<GpuEvent>(new Event());
+  }
+  void DestroyEvent(GpuEvent e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_.events_live;
+    delete static_cast<Event*>(e);
+  }
+  absl::Status CopyAsync(void* dst, const void* src, size_t n, bool to_device,
+                         GpuStream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_copies_ > 0) {
+      --fail_copies_;
+      return absl::InternalError("injected copy failure");
+    }
+    const bool ok = to_device ? InDevice(dst, n) && InPinned(src, n)
+                              : InPinned(dst, n) && InDevice(src, n);
+    if (!ok) {
+      ++stats_.bad_copies;
+      return absl::InvalidArgumentError("copy outside device/pinned memory");
+    }
+    ++(to_device ? stats_.h2d : stats_.d2h);
+    static_cast<Stream*>(s)->ops.push_back(Op{dst, src, n, nullptr});
+    return absl::OkStatus();
+  }
+  absl::Status Record(GpuEvent e, GpuStream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* ev = static_cast<Event*>(e);
+    ev->pending = true;
+    static_cast<Stream*>(s)->ops.push_back(Op{nullptr, nullptr, 0, ev});
+    ev->stream = static_cast<Stream*>(s);
+    return absl::OkStatus();
+  }
+  absl::Status Query(GpuEvent e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* ev = static_cast<Event*>(e);
+    if (ev->pending) RunOne(ev->stream);  // the copy engine makes progress
+    return ev->pending ? absl::UnavailableError("not ready") : absl::OkStatus();
+  }
+  absl::Status Synchronize(GpuStream s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* st = static_cast<Stream*>(s);
+    while (!st->ops.empty()) RunOne(st);
+    return absl::OkStatus();
+  }
+
+  Stats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void FailNextCopies(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_copies_ = n;
+  }
+
+ private:
+  struct Event;
+  struct Op {
+    void* dst;
+    const void* src;
+    size_t n;
+    Event* ev;  // a recorded event instead of a copy
+  };
+  struct Stream {
+    std::deque<Op> ops;
+  };
+  struct Event {
+    bool pending = false;
+    Stream* stream = nullptr;
+  };
+
+  void RunOne(Stream* s) {
+    if (s->ops.empty()) return;
+    const Op op = s->ops.front();
+    s->ops.pop_front();
+    if (op.ev != nullptr) {
+      op.ev->pending = false;
+    } else if (op.n > 0) {
+      memcpy(op.dst, op.src, op.n);
+    }
+  }
+  static bool In(const std::map<uint8_t*, size_t>& m, const void* p, size_t n) {
+    const auto* q = static_cast<const uint8_t*>(p);
+    auto it = m.upper_bound(const_cast<uint8_t*>(q));
+    if (it == m.begin()) return false;
+    --it;
+    return q >= it->first && q + n <= it->first + it->second;
+  }
+  bool InDevice(const void* p, size_t n) const { return In(device_, p, n); }
+  bool InPinned(const void* p, size_t n) const { return In(pinned_, p, n); }
+
+  std::mutex mu_;
+  std::map<uint8_t*, size_t> device_;
+  std::map<uint8_t*, size_t> pinned_;
+  Stats stats_;
+  int fail_copies_ = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct Fixture {
+  PluginConfig cfg;
+  DeviceContext dev;
+  void* send = nullptr;
+  void* recv = nullptr;
+};
+
+EnvGetter Env(std::map<std::string, std::string>* m) {
+  return [m](const char* k) -> const char* {
+    auto it = m->find(k);
+    return it == m->end() ? nullptr : it->second.c_str();
+  };
+}
+
+void Connect(const std::string& datapath, Fixture* f) {
+  std::map<std::string, std::string> env = {{"PRISM_ADDRS", "127.0.0.1"},
+                                            {"PRISM_DATAPATH", datapath},
+                                            {"PRISM_PATHS", "16"},
+                                            {"PRISM_UDP_TX_MODE", "sockets"},
+                                            {"PRISM_SEED", "7"}};
+  auto c = LoadConfig(Env(&env));
+  ASSERT_TRUE(c.ok()) << c.status();
+  f->cfg = *std::move(c);
+  f->dev = DeviceContext{0, &f->cfg.devices[0], &f->cfg};
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(Listen(f->dev, handle, &lc), kPrismNcclSuccess);
+  const auto start = Clock::now();
+  while (f->send == nullptr || f->recv == nullptr) {
+    if (f->send == nullptr) {
+      ASSERT_EQ(Connect(f->dev, handle, &f->send), kPrismNcclSuccess);
+    }
+    if (f->recv == nullptr) {
+      ASSERT_EQ(Accept(lc, &f->recv), kPrismNcclSuccess);
+    }
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(10));
+  }
+  ASSERT_EQ(CloseListen(lc), kPrismNcclSuccess);
+}
+
+void Close(Fixture* f) {
+  if (f->send != nullptr) {
+    EXPECT_EQ(CloseSend(f->send), kPrismNcclSuccess);
+  }
+  if (f->recv != nullptr) {
+    EXPECT_EQ(CloseRecv(f->recv), kPrismNcclSuccess);
+  }
+  f->send = f->recv = nullptr;
+  ReleaseIdleResources();
+}
+
+// Tests both requests until done; returns false on timeout.
+bool Wait(void* sreq, int* sres, void* rreq, int* rsizes, int* rres) {
+  const auto start = Clock::now();
+  bool sdone = sreq == nullptr, rdone = rreq == nullptr;
+  *sres = *rres = kPrismNcclSuccess;
+  while (!sdone || !rdone) {
+    int done = 0;
+    if (!sdone) {
+      *sres = Test(sreq, &done, nullptr);
+      sdone = done != 0 || *sres != kPrismNcclSuccess;
+    }
+    done = 0;
+    if (!rdone) {
+      *rres = Test(rreq, &done, rsizes);
+      rdone = done != 0 || *rres != kPrismNcclSuccess;
+    }
+    if (Clock::now() - start > std::chrono::seconds(20)) return false;
+  }
+  return true;
+}
+
+class NcclGpu : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { SetGpuRuntimeForTesting(&gpu_); }
+  void TearDown() override { SetGpuRuntimeForTesting(nullptr); }
+  FakeGpu gpu_;
+};
+
+TEST_P(NcclGpu, AdvertisesAndRegistersDeviceMemory) {
+  EXPECT_EQ(SupportedPtrTypes(),
+            kPrismNcclPtrHost | kPrismNcclPtrCuda | kPrismNcclPtrDmaBuf);
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
+  uint8_t* d = gpu_.AllocDevice(4096);
+  std::vector<uint8_t> host(4096);
+  void* mh = nullptr;
+  ASSERT_EQ(RegMr(f.send, d, 4096, kPrismNcclPtrCuda, &mh), kPrismNcclSuccess);
+  EXPECT_EQ(gpu_.stats().pinned_live, 1);  // its host mirror
+  ASSERT_EQ(DeregMr(f.send, mh), kPrismNcclSuccess);
+  EXPECT_EQ(gpu_.stats().pinned_live, 0);
+  // Host memory registered as CUDA, and DMABUF as a type, are refused.
+  EXPECT_EQ(RegMr(f.send, host.data(), 4096, kPrismNcclPtrCuda, &mh),
+            kPrismNcclInvalidArgument);
+  EXPECT_EQ(mh, nullptr);
+  EXPECT_EQ(RegMr(f.send, d, 4096, kPrismNcclPtrDmaBuf, &mh),
+            kPrismNcclInvalidArgument);
+  // iflush has nothing to do: success with a NULL request.
+  void* data = d;
+  int size = 100;
+  void* req = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(Iflush(f.recv, 1, &data, &size, &mh, &req), kPrismNcclSuccess);
+  EXPECT_EQ(req, nullptr);
+  Close(&f);
+  const FakeGpu::Stats st = gpu_.stats();
+  EXPECT_EQ(st.pinned_live, 0);
+  EXPECT_EQ(st.streams_live, 0);
+  EXPECT_EQ(st.events_live, 0);
+  gpu_.FreeDevice(d);
+}
+
+TEST_P(NcclGpu, HostOnlyWithoutARuntime) {
+  SetGpuRuntimeForTesting(nullptr);
+  EXPECT_EQ(SupportedPtrTypes(), kPrismNcclPtrHost);
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
+  uint8_t* d = gpu_.AllocDevice(64);
+  void* mh = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(RegMr(f.recv, d, 64, kPrismNcclPtrCuda, &mh),
+            kPrismNcclInvalidArgument);
+  EXPECT_EQ(mh, nullptr);
+  Close(&f);
+  gpu_.FreeDevice(d);
+}
+
+// Random traffic between device and host buffers in every combination, up
+// to 8 outstanding, grouped receives, verified byte by byte in the buffers
+// NCCL posted (device memory for staged receives).
+TEST_P(NcclGpu, StagedTrafficVerifiedByteByByte) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
+  constexpr size_t kBuf = 8 * 64 * 1024;
+  constexpr size_t kMax = 64 * 1024 - 64;  // leaves room for a canary
+  uint8_t* sdev = gpu_.AllocDevice(kBuf);
+  uint8_t* rdev = gpu_.AllocDevice(kBuf);
+  std::vector<uint8_t> shost(kBuf), rhost(kBuf);
+  void *smh_dev, *smh_host, *rmh_dev, *rmh_host;
+  ASSERT_EQ(RegMr(f.send, sdev, kBuf, kPrismNcclPtrCuda, &smh_dev), 0);
+  ASSERT_EQ(RegMr(f.send, shost.data(), kBuf, kPrismNcclPtrHost, &smh_host), 0);
+  ASSERT_EQ(RegMr(f.recv, rdev, kBuf, kPrismNcclPtrCuda, &rmh_dev), 0);
+  ASSERT_EQ(RegMr(f.recv, rhost.data(), kBuf, kPrismNcclPtrHost, &rmh_host), 0);
+  Rng rng(42);
+  int staged_sends = 0, staged_recvs = 0;
+  constexpr int kRounds = 150;
+  struct Msg {
+    uint8_t* sbuf;
+    void* smh;
+    uint8_t* rbuf;
+    void* rmh;
+    size_t size;
+    int tag;
+  };
+  for (int round = 0; round < kRounds; ++round) {
+    // Up to 8 messages in 1..4 receive requests (grouped up to 4), message j
+    // using the 64 KiB slot j of the send and of the receive buffer.
+    std::vector<std::vector<Msg>> reqs;
+    int j = 0;
+    const int nreq = 1 + static_cast<int>(rng.Next32() % 4);
+    for (int q = 0; q < nreq && j < 8; ++q) {
+      const int n = std::min<int>(
+          8 - j, rng.Next32() % 3 == 0 ? 2 + rng.Next32() % 3 : 1);
+      std::vector<Msg> g;
+      for (int i = 0; i < n; ++i, ++j) {
+        const bool sd = rng.Next32() % 2 == 0, rd = rng.Next32() % 2 == 0;
+        const size_t off = static_cast<size_t>(j) * 64 * 1024;
+        const size_t size =
+            rng.Next32() % 8 == 0 ? 0 : rng.Next32() % (kMax + 1);
+        g.push_back(Msg{(sd ? sdev : shost.data()) + off,
+                        sd ? smh_dev : smh_host,
+                        (rd ? rdev : rhost.data()) + off,
+                        rd ? rmh_dev : rmh_host, size, 100 + i});
+        staged_sends += sd && size > 0;
+        staged_recvs += rd && size > 0;
+      }
+      reqs.push_back(std::move(g));
+    }
+    std::vector<void*> rreqs(reqs.size(), nullptr);
+    for (size_t q = 0; q < reqs.size(); ++q) {
+      void* data[kMaxRecvs];
+      size_t sizes[kMaxRecvs];
+      int tags[kMaxRecvs];
+      void* mhs[kMaxRecvs];
+      const int n = static_cast<int>(reqs[q].size());
+      for (int i = 0; i < n; ++i) {
+        const Msg& m = reqs[q][i];
+        // A canary right after the message (the fake's device memory is
+        // host memory, so the test can write and read it directly).
+        memset(m.rbuf, 0x77, m.size);
+        memset(m.rbuf + m.size, 0x3c, 64);
+        FillPattern(m.sbuf, m.size, 9, round, static_cast<uint32_t>(q * 8 + i));
+        data[i] = m.rbuf;
+        sizes[i] = kMax + 64;
+        tags[i] = m.tag;
+        mhs[i] = m.rmh;
+      }
+      ASSERT_EQ(Irecv(f.recv, n, data, sizes, tags, mhs, &rreqs[q]),
+                kPrismNcclSuccess);
+      ASSERT_NE(rreqs[q], nullptr);
+    }
+    std::vector<void*> sreqs;
+    for (size_t q = 0; q < reqs.size(); ++q) {
+      // Reverse tag order inside a grouped receive.
+      for (int i = static_cast<int>(reqs[q].size()) - 1; i >= 0; --i) {
+        const Msg& m = reqs[q][i];
+        void* req = nullptr;
+        const auto start = Clock::now();
+        while (req == nullptr) {
+          ASSERT_EQ(Isend(f.send, m.sbuf, m.size, m.tag, m.smh, &req),
+                    kPrismNcclSuccess);
+          ASSERT_LT(Clock::now() - start, std::chrono::seconds(10));
+        }
+        sreqs.push_back(req);
+      }
+    }
+    int sres = 0, rres = 0, unused[kMaxRecvs];
+    for (void* sreq : sreqs) {
+      ASSERT_TRUE(Wait(sreq, &sres, nullptr, unused, &rres));
+      ASSERT_EQ(sres, kPrismNcclSuccess);
+    }
+    for (size_t q = 0; q < reqs.size(); ++q) {
+      int sizes[kMaxRecvs] = {};
+      ASSERT_TRUE(Wait(nullptr, &sres, rreqs[q], sizes, &rres));
+      ASSERT_EQ(rres, kPrismNcclSuccess);
+      for (size_t i = 0; i < reqs[q].size(); ++i) {
+        const Msg& m = reqs[q][i];
+        ASSERT_EQ(sizes[i], static_cast<int>(m.size));
+        ASSERT_EQ(CheckPattern(m.rbuf, m.size, 9, round,
+                               static_cast<uint32_t>(q * 8 + i)),
+                  -1)
+            << "round " << round << " msg " << q << "." << i << " size "
+            << m.size << (m.rmh == rmh_dev ? " device" : " host")
+            << " receive, " << (m.smh == smh_dev ? "device" : "host")
+            << " send";
+        for (int c = 0; c < 64; ++c) ASSERT_EQ(m.rbuf[m.size + c], 0x3c);
+      }
+    }
+  }
+  const FakeGpu::Stats st = gpu_.stats();
+  EXPECT_EQ(st.d2h, staged_sends);
+  EXPECT_EQ(st.h2d, staged_recvs);
+  EXPECT_GT(staged_sends, 20);
+  EXPECT_GT(staged_recvs, 20);
+  EXPECT_EQ(st.bad_copies, 0);
+  for (auto [c, mh] : {std::pair{f.send, smh_dev},
+                       {f.send, smh_host},
+                       {f.recv, rmh_dev},
+                       {f.recv, rmh_host}}) {
+    EXPECT_EQ(DeregMr(c, mh), kPrismNcclSuccess);
+  }
+  Close(&f);
+  EXPECT_EQ(gpu_.stats().pinned_live, 0);
+  EXPECT_EQ(gpu_.stats().events_live, 0);
+  EXPECT_EQ(gpu_.stats().streams_live, 0);
+  gpu_.FreeDevice(sdev);
+  gpu_.FreeDevice(rdev);
+}
+
+// A failing device copy fails the send cleanly (an error, no crash, no
+// WRITE of stale bytes); the comm reports the failure from then on.
+TEST_P(NcclGpu, CopyFailureFailsTheSend) {
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
+  uint8_t* sdev = gpu_.AllocDevice(4096);
+  std::vector<uint8_t> rhost(4096, 0x11);
+  void *smh, *rmh;
+  ASSERT_EQ(RegMr(f.send, sdev, 4096, kPrismNcclPtrCuda, &smh), 0);
+  ASSERT_EQ(RegMr(f.recv, rhost.data(), 4096, kPrismNcclPtrHost, &rmh), 0);
+  void* data = rhost.data();
+  size_t size = 4096;
+  int tag = 1;
+  void* rreq = nullptr;
+  ASSERT_EQ(Irecv(f.recv, 1, &data, &size, &tag, &rmh, &rreq), 0);
+  gpu_.FailNextCopies(1);
+  void* sreq = nullptr;
+  int r = kPrismNcclSuccess;
+  const auto start = Clock::now();
+  while (sreq == nullptr && r == kPrismNcclSuccess) {
+    r = Isend(f.send, sdev, 1000, 1, smh, &sreq);
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(10));
+  }
+  EXPECT_EQ(r, kPrismNcclUnhandledCudaError);
+  EXPECT_EQ(sreq, nullptr);
+  for (uint8_t b : rhost) ASSERT_EQ(b, 0x11);
+  EXPECT_EQ(DeregMr(f.send, smh), 0);
+  EXPECT_EQ(DeregMr(f.recv, rmh), 0);
+  Close(&f);
+  EXPECT_EQ(gpu_.stats().pinned_live, 0);
+  gpu_.FreeDevice(sdev);
+}
+
+std::vector<const char*> DataPaths() {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  return {"tcp", "udp"};
+#else
+  return {"tcp"};
+#endif
+}
+INSTANTIATE_TEST_SUITE_P(DataPaths, NcclGpu, ::testing::ValuesIn(DataPaths()),
+                         [](const auto& info) {
+                           return std::string(info.param);
+                         });
+
+}  // namespace
+}  // namespace prism::nccl
