@@ -1556,16 +1556,6 @@ class Engine::Impl {
     CompleteWrites(c);
   }
 
-  // A transmission that timed out (PTO or RTO) blames its path only if one
-  // sent no earlier (the same burst or later) was acked: then the fabric
-  // delivered those while this one was lost. When nothing sent after it was
-  // acked, the whole connection is slow (a slow receiver or host, a software
-  // NIC) or every path is down; the packet is resent either way, but no path is
-  // retired for it (per-path inference and probes still handle a dead path).
-  static bool Overtaken(const Conn* c, Time sent_time) {
-    return c->rack_sent > 0 && sent_time <= c->rack_sent;
-  }
-
   // Loss by path timeout (see the design notes): transmissions older than
   // LossTimeout() with a later-sent one acked are resent on other paths and
   // their paths retired; the window is not touched. Returns how many.
@@ -1740,13 +1730,10 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
-        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        if (overtaken) {
-          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
-        }
+        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
       }
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
@@ -1771,12 +1758,9 @@ class Engine::Impl {
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
-      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
       ++c->paths[path].st.lost_packets;
       MarkLost(c, PsnOfSlot(c, idx), false);
-      if (overtaken) {
-        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
-      }
+      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
     }
     ++c->st.rto_events;
     if (!delivering) {
