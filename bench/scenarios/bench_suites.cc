@@ -649,9 +649,9 @@ absl::StatusOr<Value> LinkFlaps(const SuiteOptions& opt,
     o.Set("flap_window_throughput_loss_fraction",
           Value::Number(wr0 > 0 ? std::max(0.0, 1 - wr / wr0) : 1));
     o.Set("flap_window_capacity_removed_fraction",
-          Value::Number(w1 > w0 ? wdown / (fabric_links *
-                                           static_cast<double>(w1 - w0))
-                                : 0));
+          Value::Number(
+              w1 > w0 ? wdown / (fabric_links * static_cast<double>(w1 - w0))
+                      : 0));
     const double p99 = Percentile(Fcts(r), 0.99),
                  p990 = Percentile(Fcts(n), 0.99);
     o.Set("fct_p99_us", Value::Number(p99));

@@ -15,9 +15,12 @@
 namespace prism::bench {
 namespace {
 
-// PRISM_BENCH_STRICT=1 asserts the bars where Prism does not meet
-// them yet (link-flaps); by default those get a regression floor just beyond
-// today's figure, recorded in docs/benchmarks.md as a missed bar.
+// The bars are asserted by default wherever the quick variant meets
+// them (the runs are deterministic at seed 1). PRISM_BENCH_STRICT=1 also
+// asserts the one figure Prism does not meet yet (link-flaps' makespan-based
+// throughput, dominated by the last straggler's tail); by default that gets a
+// regression floor just beyond today's figure, recorded in
+// docs/benchmarks.md as a missed bar.
 bool Strict() {
   const char* v = std::getenv("PRISM_BENCH_STRICT");
   return v != nullptr && std::string(v) == "1";
@@ -109,11 +112,11 @@ TEST(BenchQuick, PortLoss) {
     const json::Value& p = T(s, "prism");
     EXPECT_TRUE(Bool(p, "completed"));
     EXPECT_GE(Num(p, "goodput_before_fraction"), 0.85);
-    EXPECT_GE(Num(p, "goodput_after_fraction"), 0.85);  // bar: 0.90
+    EXPECT_GE(Num(p, "goodput_after_fraction"), 0.90);  // the bar
     const json::Value* rec = p.Find("recovery_us");
     ASSERT_NE(rec, nullptr);
     ASSERT_TRUE(rec->is_number()) << "Prism never recovered to 90% of 7/8";
-    EXPECT_LE(rec->as_double(), 75);  // bar: 50 us
+    EXPECT_LE(rec->as_double(), 50);  // the bar (us)
     EXPECT_EQ(Num(p, "connection_errors"), 0);
   }
   // The single-path baseline's failed-plane share cannot move: it stalls
@@ -132,11 +135,11 @@ TEST(BenchQuick, RandomLoss) {
       Num(T(Scenario(res, "loss-0.001"), "prism"), "goodput_fraction");
   const double p2 =
       Num(T(Scenario(res, "loss-0.01"), "prism"), "goodput_fraction");
-  // bar: 0.90 (full run). The quick transfer is 32 MiB (~350 us), where a
-  // single retransmission timeout of a lost tail packet costs ~15%.
-  EXPECT_GE(p3, 0.75);
-  EXPECT_GE(p2, 0.70);  // bar: 0.50; 0.81 since NSCC stopped treating
-                        // random loss as congestion (loss_is_congestion)
+  EXPECT_GE(p3, 0.90);  // the bar; 0.977 at seed 1
+  EXPECT_GE(p2, 0.80);  // bar: 0.50; 0.915 since the engine's path timeout
+  // 5% is beyond the bars; a floor under today's 0.705.
+  EXPECT_GE(Num(T(Scenario(res, "loss-0.05"), "prism"), "goodput_fraction"),
+            0.60);
   EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.001"), "prism"), "completed"));
   EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.01"), "prism"), "completed"));
   // Go-back-N collapses as loss grows, and far below Prism at 1%.
@@ -154,7 +157,7 @@ TEST(BenchQuick, Incast) {
   ExpectInvariants(res);
   const json::Value& p = T(Scenario(res, "7-to-1"), "prism");
   EXPECT_TRUE(Bool(p, "completed"));
-  EXPECT_GE(Num(p, "victim_fair_share_fraction"), 0.90);  // bar: 0.95
+  EXPECT_GE(Num(p, "victim_fair_share_fraction"), 0.95);  // the bar
 }
 
 TEST(BenchQuick, Permutation) {
@@ -164,7 +167,7 @@ TEST(BenchQuick, Permutation) {
   for (const char* t : {"prism-oblivious", "prism-reps", "prism-p2c"}) {
     SCOPED_TRACE(t);
     EXPECT_TRUE(Bool(T(s, t), "completed"));
-    EXPECT_GE(Num(T(s, t), "goodput_fraction"), 0.90);  // bar: 0.95
+    EXPECT_GE(Num(T(s, t), "goodput_fraction"), 0.95);  // the bar
   }
   // ECMP hashing collisions keep the single-path baseline well below.
   EXPECT_LT(Num(T(s, "roce"), "goodput_fraction"),
@@ -174,21 +177,35 @@ TEST(BenchQuick, Permutation) {
 TEST(BenchQuick, LinkFlaps) {
   const json::Value res = RunQuick("link-flaps");
   ExpectInvariants(res);
-  const json::Value& p = T(Scenario(res, "all-to-all-16"), "prism");
+  const json::Value& s = Scenario(res, "all-to-all-16");
+  const json::Value& p = T(s, "prism");
   EXPECT_TRUE(Bool(p, "completed"));
   EXPECT_EQ(Num(p, "connection_errors"), 0);
-  // Bar: loss of throughput no larger than the capacity taken away. NOT MET
-  // yet (0.33 lost vs 0.08 removed: ~1100 RTOs, each halving the window); the
-  // default run guards against regression beyond today's figure.
+  // The bar, over the flap window: loss of throughput no larger than the
+  // capacity taken away (0.018 vs 0.031 at seed 1; the baselines lose more
+  // than is taken away).
+  const double wlost = Num(p, "flap_window_throughput_loss_fraction");
+  const double wremoved = Num(p, "flap_window_capacity_removed_fraction");
+  EXPECT_GT(wremoved, 0.02);
+  EXPECT_LE(wlost, wremoved);
+  EXPECT_LT(wlost, Num(T(s, "roce"), "flap_window_throughput_loss_fraction"));
+  // Makespan-based (all bytes / last completion): the last straggler's tail
+  // decides it. NOT MET (0.241 lost vs 0.027 removed at seed 1: a packet
+  // lost into a dead link near a flow's end costs about two loaded RTTs);
+  // the default run guards against regression beyond today's figure.
   const double lost = Num(p, "throughput_loss_fraction");
   const double removed = Num(p, "capacity_removed_fraction");
-  std::printf("link-flaps: throughput loss %.3f, capacity removed %.3f\n", lost,
-              removed);
+  std::printf(
+      "link-flaps: flap window: loss %.3f, removed %.3f; makespan: loss "
+      "%.3f, removed %.3f\n",
+      wlost, wremoved, lost, removed);
   if (Strict()) {
     EXPECT_LE(lost, removed + 0.05);
   } else {
-    EXPECT_LE(lost, 0.40) << "regression beyond the recorded 0.33";
+    EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.241";
   }
+  EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.27 at seed 1
+  EXPECT_LE(Num(p, "timeouts"), 40);  // 21 at seed 1 (~1100 before the fix)
 }
 
 TEST(BenchQuick, T1Reboot) {
@@ -197,8 +214,10 @@ TEST(BenchQuick, T1Reboot) {
   const json::Value& p = T(Scenario(res, "ring-allreduce-16"), "prism");
   EXPECT_TRUE(Bool(p, "completed"));
   EXPECT_EQ(Num(p, "connection_errors"), 0);
+  // The bar: 0.103 lost vs 0.125 of the T1 capacity removed at seed 1.
   EXPECT_LE(Num(p, "throughput_loss_fraction"),
-            Num(p, "capacity_removed_fraction") + 0.10);
+            Num(p, "capacity_removed_fraction"));
+  EXPECT_EQ(Num(p, "timeouts"), 0);
 }
 
 }  // namespace

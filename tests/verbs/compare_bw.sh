@@ -36,9 +36,9 @@ run_ib() {
 }
 run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
 # Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
-# WRITE-with-immediate: 4096 = one RoCE packet at this MTU, as MRC sprays;
-# CHUNKS="4096 32768" adds a run with 32 KiB chunks).
-for CHUNK in ${CHUNKS:-4096}; do
+# WRITE-with-immediate: 32768 = the datapath's default, 8 RoCE packets at
+# this MTU; 4096 = one RoCE packet per WRITE, as MRC sprays).
+for CHUNK in ${CHUNKS:-32768 4096}; do
   IB0=$IB
   "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 128 > /tmp/vperf.out 2>&1; prc=$?
   cat /tmp/vperf.out
@@ -49,8 +49,8 @@ for CHUNK in ${CHUNKS:-4096}; do
   echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 done
 # prism_perf --datapath verbs: the Endpoint API (event-loop thread, blob
-# exchange over TCP), 8 paths on 8 data QPs, 4096-byte WRITEs; timers sized
-# for TCG (RTTs of milliseconds).
+# exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (32
+# KiB WRITEs); timers sized for TCG (RTTs of milliseconds).
 if [ -n "$PPERF" ]; then
   IB0=$IB
   PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 --rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
@@ -64,5 +64,6 @@ if [ -n "$PPERF" ]; then
   [ -n "$PR" ] || { echo "FAIL: no MBps in prism_perf --json output"; exit 1; }
   run_ib
   echo "METRIC prism_perf_verbs_MBps $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API)"
+  grep -o '"\(rto_events\|paths_retired\|retransmitted_packets\|tail_loss_probes\)": *[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed 's/^/METRIC prism_perf_verbs_engine /; s/$/\n/'
   echo "METRIC prism_perf_verbs_vs_ib_write_bw $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 fi

@@ -134,12 +134,11 @@ struct RegistrationChurn {
   std::vector<std::vector<uint8_t>> bufs =
       std::vector<std::vector<uint8_t>>(9, std::vector<uint8_t>(8192, 0));
   std::vector<MemoryRegion> live;
-  int round = 0;
   int cycles = 0;
   absl::Status error;
 
   void Step() {
-    if (!error.ok() || ++round % 2 != 0) return;
+    if (!error.ok()) return;
     const size_t want = 1 + (cycles % bufs.size());
     if (live.size() < want) {
       auto mr =
@@ -198,6 +197,10 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
                  bool refuse_uc = false) {
   VerbsOptions va, vb;
   va.debug_refuse_uc = vb.debug_refuse_uc = refuse_uc;
+  if (churn) {
+    // A small control ring, so advertisements also wait for room.
+    va.ctrl_depth = vb.ctrl_depth = 24;
+  }
   va.debug_defer_descriptors = vb.debug_defer_descriptors = defer;
   va.mode = vb.mode = mode;
   va.num_qps = vb.num_qps = 8;
@@ -262,16 +265,19 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
     for (const Completion& x : s.completions) c += x.type == type;
     return c;
   };
+  RegistrationChurn churn_b;
+  churn_b.side = &B;
   if (break_qp || churn) {
-    ASSERT_TRUE(PumpUntil(A, B, [&] {
-      return count(A, CompletionType::kWrite) >= n / 4;
-    })) << "no progress before the fault";
+    ASSERT_TRUE(PumpUntilEach(
+        A, B, [&] { return count(A, CompletionType::kWrite) >= n / 4; },
+        [&] {
+          if (churn) churn_b.Step();
+        }))
+        << "no progress before the fault";
   }
   if (break_qp) {
     ASSERT_TRUE(A.dp->ForceQpError(A.peer, 3).ok());
   }
-  RegistrationChurn churn_b;
-  churn_b.side = &B;
   const bool finished = PumpUntilEach(
       A, B,
       [&] {
@@ -286,7 +292,9 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
   if (churn) {
     EXPECT_TRUE(churn_b.error.ok()) << churn_b.error;
     EXPECT_GT(churn_b.cycles, 0) << "the churn never completed a cycle";
-    printf("registration churn: %d cycles on B\n", churn_b.cycles);
+    printf("registration churn: %d cycles on B, %lu frames queued\n",
+           churn_b.cycles,
+           static_cast<unsigned long>(B.dp->stats().tx_frames_queued));
   }
   printf("A: %s\nB: %s\n", A.dp->stats().ToString().c_str(),
          B.dp->stats().ToString().c_str());
@@ -462,6 +470,53 @@ TEST(VerbsTransferTest, UnknownRemoteKeyFailsTheWrite) {
   EXPECT_GT(A.dp->stats().tx_fallback, 0u);
   EXPECT_GT(B.engine->stats().rx_drop_bad_key, 0u);
   for (uint8_t x : dst) ASSERT_EQ(x, 0);
+}
+
+// More registrations at once than the control ring has slots: none fails,
+// the advertisements wait for room (tx_frames_queued) and all arrive, so a
+// WRITE into the last region is placed by the NIC (no fallback).
+TEST(VerbsTransferTest, AdvertisementsWaitForControlRingRoom) {
+  REQUIRE_RDMA();
+  VerbsOptions vo;
+  vo.device = EnvOr("PRISM_RXE_DEV", "");
+  vo.ctrl_depth = 24;
+  auto a = Side::Create(vo, 41);
+  auto b = Side::Create(vo, 42);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Side& A = **a;
+  Side& B = **b;
+  ASSERT_TRUE(A.Open(SlowLinkOptions(8)).ok());
+  ASSERT_TRUE(B.Open(SlowLinkOptions(8)).ok());
+  ASSERT_TRUE(Connect(A, B).ok());
+  constexpr int kRegions = 60;
+  std::vector<std::vector<uint8_t>> dst(kRegions,
+                                        std::vector<uint8_t>(8192, 0));
+  std::vector<MemoryRegion> mrs;
+  for (int i = 0; i < kRegions; ++i) {
+    auto mr = B.Register(dst[i].data(), dst[i].size(), kAccessRemoteWrite);
+    ASSERT_TRUE(mr.ok()) << i << ": " << mr.status();
+    mrs.push_back(*mr);
+  }
+  EXPECT_GT(B.dp->stats().tx_frames_queued, 0u);
+  std::vector<uint8_t> src(8192, 0x6B);
+  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
+  ASSERT_TRUE(smr.ok());
+  // Let the queued advertisements drain, then write into the last region.
+  PumpUntil(
+      A, B, [] { return false; }, 300 * kMillisecond);
+  WriteRequest w;
+  w.wr_id = 1;
+  w.local_addr = src.data();
+  w.length = src.size();
+  w.lkey = smr->lkey;
+  w.remote_addr = mrs.back().addr;
+  w.rkey = mrs.back().rkey;
+  ASSERT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
+  ASSERT_TRUE(PumpUntil(A, B, [&] { return !A.completions.empty(); }));
+  EXPECT_EQ(A.completions[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(dst.back(), src);
+  EXPECT_EQ(A.dp->stats().tx_fallback, 0u) << "the advertisement was lost";
+  EXPECT_GT(A.dp->stats().tx_data, 0u);
 }
 
 // Losing the device's link (its netdev goes down under a live datapath):

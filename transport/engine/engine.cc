@@ -318,9 +318,10 @@ struct Conn {
   uint64_t cwnd = 0;
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
-  Time last_progress = 0;  // last time a SACK acked something new
-  Time rack_sent = 0;      // latest send time of a transmission acked
-  uint8_t tlp_fired = 0;   // tail-loss probes since then
+  Time last_progress = 0;       // last time a SACK acked something new
+  Time rack_sent = 0;           // latest send time of a transmission acked
+  uint8_t tlp_fired = 0;        // tail-loss probes since then
+  bool any_acked_sent = false;  // rack_sent is valid
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -392,10 +393,14 @@ struct Conn {
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     opt.base_rtt);
   }
-  // When the oldest transmission times out across paths (kTimeInfinite: no
-  // transmission sent after it was acked yet).
+  // True when a transmission sent after `s` (on any path) was acked.
+  bool SentBeforeLatestAcked(const TxSlot& s) const {
+    return s.sent_time < rack_sent;
+  }
+  // When the oldest transmission times out across paths (kTimeInfinite: not
+  // overtaken yet). Only the oldest is timed, so this is O(1).
   Time PathLossTime() const {
-    if (all_head == kNil || slots[all_head].sent_time >= rack_sent) {
+    if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
       return kTimeInfinite;
     }
     return slots[all_head].sent_time + LossTimeout();
@@ -1482,6 +1487,7 @@ class Engine::Impl {
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
+      c->any_acked_sent = true;
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
@@ -1604,7 +1610,7 @@ class Engine::Impl {
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (s.sent_time >= c->rack_sent || s.sent_time + lt > now) break;
+      if (!c->SentBeforeLatestAcked(s) || s.sent_time + lt > now) break;
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -1614,6 +1620,16 @@ class Engine::Impl {
     }
     if (n > 0) c->no_path = false;
     return n;
+  }
+
+  // A transmission that timed out (PTO or RTO) blames its path only if one
+  // sent no earlier (the same burst or later) was acked: then the fabric
+  // delivered those while this one was lost. When nothing sent after it was
+  // acked, the whole connection is slow (a slow receiver or host, a software
+  // NIC) or every path is down; the packet is resent either way, but no path is
+  // retired for it (per-path inference and probes still handle a dead path).
+  static bool Overtaken(const Conn* c, Time sent_time) {
+    return c->any_acked_sent && sent_time <= c->rack_sent;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -1769,10 +1785,13 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time + pto <= now) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
+        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
+        }
       }
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
@@ -1797,9 +1816,12 @@ class Engine::Impl {
            c->slots[c->all_head].sent_time + age <= now) {
       const uint32_t idx = c->all_head;
       const uint16_t path = c->slots[idx].path;
+      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
       ++c->paths[path].st.lost_packets;
       MarkLost(c, PsnOfSlot(c, idx), false);
-      RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      if (overtaken) {
+        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+      }
     }
     ++c->st.rto_events;
     if (!delivering) {

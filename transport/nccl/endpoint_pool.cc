@@ -2,6 +2,7 @@
 
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +55,15 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
                                   : static_cast<uint16_t>(d.plane_addrs.size());
     o.connection.congestion = c.congestion;
     o.connection.base_rtt = static_cast<Time>(c.base_rtt_us) * kMicrosecond;
+    if (c.mode == DataMode::kPrismVerbs) {
+      // RDMA NICs (and soft-RoCE most of all) complete in bursts: timers
+      // scale with the configured RTT instead of the 50 us defaults, which
+      // fire on every completion hiccup (docs/verbs.md, "Timers").
+      const Time t = 40 * o.connection.base_rtt;
+      o.connection.rto_max = std::max(o.connection.rto_max, 4 * t);
+      o.connection.rto_min = std::max(o.connection.rto_min, t);
+      o.connection.probe_interval = std::max(o.connection.probe_interval, t);
+    }
     o.connection.path_policy = c.path_policy;
     o.connection.link_rate_bps =
         static_cast<uint64_t>(d.speed_mbps) * 1'000'000ull;

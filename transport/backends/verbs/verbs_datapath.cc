@@ -182,20 +182,26 @@ std::string VerbsStats::ToString() const {
       "tx_data=%u tx_data_bytes=%u tx_ctrl=%u tx_probe=%u tx_descriptors=%u "
       "tx_fallback=%u tx_backpressure=%u tx_drop_dead_path=%u "
       "tx_drop_unknown_peer=%u tx_drop_device_lost=%u tx_drop_malformed=%u "
-      "tx_post_errors=%u "
+      "tx_post_errors=%u tx_frames_queued=%u "
       "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u cq_errors=%u qp_errors=%u async_events=%u",
       tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors, tx_fallback,
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
-      tx_drop_device_lost, tx_drop_malformed, tx_post_errors, rx_data,
-      rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
-      rx_drop_bad_imm, rx_drop_unknown, cq_errors, qp_errors, async_events);
+      tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
+      rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
+      rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, cq_errors,
+      qp_errors, async_events);
 }
 
 // ---------------------------------------------------------------- discovery
 
-absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
+namespace {
+// Devices with their ports and GIDs; only the one called `only` when it is
+// not empty (opening and querying every device is slow on soft-RoCE under
+// TCG: each GID is a sysfs read).
+absl::StatusOr<std::vector<DeviceInfo>> ListDevicesNamed(
+    const std::string& only) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr) {
@@ -209,6 +215,7 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
   for (int i = 0; i < n; ++i) {
     DeviceInfo d;
     d.name = ibv_get_device_name(list[i]);
+    if (!only.empty() && d.name != only) continue;
     ibv_context* ctx = ibv_open_device(list[i]);
     if (ctx == nullptr) continue;
     ibv_device_attr da{};
@@ -246,6 +253,11 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
   }
   ibv_free_device_list(list);
   return out;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
+  return ListDevicesNamed("");
 }
 
 absl::StatusOr<GidInfo> PickGid(const PortInfo& port) {
@@ -390,7 +402,7 @@ class VerbsDatapath::Impl {
       return absl::InvalidArgumentError("desc_ring must be a power of two");
     }
     // Device and port.
-    auto devs = ListDevices();
+    auto devs = ListDevicesNamed(o_.device);
     if (!devs.ok()) return devs.status();
     const DeviceInfo* dev = nullptr;
     const PortInfo* port = nullptr;
@@ -852,29 +864,68 @@ class VerbsDatapath::Impl {
     return absl::NotFoundError(absl::StrCat("no verbs region for lkey ", lkey));
   }
 
-  // Control-path send of one region frame (outside bursts).
+  // A region advertisement (kFrameRegion) or withdrawal (kFrameGone) for
+  // one peer. Queued when the peer's control ring is full (or earlier
+  // frames still wait), and sent in order at the next burst, so a busy
+  // control QP never makes RegisterMemory / DeregisterMemory fail.
+  struct RegionFrame {
+    uint32_t peer = 0;  // id
+    uint8_t type = 0;
+    uint32_t erkey = 0, vrkey = 0;
+    uint64_t eaddr = 0, va = 0, length = 0;
+  };
+
   absl::Status SendRegionFrame(Peer* p, uint8_t type, const LocalRegion& lr) {
-    PollSendCq();
-    if (p->ring_head - p->ring_tail >= o_.ctrl_depth) {
-      return absl::ResourceExhaustedError("control send ring full");
+    RegionFrame f;
+    f.peer = p->id;
+    f.type = type;
+    f.erkey = lr.emr.rkey;
+    f.vrkey = lr.mr->rkey;
+    f.eaddr = lr.emr.addr;
+    f.va = lr.va;
+    f.length = lr.emr.length;
+    if (queued_frames_.empty()) {
+      PollSendCq();
+      if (!CtrlFull(p)) return PostRegionFrame(p, f);
     }
+    queued_frames_.push_back(f);
+    st_.tx_frames_queued.Add();
+    return absl::OkStatus();
+  }
+
+  // Sends queued region frames while their peers' rings have room.
+  void FlushRegionFrames() {
+    size_t done = 0;
+    for (; done < queued_frames_.size(); ++done) {
+      const RegionFrame& f = queued_frames_[done];
+      Peer* p = PeerById(f.peer);
+      if (p == nullptr || !p->connected || !p->ctrl_alive) continue;
+      if (CtrlFull(p)) break;
+      if (!PostRegionFrame(p, f).ok()) RetireCtrl(p, "post region frame");
+    }
+    queued_frames_.erase(queued_frames_.begin(),
+                         queued_frames_.begin() + static_cast<long>(done));
+  }
+
+  // Posts one region frame on the control QP (REQUIRES: ring not full).
+  absl::Status PostRegionFrame(Peer* p, const RegionFrame& f) {
     const uint64_t pos = p->ring_head++;
     uint8_t* b = &p->ring[(pos % o_.ctrl_depth) * ctrl_buf_];
     Put16(b, kCtrlMagic);
     b[2] = kCtrlVersion;
-    b[3] = type;
+    b[3] = f.type;
     Put16(b + 4, 1);
     Put16(b + 6, 0);
     size_t len = kFrameHeader;
-    if (type == kFrameRegion) {
-      Put32(b + 8, lr.emr.rkey);
-      Put32(b + 12, lr.mr->rkey);
-      Put64(b + 16, lr.emr.addr);
-      Put64(b + 24, lr.va);
-      Put64(b + 32, lr.emr.length);
+    if (f.type == kFrameRegion) {
+      Put32(b + 8, f.erkey);
+      Put32(b + 12, f.vrkey);
+      Put64(b + 16, f.eaddr);
+      Put64(b + 24, f.va);
+      Put64(b + 32, f.length);
       len += kRegionBytes;
     } else {
-      Put32(b + 8, lr.emr.rkey);
+      Put32(b + 8, f.erkey);
       Put32(b + 12, 0);
       len += kRegionGoneBytes;
     }
@@ -936,6 +987,7 @@ class VerbsDatapath::Impl {
       return n;
     }
     if (sends_since_poll_ >= 8) PollSendCq();
+    if (!queued_frames_.empty()) FlushRegionFrames();
     nwr_ = 0;
     nqp_touched_ = 0;
     npeer_touched_ = 0;
@@ -1364,6 +1416,7 @@ class VerbsDatapath::Impl {
     if (!Repost()) st_.rx_drop_unknown.Add();
     if ((++rx_calls_ & 15) == 0) PollAsync();
     PollSendCq();
+    if (!queued_frames_.empty()) FlushRegionFrames();
     if (!held_.empty()) ReleaseHeld();
     size_t out = 0;
     if (pending_dirty_) ResolvePending(pkts, n, &out);
@@ -1639,6 +1692,7 @@ class VerbsDatapath::Impl {
     s.tx_drop_device_lost = st_.tx_drop_device_lost.Get();
     s.tx_drop_malformed = st_.tx_drop_malformed.Get();
     s.tx_post_errors = st_.tx_post_errors.Get();
+    s.tx_frames_queued = st_.tx_frames_queued.Get();
     s.rx_data = st_.rx_data.Get();
     s.rx_data_bytes = st_.rx_data_bytes.Get();
     s.rx_ctrl = st_.rx_ctrl.Get();
@@ -1684,6 +1738,7 @@ class VerbsDatapath::Impl {
   std::vector<uint32_t> repost_data_, repost_ctrl_;
 
   std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<RegionFrame> queued_frames_;    // control path only
   absl::flat_hash_map<uint32_t, QpRef> qpn_;  // lookups only
   std::vector<LocalRegion> regions_;
   const LocalRegion* last_local_ = nullptr;
@@ -1720,10 +1775,10 @@ class VerbsDatapath::Impl {
   struct {
     Counter tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors,
         tx_fallback, tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
-        tx_drop_device_lost, tx_drop_malformed, tx_post_errors, rx_data,
-        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
-        rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, cq_errors,
-        qp_errors, async_events;
+        tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
+        tx_frames_queued, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors,
+        rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
+        cq_errors, qp_errors, async_events;
   } st_;
 };
 

@@ -160,7 +160,8 @@ struct VerbsStats {
   uint64_t tx_drop_device_lost = 0;  // after health() turned bad
   uint64_t tx_drop_malformed = 0;
   uint64_t tx_post_errors = 0;
-  uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
+  uint64_t tx_frames_queued = 0;  // region frames that waited for ring room
+  uint64_t rx_data = 0;           // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
   uint64_t rx_descriptors = 0;
