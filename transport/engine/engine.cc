@@ -37,9 +37,7 @@
 // than a reordering window (max(srtt_p / 4, base_rtt / 4)) earlier than that
 // packet. A path that died (a link or switch down: packets vanish without a
 // trim) leaves nothing acked behind its packets, so across paths: a packet is
-// lost by path timeout when one sent after it on another path of the same
-// plane was acked (other planes' NIC port queues may be shallower, so only
-// same-plane overtaking counts; only the oldest transmission is timed) and it
+// lost by path timeout when one sent after it, on any path, was acked and it
 // has been out for LossTimeout() = srtt + max(4 rttvar, srtt / 4) + the SACK
 // delay (at least base_rtt): it is resent at once on another path and its
 // path gets kTimeout (ASSUMED_BAD until a probe comes back), as MRC retires
@@ -320,10 +318,9 @@ struct Conn {
   uint64_t cwnd = 0;
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
-  Time last_progress = 0;  // last time a SACK acked something new
-  Time rack_sent = 0;      // latest send time of a transmission acked
-  Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
-  uint8_t tlp_fired = 0;                  // tail-loss probes since then
+  Time last_progress = 0;       // last time a SACK acked something new
+  Time rack_sent = 0;           // latest send time of a transmission acked
+  uint8_t tlp_fired = 0;        // tail-loss probes since then
   bool any_acked_sent = false;  // rack_sent is valid
   Time next_send_time = 0;
   bool no_path = false;
@@ -396,17 +393,14 @@ struct Conn {
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     opt.base_rtt);
   }
-  // True when a transmission sent after `s` on another path of its plane
-  // was acked. (Same plane only: the planes' NIC port queues differ in
-  // depth, so a later packet on an emptier plane says nothing; within a
-  // plane both packets queued behind the same ports.)
-  bool OvertakenInPlane(const TxSlot& s) const {
-    return s.sent_time < plane_rack_sent[s.path % num_planes];
+  // True when a transmission sent after `s` (on any path) was acked.
+  bool SentBeforeLatestAcked(const TxSlot& s) const {
+    return s.sent_time < rack_sent;
   }
   // When the oldest transmission times out across paths (kTimeInfinite: not
-  // overtaken in its plane yet). Only the oldest is timed, so this is O(1).
+  // overtaken yet). Only the oldest is timed, so this is O(1).
   Time PathLossTime() const {
-    if (all_head == kNil || !OvertakenInPlane(slots[all_head])) {
+    if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
       return kTimeInfinite;
     }
     return slots[all_head].sent_time + LossTimeout();
@@ -1493,8 +1487,6 @@ class Engine::Impl {
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
-      Time& pr = c->plane_rack_sent[s.path % c->num_planes];
-      if (s.sent_time > pr) pr = s.sent_time;
       c->any_acked_sent = true;
       if (!p.dirty) {
         p.dirty = true;
@@ -1618,7 +1610,7 @@ class Engine::Impl {
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (!c->OvertakenInPlane(s) || s.sent_time + lt > now) break;
+      if (!c->SentBeforeLatestAcked(s) || s.sent_time + lt > now) break;
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
