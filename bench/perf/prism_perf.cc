@@ -65,6 +65,7 @@ struct Args {
   std::string cc = "nscc";
   uint64_t rate_gbps = 100;
   double rto_min_us = 0;
+  double rto_max_us = 0;  // 0: max(engine default, 8 x rto_min)
   double base_rtt_us = 100;
   double probe_us = 1000;
   bool path_stats = false;
@@ -108,6 +109,7 @@ void Usage() {
       "                          interfaces holding --local)\n"
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc), --rate=GBPS link rate (100), --rto-min=US (4000)\n"
+      "  --rto-max=US            RTO ceiling (max(100000, 8 x rto-min))\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --probe-interval=US     probe period of retired paths (1000)\n"
       "  --immediate             WRITE-with-immediate\n"
@@ -131,6 +133,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kCc,
     kRate,
     kRto,
+    kRtoMax,
     kBaseRtt,
     kProbe,
     kImm,
@@ -167,6 +170,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"cc", required_argument, nullptr, kCc},
       {"rate", required_argument, nullptr, kRate},
       {"rto-min", required_argument, nullptr, kRto},
+      {"rto-max", required_argument, nullptr, kRtoMax},
       {"base-rtt", required_argument, nullptr, kBaseRtt},
       {"probe-interval", required_argument, nullptr, kProbe},
       {"immediate", no_argument, nullptr, kImm},
@@ -258,6 +262,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         break;
       case kRto:
         if (!absl::SimpleAtod(optarg, &a->rto_min_us)) return false;
+        break;
+      case kRtoMax:
+        if (!absl::SimpleAtod(optarg, &a->rto_max_us) || a->rto_max_us <= 0)
+          return false;
         break;
       case kBaseRtt:
         if (!absl::SimpleAtod(optarg, &a->base_rtt_us) || a->base_rtt_us <= 0)
@@ -366,6 +374,15 @@ EndpointOptions MakeOptions(const Args& a) {
         static_cast<Time>(a.rto_min_us * prism::kMicrosecond);
   else
     o.connection.rto_min = 4 * prism::kMillisecond;
+  // The ceiling must sit well above the RTTs the floor was sized for: with
+  // the engine's 100 ms default and --rto-min 20000 under TCG soft-RoCE
+  // (RTTs of 50-100 ms) the backed-off RTO stopped growing below the RTT.
+  if (a.rto_max_us > 0)
+    o.connection.rto_max =
+        static_cast<Time>(a.rto_max_us * prism::kMicrosecond);
+  else
+    o.connection.rto_max =
+        std::max(o.connection.rto_max, 8 * o.connection.rto_min);
   return o;
 }
 
@@ -628,7 +645,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"mtu_payload\": %u, \"cpu_seconds\": %.3f, "
         "\"tail_loss_probes\": %llu, \"sacks_received\": %llu, "
         "\"tx_sacks\": %llu, \"cwnd_bytes\": %llu, \"srtt_us\": %.1f, "
-        "\"loop_iterations\": %llu, \"loop_sleeps\": %llu",
+        "\"path_timeouts\": %llu, \"loop_iterations\": %llu, "
+        "\"loop_sleeps\": %llu",
         static_cast<unsigned long long>(r.bytes), r.seconds, r.avg_gbps,
         r.peak_gbps, r.avg_gbps * 1e3 / 8, r.mpps,
         static_cast<unsigned long long>(a.size),
@@ -643,6 +661,7 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(cs.sacks_received),
         static_cast<unsigned long long>(cs.tx_sacks),
         static_cast<unsigned long long>(cs.cwnd_bytes), cs.srtt / 1e6,
+        static_cast<unsigned long long>(cs.path_timeouts),
         static_cast<unsigned long long>(ds.loop_iterations),
         static_cast<unsigned long long>(ds.loop_sleeps));
     if (a.path_stats && ep) {
