@@ -382,6 +382,7 @@ void PrismHost::AddTotals(TransportTotals* t) const {
     t->retransmitted_bytes += s->retransmitted_bytes;
     t->timeouts += s->rto_events;
     t->path_retirements += s->paths_retired;
+    t->path_timeouts += s->path_timeouts;
     t->paths_restored += s->paths_restored;
     t->probes += s->probes_sent;
     t->trims_seen += s->rx_trimmed;

@@ -569,6 +569,7 @@ json::Value Summarize(const ScenarioConfig& sc,
     o.Set("timeouts", Value::Int(static_cast<int64_t>(t.timeouts)));
     o.Set("path_retirements",
           Value::Int(static_cast<int64_t>(t.path_retirements)));
+    o.Set("path_timeouts", Value::Int(static_cast<int64_t>(t.path_timeouts)));
     o.Set("paths_restored", Value::Int(static_cast<int64_t>(t.paths_restored)));
     o.Set("probes", Value::Int(static_cast<int64_t>(t.probes)));
     o.Set("trims_seen_by_receivers",

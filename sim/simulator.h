@@ -124,6 +124,7 @@ struct TransportTotals {
   uint64_t retransmitted_bytes = 0;
   uint64_t timeouts = 0;
   uint64_t path_retirements = 0;
+  uint64_t path_timeouts = 0;  // Prism: packets lost by the path timeout
   uint64_t paths_restored = 0;
   uint64_t probes = 0;
   uint64_t trims_seen = 0;  // trimmed headers seen by receivers

@@ -505,6 +505,7 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
   uint64_t posted = 0, completed = 0, outstanding = 0;
   // Peak: best rate over windows of ~1/20 of the run (>= 1 ms).
   Time win_start = start;
+  Time last_progress = start;  // last completion (or the start)
   uint64_t win_bytes = 0;
   const Time window =
       a.duration > 0
@@ -551,6 +552,7 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
       win_bytes += a.size;
     }
     const Time t = Endpoint::Now();
+    if (n > 0) last_progress = t;
     if (t - win_start >= window) {
       const double g = win_bytes * 8.0 / ((t - win_start) / 1e3);  // Gb/s
       r.peak_gbps = std::max(r.peak_gbps, g);
@@ -559,9 +561,8 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
     }
     if (r.errors > 0 && stop) break;
     if (r.errors > 0) stop = true;
-    // A stuck transfer would hang: give up after 30 s without progress.
-    if (n == 0 && t - start > 30 * prism::kSecond &&
-        (a.duration == 0 || t > end + 30 * prism::kSecond)) {
+    // A stuck transfer would hang: give up after 30 s without a completion.
+    if (n == 0 && t - last_progress > 30 * prism::kSecond) {
       fprintf(stderr, "prism_perf: no progress, giving up (%llu outstanding)\n",
               static_cast<unsigned long long>(outstanding));
       r.errors += outstanding;

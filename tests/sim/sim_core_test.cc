@@ -495,6 +495,14 @@ TEST(ScenarioTest, ParsesFabricOverrides) {
   ASSERT_EQ(rs.size(), 1u);
   testing::ExpectInvariants(rs[0]);
   EXPECT_TRUE(rs[0].completed);
+  // The bench's memory figures: one entry per setup stage, then the run.
+  std::vector<std::string> stages;
+  for (const auto& st : rs[0].setup_rss_mib) stages.push_back(st.first);
+  EXPECT_THAT(stages, ::testing::ElementsAre("topology", "fabric", "workload",
+                                             "transport", "run"));
+  EXPECT_GT(rs[0].fabric_bytes, 0u);
+  EXPECT_GT(rs[0].queue_bytes, 0u);
+  EXPECT_GT(rs[0].pool_bytes, 0u);
 
   auto bad = [](const std::string& ov) -> std::string {
     absl::StatusOr<json::Value> v = json::Parse(

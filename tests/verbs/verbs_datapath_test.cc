@@ -472,6 +472,53 @@ TEST(VerbsTransferTest, UnknownRemoteKeyFailsTheWrite) {
   for (uint8_t x : dst) ASSERT_EQ(x, 0);
 }
 
+// More registrations at once than the control ring has slots: none fails,
+// the advertisements wait for room (tx_frames_queued) and all arrive, so a
+// WRITE into the last region is placed by the NIC (no fallback).
+TEST(VerbsTransferTest, AdvertisementsWaitForControlRingRoom) {
+  REQUIRE_RDMA();
+  VerbsOptions vo;
+  vo.device = EnvOr("PRISM_RXE_DEV", "");
+  vo.ctrl_depth = 24;
+  auto a = Side::Create(vo, 41);
+  auto b = Side::Create(vo, 42);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Side& A = **a;
+  Side& B = **b;
+  ASSERT_TRUE(A.Open(SlowLinkOptions(8)).ok());
+  ASSERT_TRUE(B.Open(SlowLinkOptions(8)).ok());
+  ASSERT_TRUE(Connect(A, B).ok());
+  constexpr int kRegions = 60;
+  std::vector<std::vector<uint8_t>> dst(kRegions,
+                                        std::vector<uint8_t>(8192, 0));
+  std::vector<MemoryRegion> mrs;
+  for (int i = 0; i < kRegions; ++i) {
+    auto mr = B.Register(dst[i].data(), dst[i].size(), kAccessRemoteWrite);
+    ASSERT_TRUE(mr.ok()) << i << ": " << mr.status();
+    mrs.push_back(*mr);
+  }
+  EXPECT_GT(B.dp->stats().tx_frames_queued, 0u);
+  std::vector<uint8_t> src(8192, 0x6B);
+  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
+  ASSERT_TRUE(smr.ok());
+  // Let the queued advertisements drain, then write into the last region.
+  PumpUntil(
+      A, B, [] { return false; }, 300 * kMillisecond);
+  WriteRequest w;
+  w.wr_id = 1;
+  w.local_addr = src.data();
+  w.length = src.size();
+  w.lkey = smr->lkey;
+  w.remote_addr = mrs.back().addr;
+  w.rkey = mrs.back().rkey;
+  ASSERT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
+  ASSERT_TRUE(PumpUntil(A, B, [&] { return !A.completions.empty(); }));
+  EXPECT_EQ(A.completions[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(dst.back(), src);
+  EXPECT_EQ(A.dp->stats().tx_fallback, 0u) << "the advertisement was lost";
+  EXPECT_GT(A.dp->stats().tx_data, 0u);
+}
+
 // Losing the device's link (its netdev goes down under a live datapath):
 // health() reports it, packets offered meanwhile are dropped and counted,
 // and it recovers when the port is active again. (IBV_EVENT_DEVICE_FATAL

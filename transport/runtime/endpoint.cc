@@ -26,9 +26,9 @@ class UdpAdapter : public DatapathAdapter {
       : dp_(std::move(dp)), routes_(std::move(routes)) {}
   Datapath* datapath() override { return dp_.get(); }
   std::vector<int> wait_fds() override { return dp_->rx_fds(); }
-  // Measured on the shared 2-core machine (docs/runtime.md): polling after
-  // the work ran out cost CPU the peer needed (0.98 s/GB at 50 us vs 0.76
-  // at 0); epoll wakes the loop as soon as a packet arrives.
+  // epoll wakes the loop as soon as a packet arrives; polling after the
+  // work ran out spends CPU the peer process may need on shared cores
+  // (bench/perf/spin_ab.sh; figures and their spread in docs/runtime.md).
   Time idle_spin() const override { return 0; }
   BlobDatapath kind() const override { return BlobDatapath::kUdp; }
   uint32_t ReservePeer() override { return dp_->ReservePeer(); }

@@ -116,7 +116,10 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeLoopbackAdapter(
   std::lock_guard<std::mutex> l(s.mu);
   if (!s.net) {
     loopback::LinkConfig link;
-    link.max_packet_bytes = std::max<uint32_t>(options.link_mtu, 1500);
+    // link_mtu 0 ("the interface's") has no interface here: 9000.
+    link.max_packet_bytes = options.link_mtu == 0
+                                ? 9000
+                                : std::max<uint32_t>(options.link_mtu, 1500);
     s.net = std::make_unique<loopback::LoopbackNetwork>(link);
   }
   return std::unique_ptr<DatapathAdapter>(

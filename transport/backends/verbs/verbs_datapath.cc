@@ -196,7 +196,12 @@ std::string VerbsStats::ToString() const {
 
 // ---------------------------------------------------------------- discovery
 
-absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
+namespace {
+// Devices with their ports and GIDs; only the one called `only` when it is
+// not empty (opening and querying every device is slow on soft-RoCE under
+// TCG: each GID is a sysfs read).
+absl::StatusOr<std::vector<DeviceInfo>> ListDevicesNamed(
+    const std::string& only) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr) {
@@ -210,6 +215,7 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
   for (int i = 0; i < n; ++i) {
     DeviceInfo d;
     d.name = ibv_get_device_name(list[i]);
+    if (!only.empty() && d.name != only) continue;
     ibv_context* ctx = ibv_open_device(list[i]);
     if (ctx == nullptr) continue;
     ibv_device_attr da{};
@@ -247,6 +253,11 @@ absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
   }
   ibv_free_device_list(list);
   return out;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<DeviceInfo>> ListDevices() {
+  return ListDevicesNamed("");
 }
 
 absl::StatusOr<GidInfo> PickGid(const PortInfo& port) {
@@ -391,7 +402,7 @@ class VerbsDatapath::Impl {
       return absl::InvalidArgumentError("desc_ring must be a power of two");
     }
     // Device and port.
-    auto devs = ListDevices();
+    auto devs = ListDevicesNamed(o_.device);
     if (!devs.ok()) return devs.status();
     const DeviceInfo* dev = nullptr;
     const PortInfo* port = nullptr;
