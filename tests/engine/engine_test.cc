@@ -350,8 +350,12 @@ std::vector<Cap> SendTwoBatchesLoseOne(Pair& p, size_t lost) {
 
 TEST(Engine, PacketIntoADeadPathIsResentAfterAPathTimeoutNotTheRto) {
   // Packet 1 vanishes on its path (a link went down: no trim, nothing on
-  // that path acked after it); packets sent later on other paths are acked.
-  Pair p;
+  // that path acked after it); packets sent later on other paths of its
+  // plane are acked. rto_min 40 us: the timeout's floor rto_min / 4 is
+  // base_rtt.
+  ConnectionOptions o = Pair::Defaults();
+  o.rto_min = 40 * kMicrosecond;
+  Pair p(o);
   auto pk = SendTwoBatchesLoseOne(p, 1);
   const auto before = *p.a->connection_stats(p.ca);
   EXPECT_EQ(before.inflight_bytes, 4096u);
