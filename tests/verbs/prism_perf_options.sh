@@ -1,0 +1,64 @@
+#!/bin/bash
+# prism_perf_options.sh PRISM_PERF [VARIANT...] - inside the rxe VM: runs
+# prism_perf --datapath verbs (65536 B x 500, 8 paths on 8 QPs, -t 128) on
+# rxe_lo with each engine-option VARIANT, ib_write_bw before and after each,
+# and prints METRIC lines plus the engine counters (RTOs, path timeouts,
+# tail-loss probes, srtt, window). Diagnosis tool for docs/verbs.md
+# ("Through the Endpoint API"); not in the manifest. Run it in the VM with
+#   printf 'opts\t600\tbash %s/tests/verbs/prism_perf_options.sh %s/build/bin/prism_perf A G F\n' \
+#     $PWD $PWD > /tmp/m.txt && tests/rxe/run-rxe-vm.sh /tmp/m.txt /tmp/opts-out
+# (output in /tmp/opts-out/opts.log). Variants:
+#   A  --rate 10 --base-rtt 500 --rto-min 20000 (the old compare_bw.sh: nscc)
+#   B  A + --cc fixed          D  A + --no-tlp
+#   G  A + --rto-max 2000000   E  A + --cc fixed --rto-max 2000000
+#   F  verbs_perf's options: --cc fixed --rate 100 --base-rtt 2000
+#      --rto-min 100000 --rto-max 2000000 (compare_bw.sh now)
+#   H  F with --rate 10 (window 3.75 MB)
+set -u
+PPERF=${1:?prism_perf binary}; shift
+DEV=${PRISM_RXE_DEV:-rxe_lo}; SIZE=65536; COUNT=${COUNT:-500}
+[ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV"; exit 77; }
+GIDX=-1
+for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
+  i=${g##*/}
+  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
+  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
+done
+port=18515
+run_ib() {
+  port=$((port+1))
+  ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port > /tmp/ibs 2>&1 & spid=$!
+  for i in $(seq 1 300); do ss -Hltn "sport = :$port" | grep -q . && break; sleep 0.1; done
+  ib_write_bw -d $DEV -x $GIDX -F -s $SIZE -n $COUNT -p $port 127.0.0.1 > /tmp/ibc 2>&1
+  wait $spid
+  echo "METRIC ib_write_bw_MBps $(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibc)"
+}
+pp=18600
+run_pp() {
+  local name=$1; shift; pp=$((pp+1))
+  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $*"
+  "$PPERF" $PP -n $COUNT -p $pp > /tmp/pps 2>&1 & local ppid=$!
+  for i in $(seq 1 300); do ss -Hltn "sport = :$pp" | grep -q . && break; sleep 0.1; done
+  timeout 70 "$PPERF" $PP -n $COUNT -p $pp --json 127.0.0.1 > /tmp/ppc 2>&1; local crc=$?
+  sleep 1; kill $ppid 2>/dev/null; wait $ppid
+  echo "=== $name: $* (client rc=$crc)"
+  tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes)"' | tr -d '\n '; echo
+  echo "METRIC prism_perf_$name $(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
+}
+A="--rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
+F="--cc fixed --rate 100 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+run_ib
+[ $# -gt 0 ] || set -- A G F
+for v in "$@"; do
+  case $v in
+    A) run_pp A $A ;;
+    B) run_pp B $A --cc fixed ;;
+    D) run_pp D $A --no-tlp ;;
+    E) run_pp E $A --cc fixed --rto-max 2000000 ;;
+    F) run_pp F $F ;;
+    G) run_pp G $A --rto-max 2000000 ;;
+    H) run_pp H $F --rate 10 ;;
+    *) echo "unknown variant $v"; continue ;;
+  esac
+  run_ib
+done
