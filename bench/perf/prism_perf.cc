@@ -878,7 +878,12 @@ int RunClientMain(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!ParseArgs(argc, argv, &a)) return 1;
+  if (!ParseArgs(argc, argv, &a)) {
+    fprintf(stderr,
+            "prism_perf: invalid command line (a value malformed or out of "
+            "range; see --help)\n");
+    return 1;
+  }
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (a.datapath == "loopback") return RunLoopback(a);
   return a.host.empty() ? RunServer(a) : RunClientMain(a);
