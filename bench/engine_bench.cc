@@ -138,9 +138,8 @@ struct Rig {
   RxPacket rx[kBurst];
 };
 
-void BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths(
-    benchmark::State& state) {
-  Rig rig;
+// One 1 MiB WRITE per iteration through `rig`; bytes per second reported.
+void PumpWrites(benchmark::State& state, Rig& rig) {
   uint64_t id = 0;
   for (auto _ : state) {
     if (!rig.WriteOnce(++id)) {
@@ -149,13 +148,22 @@ void BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths(
     }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kMsg);
+}
+
+double DstMatchesSrc(const Rig& rig) {
+  return std::memcmp(rig.src.data(), rig.dst.data(), kMsg) == 0 ? 1 : 0;
+}
+
+void BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths(
+    benchmark::State& state) {
+  Rig rig;
+  PumpWrites(state, rig);
   const auto st = *rig.a->connection_stats(rig.ca);
   state.counters["pkts_per_msg"] = benchmark::Counter(
       static_cast<double>(st.tx_data_packets) /
       static_cast<double>(std::max<uint64_t>(1, st.messages_completed)));
   state.counters["retx"] = static_cast<double>(st.retransmitted_packets);
-  state.counters["ok"] =
-      std::memcmp(rig.src.data(), rig.dst.data(), kMsg) == 0 ? 1 : 0;
+  state.counters["ok"] = DstMatchesSrc(rig);
 }
 BENCHMARK(BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths);
 
@@ -164,16 +172,8 @@ BENCHMARK(BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths);
 void BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths_Window256(
     benchmark::State& state) {
   Rig rig(nullptr, 256);
-  uint64_t id = 0;
-  for (auto _ : state) {
-    if (!rig.WriteOnce(++id)) {
-      state.SkipWithError("write did not complete");
-      break;
-    }
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kMsg);
-  state.counters["ok"] =
-      std::memcmp(rig.src.data(), rig.dst.data(), kMsg) == 0 ? 1 : 0;
+  PumpWrites(state, rig);
+  state.counters["ok"] = DstMatchesSrc(rig);
 }
 BENCHMARK(BM_EngineLoopback_4KiBPackets_1MiBMessages_256Paths_Window256);
 
@@ -182,16 +182,8 @@ void BM_EngineLoopback_GlibcPlacer_4KiBPackets_1MiBMessages_256Paths(
     benchmark::State& state) {
   GlibcPlacer glibc;
   Rig rig(&glibc);
-  uint64_t id = 0;
-  for (auto _ : state) {
-    if (!rig.WriteOnce(++id)) {
-      state.SkipWithError("write did not complete");
-      break;
-    }
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kMsg);
-  state.counters["ok"] =
-      std::memcmp(rig.src.data(), rig.dst.data(), kMsg) == 0 ? 1 : 0;
+  PumpWrites(state, rig);
+  state.counters["ok"] = DstMatchesSrc(rig);
 }
 BENCHMARK(BM_EngineLoopback_GlibcPlacer_4KiBPackets_1MiBMessages_256Paths);
 
@@ -200,14 +192,7 @@ void BM_EngineLoopback_NoPlacement_4KiBPackets_1MiBMessages_256Paths(
     benchmark::State& state) {
   NoopPlacer noop;
   Rig rig(&noop);
-  uint64_t id = 0;
-  for (auto _ : state) {
-    if (!rig.WriteOnce(++id)) {
-      state.SkipWithError("write did not complete");
-      break;
-    }
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kMsg);
+  PumpWrites(state, rig);
   state.counters["ns_per_pkt"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * 256,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
