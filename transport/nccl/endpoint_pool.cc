@@ -130,8 +130,9 @@ void DeviceEndpoint::RemoveRoute(ConnId conn) {
 }
 
 void DeviceEndpoint::Poll() {
-  std::lock_guard<std::mutex> lock(poll_mu_);
-  Completion cq[64];
+  std::unique_lock<std::mutex> lock(poll_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  Completion* const cq = cq_;
   for (;;) {
     const size_t n = ep_->PollCompletions(cq, 64);
     if (n == 0) return;
