@@ -19,7 +19,8 @@
 // Same threads as nccl_plugin_perf (2 driver + 2 loop threads), same
 // variables for the engine and datapath options, same defaults as the
 // plugin: PRISM_PATHS (256), PRISM_LINK_MTU (1500), PRISM_UDP_TX_MODE
-// (auto), PRISM_UDP_GSO (1), PRISM_UDP_GRO (1), PRISM_RTO_MIN_US and
+// (auto), PRISM_UDP_GSO (1), PRISM_UDP_GRO (1), PRISM_UDP_RX_IN_PLACE (0),
+// PRISM_RTO_MIN_US and
 // PRISM_PROBE_US (the engine's, 50), PRISM_BASE_RTT_US (100),
 // PRISM_SPIN_US (-1), link rate 100 Gb/s. Prints MB/s at the receiver (from
 // its first completion, as nccl_plugin_perf), the process CPU per MB
@@ -85,6 +86,7 @@ EndpointOptions Options(uint64_t seed) {
   o.link_mtu = static_cast<uint32_t>(EnvLong("PRISM_LINK_MTU", 1500));
   o.gso = EnvLong("PRISM_UDP_GSO", 1) != 0;
   o.gro = EnvLong("PRISM_UDP_GRO", 1) != 0;
+  o.rx_in_place = EnvLong("PRISM_UDP_RX_IN_PLACE", 0) != 0;
   o.idle_spin_us = static_cast<int32_t>(EnvLong("PRISM_SPIN_US", -1));
   o.seed = seed;
   o.connection.num_paths = static_cast<uint16_t>(EnvLong("PRISM_PATHS", 256));

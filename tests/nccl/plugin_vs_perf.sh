@@ -7,7 +7,8 @@
 #   B=build-dir (default build), TX_MODE=auto|raw|sockets (default auto),
 #   GSO=1|0 and GRO=1|0 (default 1, prism_perf's defaults), RTO_MIN_US and
 #   PROBE_US (default 50 and 50: the plugin's engine defaults; prism_perf's
-#   own are 4000 and 1000), IDLE_US (default 0: the driver sched_yields
+#   own are 4000 and 1000), IN_PLACE=0|1 (default 0: receive in place,
+#   PRISM_UDP_RX_IN_PLACE / --in-place), IDLE_US (default 0: the driver sched_yields
 #   between idle polls as NCCL's proxy does; N: it sleeps N us instead).
 #
 # Per run: MB/s (plugin: at the receiver; prism_perf: at the client) and the
@@ -42,6 +43,7 @@ GRO=${GRO:-1}
 RTO_MIN_US=${RTO_MIN_US:-50}
 PROBE_US=${PROBE_US:-50}
 IDLE_US=${IDLE_US:-0}
+IN_PLACE=${IN_PLACE:-0}
 MB=$(awk -v s="$SIZE" -v m="$MSGS" 'BEGIN { print s * m / 1e6 }')
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -62,7 +64,7 @@ run_plugin() {
   perf stat -x, -e task-clock -o "$tmp/ps" env PRISM_ADDRS=$addrs \
     PRISM_NCCL_PERF_THREADS=$threads \
     PRISM_PATHS=64 PRISM_LINK_MTU=9000 PRISM_UDP_TX_MODE="$TX_MODE" \
-    PRISM_UDP_GSO="$GSO" PRISM_UDP_GRO="$GRO" PRISM_RTO_MIN_US="$RTO_MIN_US" \
+    PRISM_UDP_GSO="$GSO" PRISM_UDP_GRO="$GRO" PRISM_UDP_RX_IN_PLACE="$IN_PLACE" PRISM_RTO_MIN_US="$RTO_MIN_US" \
     PRISM_PROBE_US="$PROBE_US" PRISM_BASE_RTT_US=100 \
     PRISM_NCCL_PERF_IDLE_US="$IDLE_US" \
     LD_LIBRARY_PATH="$B/lib" "$B/bin/nccl_plugin_perf" "$SIZE" "$MSGS" \
@@ -86,6 +88,7 @@ run_perf() {
   port=$((19000 + RANDOM % 2000))
   gso_flag=$([ "$GSO" = 1 ] && echo --gso || echo --no-gso)
   [ "$GRO" = 1 ] || gro_flag=--no-gro
+  [ "$IN_PLACE" = 1 ] && gro_flag+=" --in-place"
   opts="-s $SIZE -n $MSGS -t $DEPTH --immediate -P 64 -m 9000"
   opts+=" --rto-min=$RTO_MIN_US --probe-interval=$PROBE_US --base-rtt=100"
   opts+=" --tx-mode=$TX_MODE $gso_flag $gro_flag -p $port --json"
@@ -106,7 +109,7 @@ run_poll() {
   load=$(load1)
   perf stat -x, -e task-clock -o "$tmp/es" env PRISM_PATHS=64 \
     PRISM_LINK_MTU=9000 PRISM_UDP_TX_MODE="$TX_MODE" PRISM_UDP_GSO="$GSO" \
-    PRISM_UDP_GRO="$GRO" PRISM_RTO_MIN_US="$RTO_MIN_US" \
+    PRISM_UDP_GRO="$GRO" PRISM_UDP_RX_IN_PLACE="$IN_PLACE" PRISM_RTO_MIN_US="$RTO_MIN_US" \
     PRISM_PROBE_US="$PROBE_US" PRISM_BASE_RTT_US=100 \
     "$B/bin/endpoint_poll_perf" "$SIZE" "$MSGS" "$DEPTH" >"$tmp/eo" 2>&1 ||
     { cat "$tmp/eo"; exit 1; }
@@ -120,7 +123,7 @@ run_poll() {
 
 echo "uptime: $(uptime)"
 echo "options: size $SIZE msgs $MSGS depth $DEPTH tx $TX_MODE gso $GSO gro $GRO" \
-  "rto_min $RTO_MIN_US us probe $PROBE_US us idle_us $IDLE_US"
+  "in_place $IN_PLACE rto_min $RTO_MIN_US us probe $PROBE_US us idle_us $IDLE_US"
 printf '%-5s %-12s %6s %10s %12s %14s %14s\n' run tool load MB/s "cpu us/MB" \
   "driver us/MB" "in-plugin us/MB"
 for r in $(seq "$ROUNDS"); do
