@@ -624,6 +624,35 @@ TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
   ClosePair(&p);
 }
 
+// The datapath options the endpoint was created with are the ones the
+// environment asked for (ctest runs this binary with and without
+// PRISM_UDP_RX_IN_PLACE=1), as its INFO line says.
+TEST(NcclConn, EndpointOptionsFollowTheEnvironment) {
+  const char* dp = getenv("PRISM_DATAPATH");
+  if (dp != nullptr && strcmp(dp, "udp") != 0) {
+    GTEST_SKIP() << "not the udp data path";
+  }
+  InitCtx();
+  Pair p;  // makes sure device 0's endpoint exists
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  ClosePair(&p);
+  auto on = [](const char* var, bool def) {
+    const char* v = getenv(var);
+    return v == nullptr || *v == '\0' ? def : strcmp(v, "1") == 0;
+  };
+  const std::string want =
+      std::string("gso ") + (on("PRISM_UDP_GSO", true) ? "1" : "0") + " gro " +
+      (on("PRISM_UDP_GRO", true) ? "1" : "0") + " in-place " +
+      (on("PRISM_UDP_RX_IN_PLACE", false) ? "1" : "0");
+  int seen = 0;
+  for (const LogLine& l : LogSnapshot()) {
+    if (l.text.find("Prism endpoint up") == std::string::npos) continue;
+    ++seen;
+    EXPECT_NE(l.text.find(want), std::string::npos) << l.text;
+  }
+  EXPECT_GE(seen, 1);
+}
+
 TEST(NcclConn, CloseWithRequestsInFlight) {
   InitCtx();
   Pair p;
