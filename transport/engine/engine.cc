@@ -109,7 +109,6 @@
 #include "prism/engine.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <vector>
 
@@ -777,6 +776,9 @@ class Engine::Impl {
     const wire::DataHeader& h = p.data;
     const Conn* c = Find(h.dst_conn);
     if (c == nullptr || !c->connected || c->failed) return nullptr;
+    // Allocated on first use, so an engine that never receives in place
+    // stays small (Engine.TenThousandIdleEnginesFitInABoundedFootprint).
+    if (claims_.empty()) claims_.resize(kMaxRxClaims);
     if (nclaims_ == claims_.size()) {
       claims_full_ = true;  // unknown claims from here on: no more in place
       return nullptr;
@@ -2216,7 +2218,8 @@ class Engine::Impl {
     uint32_t plen;
     bool has_imm;
   };
-  std::array<RxClaim, 256> claims_{};
+  static constexpr size_t kMaxRxClaims = 256;
+  std::vector<RxClaim> claims_;  // kMaxRxClaims once RxDestination is used
   size_t nclaims_ = 0;
   bool claims_full_ = false;
   wire::Packet rxd_pkt_;  // RxDestination's decode scratch
