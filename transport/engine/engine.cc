@@ -751,9 +751,34 @@ class Engine::Impl {
   }
 
   // -------------------------------------------------------------- receive
+  // Header checksums are computed for a chunk of the burst at once
+  // (interleaved CRC32C chains, wire::HeaderCrcs), then each packet is
+  // decoded and handled in order, exactly as one at a time.
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
-    for (size_t i = 0; i < n; ++i) ReceiveOne(now, pkts[i]);
+    constexpr size_t kChunk = 16;
+    const uint8_t* hdr[kChunk];
+    size_t span[kChunk];
+    uint32_t crc[kChunk];
+    uint8_t slot[kChunk];  // index into hdr/crc, or kChunk: not precomputed
+    for (size_t i = 0; i < n; i += kChunk) {
+      const size_t k = std::min(kChunk, n - i);
+      size_t m = 0;
+      for (size_t j = 0; j < k; ++j) {
+        const RxPacket& rx = pkts[i + j];
+        const size_t sp = wire::HeaderCrcSpan(rx.data, rx.len);
+        slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
+        if (sp != 0) {
+          hdr[m] = rx.data;
+          span[m++] = sp;
+        }
+      }
+      wire::HeaderCrcs(hdr, span, m, crc);
+      for (size_t j = 0; j < k; ++j) {
+        ReceiveOne(now, pkts[i + j],
+                   slot[j] < kChunk ? &crc[slot[j]] : nullptr);
+      }
+    }
   }
 
   // ------------------------------------------------------------- transmit
@@ -787,6 +812,19 @@ class Engine::Impl {
         if (n != before) progress = true;
       }
       cursor_ = (cursor_ + 1) % nc;
+    }
+    // Header checksums of the whole burst at once (the encoders left them
+    // zero): interleaved CRC32C chains, see wire::SealHeaders.
+    constexpr size_t kChunk = 16;
+    uint8_t* hdr[kChunk];
+    size_t len[kChunk];
+    for (size_t i = 0; i < n; i += kChunk) {
+      const size_t k = std::min(kChunk, n - i);
+      for (size_t j = 0; j < k; ++j) {
+        hdr[j] = out[i + j].header;
+        len[j] = out[i + j].header_len;
+      }
+      wire::SealHeaders(hdr, len, k);
     }
     stats_.tx_packets += n;
     return n;
@@ -1084,10 +1122,16 @@ class Engine::Impl {
   }
 
   // ----------------------------------------------------------- receive
-  void ReceiveOne(Time now, const RxPacket& rx) {
+  // `hdr_crc`: the header checksum computed by OnReceive, or nullptr.
+  void ReceiveOne(Time now, const RxPacket& rx, const uint32_t* hdr_crc) {
     ++stats_.rx_packets;
     wire::DecodeError e;
-    if (rx.payload != nullptr) {
+    if (hdr_crc != nullptr) {
+      e = rx.payload != nullptr
+              ? wire::DecodeSplitWithCrc(rx.data, rx.len, rx.payload,
+                                         rx.payload_len, *hdr_crc, &pkt_)
+              : wire::DecodeWithCrc(rx.data, rx.len, *hdr_crc, &pkt_);
+    } else if (rx.payload != nullptr) {
       e = wire::DecodeSplit(rx.data, rx.len, rx.payload, rx.payload_len, &pkt_);
     } else {
       e = wire::Decode(rx.data, rx.len, &pkt_);
@@ -1514,15 +1558,32 @@ class Engine::Impl {
       ++c->st.ecn_echoes;
       ++ev.ecn_marked;
     }
-    c->sel->OnFeedback(
-        s.path,
-        marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
-        now, is_trig ? rtt : 0);
+    if (is_trig) {
+      // The trigger carries the RTT sample (and ECN): the batched clean
+      // acks before it go first, so the selector sees the same order.
+      FlushGoodFeedback(c, now);
+      c->sel->OnFeedback(
+          s.path,
+          marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
+          now, rtt);
+    } else {
+      // A clean ack without an RTT sample: batched (OnFeedbackBatch).
+      if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
+      good_fb_[good_fb_n_++] = s.path;
+    }
     ev.acked_bytes += s.len;
     ++ev.acked_packets;
     c->st.bytes_acked += s.len;
     TxMsg& m = c->Msg(s.msn);
     if (++m.acked == m.npkts) m.done = true;
+  }
+
+  // Hands the batched clean acks (kGood, no RTT) to the selector.
+  void FlushGoodFeedback(Conn* c, Time now) {
+    if (good_fb_n_ == 0) return;
+    c->sel->OnFeedbackBatch(good_fb_, good_fb_n_, routing::PathFeedback::kGood,
+                            now);
+    good_fb_n_ = 0;
   }
 
   void OnSack(Time now, Conn* c, const wire::SackHeader& h) {
@@ -1553,6 +1614,7 @@ class Engine::Impl {
         }
       }
     }
+    FlushGoodFeedback(c, now);
     // RTT from the echoed timestamp of the triggering transmission.
     if (rtt > 0) {
       UpdateRtt(c, rtt);
@@ -1883,9 +1945,14 @@ class Engine::Impl {
       ++n;
     }
     // Data: retransmissions first, then new packets, window permitting.
-    const size_t kQuantum = 64;
+    constexpr size_t kQuantum = 64;
     const uint64_t rate = c->cc->pacing_rate_bps();  // 0: window only
     size_t data = 0;
+    // Paths picked ahead for new packets that are certain to be sent (see
+    // below): exactly the NextPath calls the loop would make, in one call.
+    PathId path_buf[kQuantum];
+    size_t path_pos = 0, path_have = 0;
+    bool path_short = false;  // the batch's last call returned -1
     while (n < max && data < kQuantum) {
       if (c->next_send_time > now) break;
       uint64_t psn;
@@ -1917,7 +1984,28 @@ class Engine::Impl {
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
       if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd) break;
-      int path = c->sel->NextPath(now);
+      int path;
+      if (path_pos < path_have) {
+        path = path_buf[path_pos++];
+      } else if (path_short) {
+        path = -1;  // the batch already made this call
+      } else if (!retx && rate == 0) {
+        // New data, no pacing, nothing to retransmit: the next k packets
+        // are all sent (none of the loop's conditions can change within
+        // k), so their k NextPath calls happen back to back anyway.
+        const uint64_t room = c->cwnd > c->inflight_bytes
+                                  ? (c->cwnd - c->inflight_bytes) / c->mtu
+                                  : 0;
+        const uint64_t k = std::max<uint64_t>(
+            1, std::min<uint64_t>({max - n, kQuantum - data, m.npkts - pkt_idx,
+                                   c->snd_una + c->snd_win - psn, room}));
+        path_have = c->sel->NextPaths(now, path_buf, k);
+        path_short = path_have < k;
+        path_pos = 0;
+        path = path_have > 0 ? path_buf[path_pos++] : -1;
+      } else {
+        path = c->sel->NextPath(now);
+      }
       if (path < 0) {
         c->no_path = true;
         break;
@@ -2000,7 +2088,8 @@ class Engine::Impl {
     h.flags = flags;
     h.send_ts = static_cast<uint64_t>(now);
     out.header_len = static_cast<uint16_t>(
-        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes));
+        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes,
+                         /*seal=*/false));
     out.payload = payload;
     out.payload_len = len;
     out.peer = c->opt.peer;
@@ -2049,7 +2138,8 @@ class Engine::Impl {
         h.bytes_received = c->rx_bytes_total;
         h.ooo_count = c->ooo_count;
         h.coalesced = it.coalesced;
-        len = wire::EncodeSack(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodeSack(h, out.header, TxPacket::kMaxHeaderBytes,
+                               /*seal=*/false);
         ++c->st.tx_sacks;
         break;
       }
@@ -2062,7 +2152,8 @@ class Engine::Impl {
         h.ecn_seen = it.ecn;
         h.echo_path = it.path;
         h.echo_ts = it.ts;
-        len = wire::EncodeNack(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodeNack(h, out.header, TxPacket::kMaxHeaderBytes,
+                               /*seal=*/false);
         break;
       }
       case CtrlType::kProbe:
@@ -2073,7 +2164,7 @@ class Engine::Impl {
         h.probe_seq = it.psn;
         h.send_ts = it.ts;
         len = wire::EncodeProbe(h, it.type == CtrlType::kProbeAck, out.header,
-                                TxPacket::kMaxHeaderBytes);
+                                TxPacket::kMaxHeaderBytes, /*seal=*/false);
         break;
       }
       case CtrlType::kPlane: {
@@ -2081,7 +2172,8 @@ class Engine::Impl {
         h.dst_conn = dst;
         h.planes_down = it.planes_down;
         h.seq = it.psn;
-        len = wire::EncodePlaneStatus(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodePlaneStatus(h, out.header, TxPacket::kMaxHeaderBytes,
+                                      /*seal=*/false);
         break;
       }
     }
@@ -2121,6 +2213,12 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
+
+  // Clean acks of the SACK being processed, for one OnFeedbackBatch call
+  // (flushed before any other selector call of that SACK).
+  static constexpr size_t kGoodFbBatch = 64;
+  PathId good_fb_[kGoodFbBatch];
+  size_t good_fb_n_ = 0;
 };
 
 // --------------------------------------------------------------- Engine
