@@ -301,6 +301,7 @@ struct Conn {
   // grows by doubling up to max_outstanding_messages)
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
+  std::vector<uint8_t> plane_of;  // path % num_planes (no division per ack)
   std::vector<TxMsg> msgs;
   uint32_t msg_mask = 0;
   uint32_t max_msgs = 0;
@@ -402,7 +403,7 @@ struct Conn {
   // emptier plane says nothing; within a plane both queued behind the same
   // ports).
   bool SentBeforeLatestAcked(const TxSlot& s) const {
-    return s.sent_time < plane_rack_sent[s.path % num_planes];
+    return s.sent_time < plane_rack_sent[plane_of[s.path]];
   }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
@@ -441,6 +442,10 @@ struct Conn {
     if (!slots.empty()) return;
     slots.assign(win, TxSlot{});
     paths.assign(num_paths, PathInfo{});
+    plane_of.resize(num_paths);
+    for (uint32_t p = 0; p < num_paths; ++p) {
+      plane_of[p] = static_cast<uint8_t>(p % num_planes);
+    }
     retx.assign(retx_size, 0);
     dirty_paths.reserve(num_paths);
   }
@@ -1398,9 +1403,14 @@ class Engine::Impl {
       ++stats_.rx_drop_malformed;
       return;
     }
+    // The default placer is called directly (final class: inlined).
+    uint8_t* const dst = r.base + (h.remote_addr - r.mr.addr);
     if (plen > 0 &&
-        !placer_->Place(r.base + (h.remote_addr - r.mr.addr), pkt_.payload,
-                        static_cast<uint32_t>(plen), r.mr)) {
+        !(placer_ == &memcpy_placer_
+              ? memcpy_placer_.Place(dst, pkt_.payload,
+                                     static_cast<uint32_t>(plen), r.mr)
+              : placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen),
+                               r.mr))) {
       ++stats_.rx_drop_placement;
       return;
     }
@@ -1539,7 +1549,7 @@ class Engine::Impl {
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
       c->any_acked_sent = true;
-      Time& pr = c->plane_rack_sent[s.path % c->num_planes];
+      Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
       if (s.sent_time > pr) pr = s.sent_time;
       if (!p.dirty) {
         p.dirty = true;
