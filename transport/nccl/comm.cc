@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <random>
@@ -26,7 +27,7 @@ namespace {
 
 constexpr uint32_t kHandleMagic = 0x484d5250;  // "PRMH"
 constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
-constexpr uint32_t kProtoVersion = 2;  // 2: 256-byte Hello info (blob v2)
+constexpr uint32_t kProtoVersion = 3;          // 3: Hello carries the CTS ring
 constexpr uint32_t kCommMagic = 0x4d4d4f43;
 constexpr uint32_t kReqMagic = 0x51455250;
 constexpr uint32_t kMrMagic = 0x4745524d;
@@ -56,8 +57,13 @@ struct HelloMsg {
   uint32_t status;  // ack: 0 = accepted
   // Datapath connection info: length byte + ConnectionBlob bytes.
   uint8_t info[256];
+  // Prism data paths, connect -> accept: the sender's CTS ring (cts_slots
+  // slots of kCtsSlotBytes at cts_addr, remote-writable with cts_rkey).
+  uint64_t cts_addr;
+  uint32_t cts_rkey;
+  uint32_t cts_slots;
 };
-static_assert(sizeof(HelloMsg) == 280);
+static_assert(sizeof(HelloMsg) == 296);
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 static_assert(1 + ConnectionBlob::kMaxBytes <= sizeof(HelloMsg::info));
 #endif
@@ -99,6 +105,11 @@ struct SendErrorBody {
 static_assert(sizeof(FrameHeader) == 16 && sizeof(CtsEntry) == 24 &&
               sizeof(DataHeader) == 32 && sizeof(SendErrorBody) == 16);
 constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
+// One slot of the sender's CTS ring (Prism data paths): the receiver WRITEs
+// CtsBody (CtsLen(n) bytes) with immediate = seq into slot seq % kMaxRequests.
+constexpr size_t kCtsSlotBytes = 256;
+constexpr size_t kCtsRingBytes = kCtsSlotBytes * kMaxRequests;
+static_assert(sizeof(CtsBody) <= kCtsSlotBytes);
 
 // Prism WRITE-with-immediate: immediate = (seq mod 2^29) << 3 | slot index.
 constexpr uint32_t kImmSeqMask = (1u << 29) - 1;
@@ -390,7 +401,17 @@ struct SendComm : CommBase {
   uint32_t next_send_seq = 0;  // CTS group being matched by isend
   uint32_t next_cts_seq = 0;   // expected sequence of the next CTS frame
 
-  // Input parser (CTS frames).
+  // Prism data paths: the CTS ring the receiver WRITEs into (registered
+  // remote-writable at connect; its address and rkey went in the Hello).
+  std::unique_ptr<uint8_t[]> cts_ring;
+  uint32_t cts_ring_lkey = 0;
+  // CTS frames taken from the ring / from the side channel, and bytes read
+  // from the side channel after the handshake (logged at close).
+  uint64_t cts_via_prism = 0;
+  uint64_t cts_via_side = 0;
+  uint64_t side_rx_bytes = 0;
+
+  // Input parser (CTS frames on the INTERIM tcp data path).
   FrameHeader in_hdr{};
   size_t in_hdr_got = 0;
   CtsBody in_body{};
@@ -528,10 +549,10 @@ struct SendComm : CommBase {
   }
 #endif
 
-  void ApplyCts() {
-    const CtsBody& b = in_body;
+  // `len`: the frame's bytes (side-channel frame length or WRITE length).
+  void ApplyCts(const CtsBody& b, uint64_t len) {
     if (b.n < 1 || b.n > static_cast<uint32_t>(kMaxRecvs) ||
-        in_hdr.len != CtsLen(static_cast<int>(b.n)) || b.seq != next_cts_seq) {
+        len != CtsLen(static_cast<int>(b.n)) || b.seq != next_cts_seq) {
       ++g_protocol_errors;
       Fail(kPrismNcclRemoteError, "malformed or out-of-order CTS", 0);
       return;
@@ -553,6 +574,34 @@ struct SendComm : CommBase {
     ++next_cts_seq;
   }
 
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  // A CTS the receiver WROTE into ring slot seq % kMaxRequests (immediate =
+  // seq). The slot cannot be overwritten before this copy: the receiver
+  // writes CTS seq + kMaxRequests into it only once its request seq has
+  // completed, i.e. once this side matched (and so consumed) CTS seq.
+  void TakeCts(const Completion& c) {
+    const uint32_t seq = c.immediate;
+    const uint64_t off =
+        static_cast<uint64_t>(seq % kMaxRequests) * kCtsSlotBytes;
+    if (c.status != absl::StatusCode::kOk || cts_ring == nullptr ||
+        c.remote_addr != reinterpret_cast<uintptr_t>(cts_ring.get()) + off ||
+        c.byte_len < CtsLen(1) || c.byte_len > CtsLen(kMaxRecvs)) {
+      ++g_protocol_errors;
+      Fail(kPrismNcclRemoteError, "CTS WRITE does not match the CTS ring", 0);
+      return;
+    }
+    CtsBody b{};
+    memcpy(&b, cts_ring.get() + off, c.byte_len);
+    if (b.seq != seq) {
+      ++g_protocol_errors;
+      Fail(kPrismNcclRemoteError, "CTS immediate does not match its frame", 0);
+      return;
+    }
+    ApplyCts(b, c.byte_len);
+    ++cts_via_prism;
+  }
+#endif
+
   void ReadInput() {
     while (!failed) {
       size_t moved = 0;
@@ -563,9 +612,12 @@ struct SendComm : CommBase {
                       sizeof(FrameHeader) - in_hdr_got, &moved, &err);
         if (io == Io::kOk) {
           in_hdr_got += moved;
+          side_rx_bytes += moved;
+          // On the Prism data paths the CTS comes through Prism: the
+          // receiver sends nothing on the side channel.
           if (in_hdr_got == sizeof(FrameHeader) &&
-              (in_hdr.type != kFrameCts || in_hdr.len < CtsLen(1) ||
-               in_hdr.len > CtsLen(kMaxRecvs))) {
+              (IsPrismMode(mode) || in_hdr.type != kFrameCts ||
+               in_hdr.len < CtsLen(1) || in_hdr.len > CtsLen(kMaxRecvs))) {
             ++g_protocol_errors;
             Fail(kPrismNcclRemoteError, "unexpected frame from receiver", 0);
             return;
@@ -578,8 +630,10 @@ struct SendComm : CommBase {
                       in_hdr.len - in_body_got, &moved, &err);
         if (io == Io::kOk) {
           in_body_got += moved;
+          side_rx_bytes += moved;
           if (in_body_got == in_hdr.len) {
-            ApplyCts();
+            ApplyCts(in_body, in_hdr.len);
+            ++cts_via_side;
             in_hdr_got = 0;
           }
           continue;
@@ -603,6 +657,10 @@ struct SendComm : CommBase {
     DrainInbox([this](const Completion& c) {
       if (c.type == CompletionType::kConnectionError) {
         Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
+        return;
+      }
+      if (c.type == CompletionType::kRecvImmediate) {
+        TakeCts(c);
         return;
       }
       if (c.type != CompletionType::kWrite) return;
@@ -637,14 +695,24 @@ struct RecvComm : CommBase {
   Request reqs[kMaxRequests];  // indexed by seq % kMaxRequests
   uint32_t next_seq = 0;
 
+  // CTS frames not sent yet, in order; out[seq % kMaxRequests] holds CTS
+  // seq. On the Prism data paths `out` is also the registered source of the
+  // CTS WRITEs (lkey cts_src_lkey): entry i is reused only after the WRITE
+  // from it completed (cts_busy[i] false).
   struct CtsOut {
     uint8_t bytes[sizeof(FrameHeader) + sizeof(CtsBody)];
     uint32_t len = 0;
     uint32_t sent = 0;
+    uint32_t seq = 0;
   };
   CtsOut out[kMaxRequests];
   int out_head = 0;
   int out_count = 0;
+  bool cts_busy[kMaxRequests] = {};
+  // Prism data paths: the sender's CTS ring (from its Hello).
+  uint64_t cts_remote_addr = 0;
+  uint32_t cts_remote_rkey = 0;
+  uint32_t cts_src_lkey = 0;
 
   enum class In { kHdr, kData, kPayload, kErr };
   In in_state = In::kHdr;
@@ -655,7 +723,44 @@ struct RecvComm : CommBase {
   Request* cur_req = nullptr;
   Slot* cur_slot = nullptr;
 
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  // Prism data paths: each CTS is a WRITE-with-immediate (immediate = seq)
+  // of its CtsBody into the sender's ring slot seq % kMaxRequests.
+  void PostCts() {
+    while (out_count > 0 && !failed) {
+      CtsOut& o = out[out_head];
+      const uint32_t slot = o.seq % kMaxRequests;
+      WriteRequest wr;
+      wr.wr_id = o.seq;
+      wr.local_addr = o.bytes + sizeof(FrameHeader);
+      wr.length = o.len - sizeof(FrameHeader);
+      wr.lkey = cts_src_lkey;
+      wr.remote_addr = cts_remote_addr + slot * kCtsSlotBytes;
+      wr.rkey = cts_remote_rkey;
+      wr.has_immediate = true;
+      wr.immediate = o.seq;
+      const absl::Status st = dep->ep()->PostWrite(conn, wr);
+      if (absl::IsResourceExhausted(st)) return;  // again at the next call
+      if (!st.ok()) {
+        PRISM_NCCL_WARN("irecv: Prism PostWrite of a CTS: %s",
+                        std::string(st.message()).c_str());
+        Fail(kPrismNcclInternalError, "CTS WRITE rejected", 0);
+        return;
+      }
+      cts_busy[slot] = true;
+      out_head = (out_head + 1) % kMaxRequests;
+      --out_count;
+    }
+  }
+#endif
+
   void Flush() {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    if (IsPrismMode(mode)) {
+      PostCts();
+      return;
+    }
+#endif
     while (out_count > 0 && !failed) {
       CtsOut& o = out[out_head];
       while (o.sent < o.len) {
@@ -864,6 +969,15 @@ struct RecvComm : CommBase {
         Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
         return;
       }
+      if (c.type == CompletionType::kWrite) {  // a CTS WRITE was delivered
+        cts_busy[c.wr_id % kMaxRequests] = false;
+        if (c.status != absl::StatusCode::kOk) {
+          PRISM_NCCL_WARN("dev %d: CTS WRITE failed (status %d)", dev,
+                          static_cast<int>(c.status));
+          Fail(kPrismNcclRemoteError, "CTS WRITE failed", 0);
+        }
+        return;
+      }
       if (c.type != CompletionType::kRecvImmediate) return;
       Request* r = nullptr;
       Slot* s = FindSlot(c.immediate >> 3, c.immediate & 7, &r);
@@ -918,6 +1032,8 @@ struct ConnectState {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint* dep = nullptr;
   ConnId conn = kInvalidConn;
+  std::unique_ptr<uint8_t[]> cts_ring;  // handed to the SendComm
+  uint32_t cts_lkey = 0;
 #endif
 };
 
@@ -946,9 +1062,11 @@ absl::StatusOr<ConnId> NewConnection(const DeviceContext& dev,
   *dep = *d;
   return *conn;
 }
-void DropConnection(DeviceEndpoint** dep, ConnId* conn) {
+void DropConnection(DeviceEndpoint** dep, ConnId* conn,
+                    uint32_t extra_lkey = 0) {
   if (*dep == nullptr) return;
   (void)(*dep)->ep()->CloseConnection(*conn);
+  if (extra_lkey != 0) (void)(*dep)->ep()->DeregisterMemory(extra_lkey);
   (*dep)->Release();
   *dep = nullptr;
   *conn = kInvalidConn;
@@ -1071,7 +1189,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
                     err ? strerror(err) : "");
     if (st != nullptr) {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
-      DropConnection(&st->dep, &st->conn);
+      DropConnection(&st->dep, &st->conn, st->cts_lkey);
 #endif
       CloseFd(st->fd);
       st->magic = kDeadMagic;
@@ -1122,14 +1240,28 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       absl::StatusOr<ConnectionBlob> blob =
           conn.ok() ? st->dep->ep()->LocalInfo(*conn) : conn.status();
       if (conn.ok()) st->conn = *conn;
-      if (!blob.ok()) {
+      // The CTS ring the receiver WRITEs into (see SendComm::TakeCts).
+      absl::StatusOr<MemoryRegion> ring = blob.status();
+      if (blob.ok()) {
+        st->cts_ring.reset(new (std::nothrow) uint8_t[kCtsRingBytes]());
+        ring = st->cts_ring == nullptr
+                   ? absl::ResourceExhaustedError("out of memory")
+                   : st->dep->ep()->RegisterMemory(
+                         st->cts_ring.get(), kCtsRingBytes,
+                         kAccessLocal | kAccessRemoteWrite);
+      }
+      if (!ring.ok()) {
         PRISM_NCCL_WARN("connect dev %d: Prism connection: %s", dev.index,
-                        std::string(blob.status().message()).c_str());
+                        std::string(ring.status().message()).c_str());
         DropConnection(&st->dep, &st->conn);
         CloseFd(st->fd);
         delete st;
         return kPrismNcclSystemError;
       }
+      st->cts_lkey = ring->lkey;
+      st->hello.cts_addr = reinterpret_cast<uintptr_t>(st->cts_ring.get());
+      st->hello.cts_rkey = ring->rkey;
+      st->hello.cts_slots = kMaxRequests;
       PutBlob(*blob, &st->hello);
     }
 #endif
@@ -1194,6 +1326,8 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   s->dep = st->dep;
   s->conn = st->conn;
+  s->cts_ring = std::move(st->cts_ring);
+  s->cts_ring_lkey = st->cts_lkey;
   st->dep = nullptr;
   if (s->dep != nullptr) s->dep->AddRoute(s->conn, s);
 #endif
@@ -1284,6 +1418,11 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
           drop("bad connection info from the connecting peer");
           continue;
         }
+        if (l->hello.cts_slots != static_cast<uint32_t>(kMaxRequests) ||
+            l->hello.cts_addr == 0 || l->hello.cts_rkey == 0) {
+          drop("no CTS ring in the hello");
+          continue;
+        }
         PutBlob(*mine, &l->ack);
       }
 #endif
@@ -1315,7 +1454,24 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
     r->conn = l->pending_conn;
     l->pending_dep = nullptr;
     l->pending_conn = kInvalidConn;
-    if (r->dep != nullptr) r->dep->AddRoute(r->conn, r);
+    if (r->dep != nullptr) {
+      // The CTS WRITEs' source (RecvComm::out) and the sender's ring.
+      auto src =
+          r->dep->ep()->RegisterMemory(r->out, sizeof(r->out), kAccessLocal);
+      if (!src.ok()) {
+        PRISM_NCCL_WARN("accept dev %d: CTS buffer: %s", l->dev,
+                        std::string(src.status().message()).c_str());
+        CloseFd(r->fd);
+        r->ReleaseConnection();
+        r->magic = kDeadMagic;
+        delete r;
+        return kPrismNcclSystemError;
+      }
+      r->cts_src_lkey = src->lkey;
+      r->cts_remote_addr = l->hello.cts_addr;
+      r->cts_remote_rkey = l->hello.cts_rkey;
+      r->dep->AddRoute(r->conn, r);
+    }
 #endif
     *recv_comm = static_cast<CommBase*>(r);
     return kPrismNcclSuccess;
@@ -1342,6 +1498,16 @@ PrismNcclResult CloseSend(void* send_comm) {
     std::lock_guard<std::mutex> lock(s->mu);
     CloseFd(s->fd);
     s->fd = -1;
+    PRISM_NCCL_INFO(
+        "dev %d send comm closed: %llu CTS through Prism, %llu CTS and %llu "
+        "bytes on the side channel after the handshake",
+        s->dev, static_cast<unsigned long long>(s->cts_via_prism),
+        static_cast<unsigned long long>(s->cts_via_side),
+        static_cast<unsigned long long>(s->side_rx_bytes));
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    // Deregistered after the connection is closed (ReleaseConnection).
+    if (s->cts_ring_lkey != 0) s->deferred_lkeys.push_back(s->cts_ring_lkey);
+#endif
     s->ReleaseConnection();
     s->ReleaseGpu(s->reqs, SendComm::kPool);
     if (s->live_mrs != 0) {
@@ -1360,6 +1526,9 @@ PrismNcclResult CloseRecv(void* recv_comm) {
     std::lock_guard<std::mutex> lock(r->mu);
     CloseFd(r->fd);
     r->fd = -1;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    if (r->cts_src_lkey != 0) r->deferred_lkeys.push_back(r->cts_src_lkey);
+#endif
     r->ReleaseConnection();
     r->ReleaseGpu(r->reqs, kMaxRequests);
     if (r->live_mrs != 0) {
@@ -1490,7 +1659,10 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       r != kPrismNcclSuccess) {
     return r;
   }
-  s->Progress();
+  // The CTS comes from the endpoint's completions on the Prism data paths;
+  // the side channel then only tells of the peer closing (read every 16th
+  // call, saving a system call on the others).
+  s->Progress(s->mode == DataMode::kTcpInterim || (++s->test_polls & 15) == 0);
   if (s->failed) return s->failure;
   SendComm::CtsGroup& g = s->cts[s->next_send_seq % kMaxRequests];
   if (!g.valid || g.seq != s->next_send_seq) return kPrismNcclSuccess;
@@ -1620,7 +1792,8 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
     }
   }
   Request& req = rc->reqs[rc->next_seq % kMaxRequests];
-  if (req.in_use || rc->out_count == kMaxRequests) {
+  if (req.in_use || rc->out_count == kMaxRequests ||
+      rc->cts_busy[rc->next_seq % kMaxRequests]) {
     rc->Progress();
     return rc->failed ? rc->failure : kPrismNcclSuccess;  // try again
   }
@@ -1653,6 +1826,7 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   memcpy(o.bytes + sizeof(fh), &body, CtsLen(n));
   o.len = static_cast<uint32_t>(sizeof(fh) + CtsLen(n));
   o.sent = 0;
+  o.seq = req.seq;
   ++rc->out_count;
   ++rc->next_seq;
   rc->Progress();
@@ -1694,10 +1868,10 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
     return kPrismNcclInvalidArgument;
   }
   if (!r->done) {
-    // On the Prism data paths the side channel only carries what isend
-    // reads itself (CTS) or rare events (a send error, the peer closing):
-    // read it on every 16th poll, saving a system call on the others
-    // (NCCL's proxy polls test() in a tight loop).
+    // On the Prism data paths the side channel only carries rare events (a
+    // send error, the peer closing); the CTS comes through Prism: read it
+    // on every 16th poll, saving a system call on the others (NCCL's proxy
+    // polls test() in a tight loop).
     const bool read_side =
         c->mode == DataMode::kTcpInterim || (++c->test_polls & 15) == 0;
     if (c->kind == CommKind::kSend) {
