@@ -492,6 +492,86 @@ TEST(NcclConn, OneThreadBasics) {
   ClosePair(&p);
 }
 
+// The clear-to-send travels through Prism on the udp/verbs data paths: the
+// send comm counts every CTS it took from its ring (a WRITE-with-immediate
+// completion on its endpoint) and reads no byte from the side channel after
+// the handshake; on the INTERIM tcp path every CTS is a side-channel frame.
+// Three rounds of 32 outstanding receives (NCCL_NET_MAX_REQUESTS) wrap the
+// 32-slot ring three times; a 33rd receive must wait for a free slot.
+TEST(NcclConn, CtsTravelsThroughPrism) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  constexpr int kOut = kPrismNcclMaxRequests;
+  constexpr size_t kLen = 4096;
+  std::vector<uint8_t> sbuf(kOut * kLen), rbuf(kOut * kLen);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
+      kOk);
+  constexpr int kRounds = 3;
+  for (int round = 0; round < kRounds; ++round) {
+    void* rreqs[kOut];
+    for (int i = 0; i < kOut; ++i) {
+      void* data = rbuf.data() + i * kLen;
+      size_t size = kLen;
+      int tag = i;
+      rreqs[i] = Irecv(p.recv, 1, &data, &size, &tag, &rmh);
+      ASSERT_NE(rreqs[i], nullptr) << "round " << round << " recv " << i;
+    }
+    {
+      void* data = rbuf.data();
+      size_t size = kLen;
+      int tag = kOut;
+      EXPECT_EQ(Irecv(p.recv, 1, &data, &size, &tag, &rmh), nullptr)
+          << "a receive beyond NCCL_NET_MAX_REQUESTS was accepted";
+    }
+    for (int i = 0; i < kOut; ++i) {
+      uint8_t* src = sbuf.data() + i * kLen;
+      const size_t len = 100 + 97 * i + round;
+      FillPattern(src, len, 9, round, i);
+      void* sreq = Isend(p.send, src, len, i, smh);
+      ASSERT_NE(sreq, nullptr);
+      int rsizes[8] = {-1};
+      int sres, rres;
+      ASSERT_EQ(WaitBoth(sreq, nullptr, &sres, rreqs[i], rsizes, &rres), kOk);
+      ASSERT_EQ(rsizes[0], static_cast<int>(len));
+      ASSERT_EQ(CheckPattern(rbuf.data() + i * kLen, len, 9, round, i), -1);
+    }
+  }
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  const size_t before = LogSnapshot().size();
+  ClosePair(&p);
+  const std::vector<LogLine> log = LogSnapshot();
+  std::string line;
+  for (size_t i = before; i < log.size(); ++i) {
+    if (log[i].text.find("send comm closed") != std::string::npos) {
+      line = log[i].text;
+    }
+  }
+  ASSERT_FALSE(line.empty()) << "no close line with the CTS counts";
+  const char* dp = getenv("PRISM_DATAPATH");
+  const int total = kRounds * kOut;
+  char want[160];
+  if (dp != nullptr && strcmp(dp, "tcp") == 0) {
+    // Each CTS frame: 16-byte header + 8-byte body head + one 24-byte entry.
+    snprintf(want, sizeof(want),
+             "0 CTS through Prism, %d CTS and %d bytes on the side channel",
+             total, total * 48);
+  } else {
+    snprintf(want, sizeof(want),
+             "%d CTS through Prism, 0 CTS and 0 bytes on the side channel",
+             total);
+  }
+  EXPECT_NE(line.find(want), std::string::npos)
+      << "log: " << line << "\nwanted: " << want;
+}
+
 TEST(NcclConn, OversizeSendFailsOnBothSides) {
   InitCtx();
   Pair p;

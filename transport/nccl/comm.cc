@@ -1241,14 +1241,17 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
           conn.ok() ? st->dep->ep()->LocalInfo(*conn) : conn.status();
       if (conn.ok()) st->conn = *conn;
       // The CTS ring the receiver WRITEs into (see SendComm::TakeCts).
-      absl::StatusOr<MemoryRegion> ring = blob.status();
-      if (blob.ok()) {
+      absl::StatusOr<MemoryRegion> ring =
+          absl::ResourceExhaustedError("out of memory");
+      if (!blob.ok()) {
+        ring = blob.status();
+      } else {
         st->cts_ring.reset(new (std::nothrow) uint8_t[kCtsRingBytes]());
-        ring = st->cts_ring == nullptr
-                   ? absl::ResourceExhaustedError("out of memory")
-                   : st->dep->ep()->RegisterMemory(
-                         st->cts_ring.get(), kCtsRingBytes,
-                         kAccessLocal | kAccessRemoteWrite);
+        if (st->cts_ring != nullptr) {
+          ring =
+              st->dep->ep()->RegisterMemory(st->cts_ring.get(), kCtsRingBytes,
+                                            kAccessLocal | kAccessRemoteWrite);
+        }
       }
       if (!ring.ok()) {
         PRISM_NCCL_WARN("connect dev %d: Prism connection: %s", dev.index,
