@@ -2,18 +2,30 @@
 // machines, memory handles, and the request protocol.
 //
 // Protocol (one TCP side-channel socket per send/recv comm pair):
-//   handshake  connect -> accept: Hello{magic, nonce, mode}; accept -> connect:
-//              Ack{magic, status}. Both are polled, never blocking.
+//   handshake  connect -> accept: Hello{magic, nonce, mode, Prism connection
+//              blob, CTS ring (addr, rkey, slots)}; accept -> connect:
+//              Ack{magic, status, blob}. Both are polled, never blocking.
 //   irecv      the receiver posts n <= kMaxRecvs buffers as one request and
 //              sends a CTS frame {seq, n, (addr, size, rkey, tag) x n}.
+//              Prism data paths (udp, verbs): a Prism WRITE-with-immediate
+//              (immediate = seq) of the frame into slot seq % kMaxRequests of
+//              the sender's CTS ring (kMaxRequests slots of 256 bytes,
+//              registered remote-writable at connect); the sender learns of
+//              it from the kRecvImmediate completion on its connection.
+//              A slot is never overwritten unread: the receiver writes CTS
+//              seq + kMaxRequests only after its request seq completed, i.e.
+//              after the sender consumed CTS seq and wrote its data; and it
+//              reuses the WRITE's source only after that WRITE completed.
+//              DataMode::kTcpInterim: the frame goes on the side channel.
 //   isend      the sender matches the oldest CTS entry with its tag; with no
 //              CTS yet it returns a NULL request ("try again"). A send larger
 //              than the matched buffer completes with an error on both sides.
-//   data       DataMode::kPrismUdp: a Prism WRITE-with-immediate of the
+//   data       Prism data paths: a Prism WRITE-with-immediate of the
 //              payload into (addr, rkey) on the device's prism::Endpoint; the
 //              immediate is (seq mod 2^29) << 3 | slot, the receiver's
-//              completion gives the length. CTS and send-error frames stay on
-//              the TCP side channel (the endpoint API has no small messages).
+//              completion gives the length. Send-error frames stay on the
+//              TCP side channel (rare; the side channel also tells of the
+//              peer closing).
 //              DataMode::kTcpInterim (INTERIM, not Prism): a DATA frame
 //              {seq, idx, addr, rkey, size} + payload on the same socket; the
 //              receiver checks it against the posted slot and reads the payload
