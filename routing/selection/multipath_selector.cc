@@ -586,4 +586,25 @@ int MultipathSelector::NextPath(Time /*now*/) {
   return p;
 }
 
+// flatten: NextPath and its helpers are inlined into the loop (the batch's
+// point); the behaviour is that of the single calls.
+[[gnu::flatten]] size_t MultipathSelector::NextPaths(Time now, PathId* out,
+                                                     size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const int p = MultipathSelector::NextPath(now);
+    if (p < 0) return i;
+    out[i] = static_cast<PathId>(p);
+  }
+  return n;
+}
+
+[[gnu::flatten]] void MultipathSelector::OnFeedbackBatch(const PathId* paths,
+                                                         size_t n,
+                                                         PathFeedback fb,
+                                                         Time now) {
+  for (size_t i = 0; i < n; ++i) {
+    MultipathSelector::OnFeedback(paths[i], fb, now, 0);
+  }
+}
+
 }  // namespace prism::routing

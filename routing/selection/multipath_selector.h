@@ -77,6 +77,10 @@ class MultipathSelector final : public PathSelector {
 
   int NextPath(Time now) override;
   void OnFeedback(PathId path, PathFeedback fb, Time now, Time rtt) override;
+  // The single calls in a loop, without virtual dispatch.
+  size_t NextPaths(Time now, PathId* out, size_t n) override;
+  void OnFeedbackBatch(const PathId* paths, size_t n, PathFeedback fb,
+                       Time now) override;
   int NextProbe(Time now) override;
   Time NextProbeTime() const override;
   void SetPlaneUp(uint16_t plane, bool up, Time now) override;
