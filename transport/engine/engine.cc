@@ -109,7 +109,6 @@
 #include "prism/engine.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <vector>
 
@@ -399,6 +398,30 @@ struct Conn {
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     std::max(opt.base_rtt, opt.rto_min / 4));
   }
+  // The same for a transmission on `path`: a path whose own smoothed RTT
+  // (echoed timestamps of its packets) is known to be well above the
+  // connection's is slow, not dead (a degraded link, a deep queue): its
+  // packets get 2 x its srtt + the SACK delay before they count as lost, so
+  // they come back and the selector sees their slow RTT (SKIP for passes in
+  // proportion) instead of retiring the path and restoring it at the next
+  // probe, again and again.
+  Time PathLossTimeout(uint16_t path) const {
+    return std::max(LossTimeout(), SlowPathGrace(path));
+  }
+  // For a path whose own srtt is over twice the connection's: 2 x that
+  // srtt + the SACK delay; no timer declares a transmission on it lost
+  // younger than that. 0 for an ordinary path (or before a sample).
+  Time SlowPathGrace(uint16_t path) const {
+    const Time ps = paths[path].srtt;
+    return ps > 2 * srtt ? 2 * ps + opt.base_rtt / 4 : 0;
+  }
+  // When the RTO fires for the oldest transmission: the backed-off RTO, or
+  // later when its path is known to be slow (SlowPathGrace).
+  // REQUIRES: all_head != kNil.
+  Time RtoTime() const {
+    const TxSlot& h = slots[all_head];
+    return h.sent_time + std::max(Rto(), SlowPathGrace(h.path));
+  }
   // True when a transmission sent after `s` on another path of its plane was
   // acked (the planes' NIC port queues differ in depth: a later packet on an
   // emptier plane says nothing; within a plane both queued behind the same
@@ -412,7 +435,7 @@ struct Conn {
     if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
       return kTimeInfinite;
     }
-    return slots[all_head].sent_time + LossTimeout();
+    return slots[all_head].sent_time + PathLossTimeout(slots[all_head].path);
   }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
@@ -807,6 +830,9 @@ class Engine::Impl {
     const wire::DataHeader& h = p.data;
     const Conn* c = Find(h.dst_conn);
     if (c == nullptr || !c->connected || c->failed) return nullptr;
+    // Allocated on first use, so an engine that never receives in place
+    // stays small (Engine.TenThousandIdleEnginesFitInABoundedFootprint).
+    if (claims_.empty()) claims_.resize(kMaxRxClaims);
     if (nclaims_ == claims_.size()) {
       claims_full_ = true;  // unknown claims from here on: no more in place
       return nullptr;
@@ -1061,7 +1087,7 @@ class Engine::Impl {
     Time t = c->ack_deadline;
     if (HasSendable(c) && !c->no_path) q.send = c->next_send_time;
     if (c->all_head != kNil) {
-      t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
+      t = std::min(t, c->RtoTime());
       t = std::min(t, c->TlpTime());
       t = std::min(t, c->PathLossTime());
     }
@@ -1655,9 +1681,13 @@ class Engine::Impl {
     if (is_trig) {
       // The trigger carries the RTT sample (and ECN): the batched clean
       // acks before it go first, so the selector sees the same order.
+      // Its echo names the copy that arrived (an earlier copy on another
+      // path, when this packet was resent): its ECN and RTT are that
+      // path's, not the path of the latest transmission.
       FlushGoodFeedback(c, now);
+      const uint16_t fb_path = echo_path < c->num_paths ? echo_path : s.path;
       c->sel->OnFeedback(
-          s.path,
+          fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
     } else {
@@ -1771,11 +1801,13 @@ class Engine::Impl {
   // their paths retired; the window is not touched. Returns how many.
   uint32_t PathTimeouts(Time now, Conn* c) {
     uint32_t n = 0;
-    const Time lt = c->LossTimeout();
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (!c->SentBeforeLatestAcked(s) || s.sent_time + lt > now) break;
+      if (!c->SentBeforeLatestAcked(s) ||
+          s.sent_time + c->PathLossTimeout(s.path) > now) {
+        break;
+      }
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -1936,9 +1968,8 @@ class Engine::Impl {
       c->cwnd = c->cc->window_bytes();
       if (c->all_head == kNil) return;
     }
-    const Time rto = c->Rto();
-    if (c->TlpTime() <= now &&
-        c->TlpTime() < c->slots[c->all_head].sent_time + rto) {
+    const Time rto_time = c->RtoTime();
+    if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
       // while data is in flight, well before the RTO. Every transmission
       // older than a PTO is presumed lost and resent (on another path); the
@@ -1968,7 +1999,7 @@ class Engine::Impl {
       c->no_path = false;
       return;
     }
-    if (c->slots[c->all_head].sent_time + rto > now) return;
+    if (rto_time > now) return;
     // The (backed-off) timer fired: every transmission older than the
     // un-backed-off RTO is presumed lost. (With the backed-off value here,
     // packets sent just after the oldest one would be stranded: each firing
@@ -1977,16 +2008,22 @@ class Engine::Impl {
     // Something sent after the oldest transmission was acked: the
     // connection delivers, only its paths failed. No window cut, no backoff.
     const bool delivering = c->rack_sent > c->slots[c->all_head].sent_time;
-    while (c->all_head != kNil &&
-           c->slots[c->all_head].sent_time + age <= now) {
-      const uint32_t idx = c->all_head;
-      const uint16_t path = c->slots[idx].path;
-      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
-      ++c->paths[path].st.lost_packets;
-      MarkLost(c, PsnOfSlot(c, idx), false);
-      if (overtaken) {
-        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+    // (A transmission on a path known to be slow is left for its own
+    // SlowPathGrace; the oldest one is past it, so at least it is resent.)
+    uint32_t idx = c->all_head;
+    while (idx != kNil && c->slots[idx].sent_time + age <= now) {
+      const TxSlot& s = c->slots[idx];
+      const uint32_t next = s.next_all;
+      if (s.sent_time + c->SlowPathGrace(s.path) <= now) {
+        const uint16_t path = s.path;
+        const bool overtaken = Overtaken(c, s.sent_time);
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, PsnOfSlot(c, idx), false);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+        }
       }
+      idx = next;
     }
     ++c->st.rto_events;
     if (!delivering) {
@@ -2324,7 +2361,8 @@ class Engine::Impl {
     uint32_t plen;
     bool has_imm;
   };
-  std::array<RxClaim, 256> claims_{};
+  static constexpr size_t kMaxRxClaims = 256;
+  std::vector<RxClaim> claims_;  // kMaxRxClaims once RxDestination is used
   size_t nclaims_ = 0;
   bool claims_full_ = false;
   wire::Packet rxd_pkt_;  // RxDestination's decode scratch
