@@ -7,6 +7,8 @@
 // adapter is the loop's completion filter, so an application never sees a
 // message complete while a WRITE of it can still be placed.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,16 @@ class VerbsAdapter : public DatapathAdapter, public CompletionFilter {
  public:
   explicit VerbsAdapter(std::unique_ptr<verbs::VerbsDatapath> dp)
       : dp_(std::move(dp)) {}
+  // PRISM_VERBS_STATS=1: the datapath's counters on stderr when the
+  // endpoint goes away (diagnostics for runs driven by other programs, such
+  // as the NCCL plugin's tests).
+  ~VerbsAdapter() override {
+    const char* e = getenv("PRISM_VERBS_STATS");
+    if (e != nullptr && *e != '\0' && *e != '0') {
+      fprintf(stderr, "prism verbs stats: device=%s %s\n",
+              dp_->device_name().c_str(), dp_->stats().ToString().c_str());
+    }
+  }
   Datapath* datapath() override { return dp_.get(); }
   std::vector<int> wait_fds() override { return {dp_->wait_fd()}; }
   BlobDatapath kind() const override { return BlobDatapath::kVerbs; }
