@@ -109,6 +109,7 @@
 #include "prism/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -754,6 +755,87 @@ class Engine::Impl {
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     for (size_t i = 0; i < n; ++i) ReceiveOne(now, pkts[i]);
+    nclaims_ = 0;  // RxDestination claims live until the next OnReceive
+    claims_full_ = false;
+  }
+
+  // Receive in place (Engine::RxDestination): the checks of OnData, read
+  // only, plus the claims of this batch (packets resolved since the last
+  // OnReceive, not yet seen by OnData).
+  uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
+                         size_t payload_len) {
+    if (placer_ != &memcpy_placer_ || payload_len == 0 || claims_full_ ||
+        hdr_len != wire::kDataHeaderSize || payload_len > 0xFFFF)
+      return nullptr;
+    // Decode the header alone: DecodeSplit checks the declared payload
+    // length against payload_len and never reads the payload pointer.
+    wire::Packet& p = rxd_pkt_;
+    if (wire::DecodeSplit(hdr, hdr_len, hdr, payload_len, &p) !=
+            wire::DecodeError::kOk ||
+        p.type != wire::PacketType::kData || p.trimmed)
+      return nullptr;
+    const wire::DataHeader& h = p.data;
+    const Conn* c = Find(h.dst_conn);
+    if (c == nullptr || !c->connected || c->failed) return nullptr;
+    if (nclaims_ == claims_.size()) {
+      claims_full_ = true;  // unknown claims from here on: no more in place
+      return nullptr;
+    }
+    const uint64_t psn = Ext(c->rcv_nxt, h.psn);
+    const uint64_t base_addr = h.remote_addr - h.msg_offset;
+    const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
+    // Claims of this batch for the same connection: a second copy of a
+    // PSN, or a message whose fields disagree, is never placed in place;
+    // the bytes claimed for one message must fit in it.
+    uint64_t claimed = 0;
+    bool conflict = false;
+    for (size_t i = 0; i < nclaims_; ++i) {
+      const RxClaim& k = claims_[i];
+      if (k.conn != h.dst_conn) continue;
+      if (k.psn == psn) conflict = true;
+      if (k.msn == h.msn) {
+        claimed += k.plen;
+        if (k.msg_len != h.msg_len || k.base_addr != base_addr ||
+            k.has_imm != has_imm || (has_imm && k.imm != h.immediate))
+          conflict = true;
+      }
+    }
+    // Claimed whatever the outcome: a packet refused now (e.g. beyond the
+    // window) may still be accepted by OnData after earlier ones moved it.
+    claims_[nclaims_++] =
+        RxClaim{h.dst_conn, psn,         h.msn,         h.msg_len,
+                base_addr,  h.immediate, h.payload_len, has_imm};
+    if (conflict) return nullptr;
+    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths)
+      return nullptr;
+    auto it = by_rkey_.find(h.rkey);
+    if (it == by_rkey_.end()) return nullptr;
+    const Region& r = regions_[it->second];
+    if (!r.live || (r.mr.access & kAccessRemoteWrite) == 0) return nullptr;
+    const uint64_t mlen = h.msg_len;
+    if (h.remote_addr < h.msg_offset || base_addr < r.mr.addr ||
+        mlen > r.mr.length || base_addr - r.mr.addr > r.mr.length - mlen)
+      return nullptr;
+    // Payload checksums are verified on bytes that have not landed yet.
+    if ((h.flags & wire::kFlagPayloadCrc) != 0 || c->rx_crc_required)
+      return nullptr;
+    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return nullptr;
+    if ((c->rx_bits[(psn >> 6) & c->rx_word_mask] >> (psn & 63)) & 1)
+      return nullptr;
+    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    if (md < 0 || md >= static_cast<int32_t>(c->win)) return nullptr;
+    uint64_t received = 0;
+    if (static_cast<uint64_t>(md) < c->rx_msgs.size()) {
+      const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+      if (m.active) {
+        if (m.msn != h.msn || m.len != h.msg_len || m.base_addr != base_addr ||
+            m.has_imm != has_imm || (has_imm && m.imm != h.immediate))
+          return nullptr;
+        received = m.received;
+      }
+    }
+    if (received + claimed + h.payload_len > mlen) return nullptr;
+    return r.base + (h.remote_addr - r.mr.addr);
   }
 
   // ------------------------------------------------------------- transmit
@@ -1354,9 +1436,11 @@ class Engine::Impl {
       ++stats_.rx_drop_malformed;
       return;
     }
-    if (plen > 0 &&
-        !placer_->Place(r.base + (h.remote_addr - r.mr.addr), pkt_.payload,
-                        static_cast<uint32_t>(plen), r.mr)) {
+    // A payload already at its address (read in place after
+    // RxDestination) is not copied again.
+    uint8_t* const dst = r.base + (h.remote_addr - r.mr.addr);
+    if (plen > 0 && pkt_.payload != dst &&
+        !placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen), r.mr)) {
       ++stats_.rx_drop_placement;
       return;
     }
@@ -2121,6 +2205,21 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
+
+  // RxDestination claims since the last OnReceive.
+  struct RxClaim {
+    ConnId conn;
+    uint64_t psn;
+    uint32_t msn, msg_len;
+    uint64_t base_addr;
+    uint32_t imm;
+    uint32_t plen;
+    bool has_imm;
+  };
+  std::array<RxClaim, 256> claims_{};
+  size_t nclaims_ = 0;
+  bool claims_full_ = false;
+  wire::Packet rxd_pkt_;  // RxDestination's decode scratch
 };
 
 // --------------------------------------------------------------- Engine
@@ -2153,6 +2252,10 @@ absl::Status Engine::PostWrite(Time now, ConnId conn, const WriteRequest& req) {
 }
 void Engine::OnReceive(Time now, const RxPacket* pkts, size_t n) {
   impl_->OnReceive(now, pkts, n);
+}
+uint8_t* Engine::RxDestination(const uint8_t* hdr, size_t hdr_len,
+                               size_t payload_len) {
+  return impl_->RxDestination(hdr, hdr_len, payload_len);
 }
 size_t Engine::PollTransmit(Time now, TxPacket* out, size_t max) {
   return impl_->PollTransmit(now, out, max);

@@ -67,6 +67,8 @@ class DatapathAdapter {
   // Between the engine's completions and the application's (verbs: the
   // message close); nullptr: none. Owned by the adapter.
   virtual CompletionFilter* completion_filter() { return nullptr; }
+  // The engine the loop drives, once it exists (udp: receive in place).
+  virtual void AttachEngine(Engine* engine) { (void)engine; }
 };
 
 // The in-process datapath: every loopback endpoint of the process is a port
