@@ -833,6 +833,7 @@ class VerbsDatapath::Impl {
     for (const Completion& c : p->held_rx) ready_.push_back(c);
     for (const Completion& c : p->held_tx) ready_.push_back(c);
     if (p->bound) conn_peer_.erase(p->conn);
+    nwaiting_ -= p->nwait;
     // Completions of this peer still in the CQs are recognised as stale by
     // the peer's `used` flag / generation and ignored.
     const uint32_t id = p->id;
