@@ -1,6 +1,9 @@
 #!/bin/bash
 # inplace_ab.sh [-r REPS] [-n ITERS] [-s BYTES] [-b BUILD] [-x EXTRA_CLIENT_OPTS]
-# A/B of prism_perf's receive paths on [::1]: the receive buffer (GRO on,
+#               [-M MTU]
+# A/B of prism_perf's receive paths on [::1] (or, with -M, across a netns
+# veth pair of that MTU built by tests/udp/netns_fabric.sh; needs root): the
+# receive buffer (GRO on,
 # the engine copies each payload to the region) against receive in place
 # (--in-place: header peeked, payload read straight to the region, no GRO).
 # Alternates the two, REPS times each, a fixed amount of data per run
@@ -8,13 +11,23 @@
 # task-clock of the server process) per GB and the client's Gb/s, with the
 # medians. CPU time, not wall time: the machine may be shared.
 set -u
-R=5 N=30000 S=65536 BUILD= X=
-while getopts "r:n:s:b:x:" o; do
+R=5 N=30000 S=65536 BUILD= X= MTU=
+ARGS=("$@")
+while getopts "r:n:s:b:x:M:" o; do
   case $o in r) R=$OPTARG ;; n) N=$OPTARG ;; s) S=$OPTARG ;; b) BUILD=$OPTARG ;;
-    x) X=$OPTARG ;; *) echo "usage: $0 [-r reps] [-n iters] [-s bytes] [-b build] [-x client opts]"; exit 1 ;; esac
+    x) X=$OPTARG ;; M) MTU=$OPTARG ;;
+    *) echo "usage: $0 [-r reps] [-n iters] [-s bytes] [-b build] [-x client opts] [-M mtu]"; exit 1 ;; esac
 done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PERF=${BUILD:-$ROOT/build}/bin/prism_perf
+if [ -n "$MTU" ] && [ -z "${PRISM_NS_A:-}" ]; then
+  exec bash "$ROOT/tests/udp/netns_fabric.sh" 1 "$MTU" bash "$0" "${ARGS[@]}"
+fi
+SX= CX= SA=::1 CA=::1 HOST=::1
+if [ -n "${PRISM_NS_A:-}" ]; then
+  SX="ip netns exec $PRISM_NS_B" CX="ip netns exec $PRISM_NS_A"
+  SA=fd77:0::2 CA=fd77:0::1 HOST=fd77:0::2
+fi
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 PORT=$((30000 + RANDOM % 20000))
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -22,11 +35,11 @@ for i in $(seq "$R"); do
   for mode in buffer in-place; do
     opt=; [ $mode = in-place ] && opt=--in-place
     PORT=$((PORT + 1))
-    perf stat -x, -e task-clock -o "$TMP/ps" -- "$PERF" -p $PORT -L ::1 $opt \
+    $SX perf stat -x, -e task-clock -o "$TMP/ps" -- "$PERF" -p $PORT -L $SA $opt \
       > /dev/null 2>&1 &
     sp=$!
     sleep 0.4
-    "$PERF" -p $PORT -L ::1 -n "$N" -s "$S" $X --json ::1 > "$TMP/c.json" 2>/dev/null
+    $CX "$PERF" -p $PORT -L $CA -n "$N" -s "$S" $X --json $HOST > "$TMP/c.json" 2>/dev/null
     wait $sp
     python3 - "$mode" "$TMP" <<'PY' >> "$TMP/rows"
 import json, sys
@@ -47,4 +60,4 @@ for mode in ('buffer', 'in-place'):
     print(f"{mode:9s} receiver CPU s/GB {' '.join(f'{v:.3f}' for v in srv)}  median {statistics.median(srv):.3f} | "
           f"sender {statistics.median(cl):.3f} | Gb/s median {statistics.median(g):.2f}")
 PY
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; $PERF -L ::1 [--in-place] / -n $N -s $S $X ::1"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; ${MTU:+netns veth MTU $MTU: }$PERF -L $SA [--in-place] / -L $CA -n $N -s $S $X $HOST"

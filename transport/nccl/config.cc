@@ -204,6 +204,12 @@ absl::Status ParseEngineOptions(const EnvGetter& env, PluginConfig* cfg) {
   }
   cfg->base_rtt_us = static_cast<uint32_t>(rtt);
   int64_t gso = cfg->udp_gso, gro = cfg->udp_gro, spin = cfg->spin_us;
+  int64_t in_place = cfg->udp_rx_in_place;
+  if (auto s = ParseInt(env, "PRISM_UDP_RX_IN_PLACE", 0, 1, &in_place);
+      !s.ok()) {
+    return s;
+  }
+  cfg->udp_rx_in_place = in_place != 0;
   int64_t rto = cfg->rto_min_us, probe = cfg->probe_us;
   if (auto s = ParseInt(env, "PRISM_UDP_GSO", 0, 1, &gso); !s.ok()) return s;
   if (auto s = ParseInt(env, "PRISM_UDP_GRO", 0, 1, &gro); !s.ok()) return s;

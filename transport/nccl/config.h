@@ -25,6 +25,8 @@
 //   PRISM_UDP_GSO       1 = UDP GSO for runs of equal-size packets
 //                       (sockets tx mode; default 1, as prism_perf)
 //   PRISM_UDP_GRO       1 = receive coalesced UDP super-packets (default 1)
+//   PRISM_UDP_RX_IN_PLACE  1 = read payloads straight into the posted
+//                       buffers (peek the header; GRO off; default 0)
 //   PRISM_BUSY_POLL     1 = the endpoint loop spins instead of sleeping
 //   PRISM_SPIN_US       us the endpoint loop polls after its last work
 //                       before sleeping (-1 = the datapath's default)
@@ -106,6 +108,7 @@ struct PluginConfig {
   bool busy_poll = false;
   bool udp_gso = true;
   bool udp_gro = true;
+  bool udp_rx_in_place = false;
   int32_t spin_us = -1;     // -1: the datapath's default
   uint32_t rto_min_us = 0;  // 0: the engine's default (verbs: scaled)
   uint32_t probe_us = 0;    // 0: the engine's default (verbs: scaled)

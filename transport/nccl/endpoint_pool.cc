@@ -46,6 +46,7 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     o.idle_spin_us = c.spin_us;
     o.gso = c.udp_gso;
     o.gro = c.udp_gro;
+    o.rx_in_place = c.udp_rx_in_place;
     if (c.seed != 0) {
       o.seed = c.seed + dev.index;
     } else {
@@ -87,7 +88,8 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     slot->ep_ = std::move(*ep);
     PRISM_NCCL_INFO(
         "dev %d: Prism endpoint up (%s): %zu plane(s) starting at %s, "
-        "%u paths, congestion %s, policy %s, mtu payload %u, gso %d gro %d, "
+        "%u paths, congestion %s, policy %s, mtu payload %u, gso %d gro %d "
+        "in-place %d, "
         "rto_min %lld us, probe %lld us",
         dev.index, o.datapath.c_str(), d.plane_addrs.size(),
         c.mode == DataMode::kPrismVerbs
@@ -96,6 +98,7 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
                                 : d.plane_addrs[0].c_str(),
         c.paths, c.congestion.c_str(), c.path_policy.c_str(),
         slot->ep_->mtu_payload(), o.gso ? 1 : 0, o.gro ? 1 : 0,
+        o.rx_in_place ? 1 : 0,
         static_cast<long long>(o.connection.rto_min / kMicrosecond),
         static_cast<long long>(o.connection.probe_interval / kMicrosecond));
   }
