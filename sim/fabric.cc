@@ -549,7 +549,7 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     StartTx(now, id);
   } else {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
@@ -595,7 +595,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
   // only when something waits.
   if (pt.q_packets > 0 || pt.host_port) {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
@@ -604,7 +604,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
   pt.done_pending = false;
   if (now < pt.busy_until) {  // rate changed / stale: wait until free
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
   if (pt.up && pt.q_packets > 0) StartTx(now, id);
@@ -645,7 +645,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     } else if (pt.host_port) {
       if (!pt.done_pending) {
         pt.done_pending = true;
-        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, this);
+        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, &pt);
       }
     }
   }

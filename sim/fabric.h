@@ -173,7 +173,7 @@ class Fabric {
  public:
   // Packet `ptr` reaches node `arg` (one event per packet on a wire).
   static constexpr uint16_t kArriveKind = 1;
-  static constexpr uint16_t kPortDoneKind = 2;
+  static constexpr uint16_t kPortDoneKind = 2;  // arg = port id, ptr = port
   static constexpr uint16_t kConvergeKind = 3;
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,

@@ -536,6 +536,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   while (!queue_.empty() && flows_done_ < flows_.size()) {
     if (queue_.next_time() > end) break;
     const Event e = queue_.Pop();
+    queue_.PrefetchNext();
     now = e.time;
     switch (e.kind) {
       case EventQueue::kTimerKind:
