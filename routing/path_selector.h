@@ -13,6 +13,7 @@
 #ifndef PRISM_ROUTING_PATH_SELECTOR_H_
 #define PRISM_ROUTING_PATH_SELECTOR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -91,6 +92,27 @@ class PathSelector {
   // Usable (GOOD) paths left on `plane`; 0 on an up plane means every path
   // of it failed: the engine may report the plane down to the peer.
   virtual uint32_t plane_usable(uint16_t /*plane*/) const { return 0; }
+
+  // Additive batch calls (the engine's per-burst hot path). Each is exactly
+  // the same sequence of single calls, so results, state and counters are
+  // identical; implementations override them to save the per-call dispatch.
+  //
+  // n NextPath(now) calls in a row: fills out[0, r) and returns r; r < n
+  // means the (r+1)-th call returned -1 (and was made; no further call).
+  virtual size_t NextPaths(Time now, PathId* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const int p = NextPath(now);
+      if (p < 0) return i;
+      out[i] = static_cast<PathId>(p);
+    }
+    return n;
+  }
+  // OnFeedback(paths[i], fb, now, 0) for i = 0 .. n-1, in order (no RTT
+  // sample: the acks of a SACK other than its trigger).
+  virtual void OnFeedbackBatch(const PathId* paths, size_t n, PathFeedback fb,
+                               Time now) {
+    for (size_t i = 0; i < n; ++i) OnFeedback(paths[i], fb, now, 0);
+  }
 };
 
 absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(

@@ -8,7 +8,8 @@
 #      them): prism over 1 plane (the same path as iperf3) and over 2 planes.
 # prism_perf takes the payload size from the interface MTU (-m auto) and
 # uses UDP GSO + GRO; one "-m 9000 --no-gso --no-gro" row per setup shows
-# the previous configuration.
+# the previous configuration, and one "receiver --in-place" row per setup the
+# receive-in-place path (payload read straight into the region, no GRO).
 # Fairness: every tool runs one stream (one connection / one iperf3 stream)
 # between one server and one client process, with the same nice level (-N)
 # and, with -c, the server pinned to one CPU and the client to another
@@ -41,9 +42,9 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 jget() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)" 2>/dev/null || echo 0; }
 
-# prism NAME NS_SERVER NS_CLIENT HOST SERVER_OPTS CLIENT_OPTS
+# prism NAME NS_SERVER NS_CLIENT HOST SERVER_OPTS CLIENT_OPTS [LABEL]
 prism() {
-  local name=$1 nss=$2 nsc=$3 host=$4 sopt=$5 copt=$6
+  local name=$1 nss=$2 nsc=$3 host=$4 sopt=$5 copt=$6 label=${7:-}
   local sx= cx=
   [ -n "$nss" ] && sx="ip netns exec $nss"; [ -n "$nsc" ] && cx="ip netns exec $nsc"
   PORT=$((PORT + 1))
@@ -63,7 +64,7 @@ try:
 except Exception: print('-')")
   local rtx=$(jget "$TMP/c.json" "d['retransmitted_packets']")
   local mtu=$(jget "$TMP/c.json" "d['mtu_payload']")
-  echo "$name|prism_perf $copt|$g|$cpu|$rtx (payload $mtu B)" >> "$TMP/rows"
+  echo "$name|prism_perf ${label:-$copt}|$g|$cpu|$rtx (payload $mtu B)" >> "$TMP/rows"
   echo "$name prism: server: ${sx:+$sx }$SPRE $PERF -p $PORT $sopt ; client: ${cx:+$cx }$CPRE $cmd" >> "$TMP/cmds"
   echo "$g"
 }
@@ -100,8 +101,10 @@ echo "## loopback [::1] (msg $SIZE B, $D s each)"
 T=$(iperf loopback "" "" ::1 tcp); echo "  iperf3 tcp  $T Gb/s"
 U=$(iperf loopback "" "" ::1 udp); echo "  iperf3 udp  $U Gb/s (goodput)"
 P=$(prism loopback "" "" ::1 "-L ::1" "-L ::1"); echo "  prism_perf  $P Gb/s  (x$(ratio $P $T) of iperf3 TCP)"
+I=$(prism loopback "" "" ::1 "-L ::1 --in-place" "-L ::1" "-L ::1, receiver --in-place"); echo "  prism_perf receiver --in-place  $I Gb/s  (x$(ratio $I $T) of iperf3 TCP)"
 O=$(prism loopback "" "" ::1 "-L ::1 -m 9000 --no-gro" "-L ::1 -m 9000 --no-gso --no-gro"); echo "  prism_perf -m 9000 --no-gso --no-gro  $O Gb/s"
 echo "loopback|ratio prism/iperf3-tcp|$(ratio $P $T)||" >> "$TMP/rows"
+echo "loopback|ratio prism --in-place/iperf3-tcp|$(ratio $I $T)||" >> "$TMP/rows"
 
 NETNS_OK=1
 [ $QUICK = 1 ] && NETNS_OK=0
@@ -119,11 +122,13 @@ if [ "$M" = 9000 ]; then
   U=$(iperf "netns mtu $M, 1 plane" $B $A fd77:0::2 udp); echo "  iperf3 udp  $U Gb/s (goodput)"
 fi
 P1=$(prism "netns mtu $M, 1 plane" $B $A fd77:0::2 "-L fd77:0::2" "-L fd77:0::1"); echo "  prism_perf 1 plane  $P1 Gb/s (x$(ratio $P1 $T) of iperf3 TCP)"
+I1=$(prism "netns mtu $M, 1 plane" $B $A fd77:0::2 "-L fd77:0::2 --in-place" "-L fd77:0::1" "-L fd77:0::1, receiver --in-place"); echo "  prism_perf 1 plane, receiver --in-place  $I1 Gb/s (x$(ratio $I1 $T) of iperf3 TCP)"
 P2=$(prism "netns mtu $M, 2 planes" $B $A fd77:0::2 "-L fd77:0::2,fd77:1::2" "-L fd77:0::1,fd77:1::1"); echo "  prism_perf 2 planes $P2 Gb/s (x$(ratio $P2 $T) of iperf3 TCP, 1 plane)"
 if [ "$M" = 9000 ]; then
   P0=$(prism "netns mtu $M, 1 plane" $B $A fd77:0::2 "-L fd77:0::2 --no-gro" "-L fd77:0::1 --no-gso --no-gro"); echo "  prism_perf 1 plane --no-gso --no-gro $P0 Gb/s"
 fi
 echo "netns mtu $M|ratio prism(1 plane)/iperf3-tcp|$(ratio $P1 $T)||" >> "$TMP/rows"
+echo "netns mtu $M|ratio prism(1 plane, --in-place)/iperf3-tcp|$(ratio $I1 $T)||" >> "$TMP/rows"
 echo "netns mtu $M|ratio prism(2 planes)/iperf3-tcp(1 plane)|$(ratio $P2 $T)||" >> "$TMP/rows"
 INNER
   declare -f jget prism iperf ratio > "$TMP/funcs.sh"

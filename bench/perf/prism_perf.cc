@@ -75,6 +75,7 @@ struct Args {
   bool zero_checksum = false;
   bool gso = true;
   bool gro = true;
+  bool in_place = false;
   bool tlp = true;
   int cpu = -1;  // loop thread pinning
   int spin_us = -1;
@@ -116,6 +117,8 @@ void Usage() {
       "  --busy-poll             spin the event loop\n"
       "  --gso, --no-gso         UDP GSO for runs of equal-size packets (on)\n"
       "  --no-gro                no UDP GRO on receive\n"
+      "  --in-place              receive payloads straight into the region\n"
+      "                          (peek the header; turns GRO off)\n"
       "  --no-tlp                no tail-loss probes (RTO only)\n"
       "  --cpu=N                 pin the event-loop thread to CPU N\n"
       "  --spin=US               poll US after the last work before sleeping\n"
@@ -150,7 +153,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kJson,
     kDevice,
     kQps,
-    kMtuPayload
+    kMtuPayload,
+    kInPlace
   };
   static const option opts[] = {
       {"size", required_argument, nullptr, 's'},
@@ -179,6 +183,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"gso", no_argument, nullptr, kGso},
       {"no-gro", no_argument, nullptr, kNoGro},
       {"no-gso", no_argument, nullptr, kNoGso},
+      {"in-place", no_argument, nullptr, kInPlace},
       {"no-tlp", no_argument, nullptr, kNoTlp},
       {"cpu", required_argument, nullptr, kCpu},
       {"spin", required_argument, nullptr, kSpin},
@@ -293,6 +298,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kNoGso:
         a->gso = false;
         break;
+      case kInPlace:
+        a->in_place = true;
+        break;
       case kNoTlp:
         a->tlp = false;
         break;
@@ -354,6 +362,7 @@ EndpointOptions MakeOptions(const Args& a) {
   o.accept_zero_checksum = a.zero_checksum;
   o.gso = a.gso;
   o.gro = a.gro;
+  o.rx_in_place = a.in_place;
   o.cpu = a.cpu;
   o.idle_spin_us = a.spin_us;
   o.busy_poll = a.busy_poll;

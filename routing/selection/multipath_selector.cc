@@ -273,19 +273,36 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
     ++counters_.plane_down_feedback;
     return;
   }
+  Time slow_passes = 0;  // a slow-RTT sample: passes it is worth
   if (rtt > 0) {
     // A clean ACK far slower than the connection's typical RTT is this
     // path's congestion sign where the fabric did not mark (a slow or
     // degraded link, a deep queue below the ECN threshold): ECN for the
     // state machine. Judged against the typical RTT before this sample.
-    if (fb == PathFeedback::kGood && typical_rtt_ > 0 &&
-        rtt > kSlowRttFactor * typical_rtt_) {
-      fb = PathFeedback::kEcn;
-      ++counters_.slow_rtt;
+    const bool slow_sample =
+        (fb == PathFeedback::kGood || fb == PathFeedback::kEcn) &&
+        typical_rtt_ > 0 && rtt > kSlowRttFactor * typical_rtt_;
+    if (slow_sample) {
+      if (fb == PathFeedback::kGood) {
+        fb = PathFeedback::kEcn;
+        ++counters_.slow_rtt;
+      }
+      // A path k times slower than typical (marked or not) sits out about
+      // k passes, so its use falls with its RTT (as a clean-EV cache's
+      // does on its own).
+      slow_passes = std::min<Time>(2 * rtt / typical_rtt_, kMaxSlowPasses);
     }
     x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
+    // The typical RTT is what the connection's ordinary paths show: a
+    // sample above kSlowRttFactor x typical counts as that much, so a few
+    // slow paths (a degraded link is sampled often: its late packets arrive
+    // out of order and trigger SACKs at once) cannot drag the reference up
+    // to their own RTT and hide themselves. A real rise on every path still
+    // moves it, by up to 1/8 per sample.
+    const Time capped =
+        typical_rtt_ == 0 ? rtt : std::min(rtt, kSlowRttFactor * typical_rtt_);
     typical_rtt_ =
-        typical_rtt_ == 0 ? rtt : typical_rtt_ + (rtt - typical_rtt_) / 8;
+        typical_rtt_ == 0 ? rtt : typical_rtt_ + (capped - typical_rtt_) / 8;
   }
   if (policy_ == Policy::kReps && fb != PathFeedback::kProbeOk) {
     // A clean ACK on a GOOD path puts its EV back in circulation; any other
@@ -304,7 +321,8 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
           return;
         }
         // Backoff: 2^level passes, then one more level for next time.
-        SetState(path, PathState::kSkip, Time{1} << x.level);
+        SetState(path, PathState::kSkip,
+                 std::max(Time{1} << x.level, slow_passes));
         if (x.level < kMaxSkipLevel) ++x.level;
         ++counters_.skips;
       } else if (fb == PathFeedback::kLost || fb == PathFeedback::kTimeout) {
@@ -324,8 +342,16 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
       if (fb == PathFeedback::kProbeOk) {
         // Back in service; a path retired again and again (level >= 2)
         // first sits out its backoff as SKIP.
-        if (x.level >= 2) {
-          SetState(path, PathState::kSkip, Time{1} << (x.level - 1));
+        // A path known to be slow (its own srtt; the probe itself travels
+        // at control priority and says nothing about its queue) also sits
+        // out rtt / typical passes, as a slow sample would have it.
+        Time passes = x.level >= 2 ? Time{1} << (x.level - 1) : 0;
+        if (slow(path)) {
+          passes = std::max(passes, std::min<Time>(2 * x.srtt / typical_rtt_,
+                                                   kMaxSlowPasses));
+        }
+        if (passes > 0) {
+          SetState(path, PathState::kSkip, passes);
         } else {
           SetState(path, PathState::kGood, 0);
         }
@@ -558,6 +584,27 @@ int MultipathSelector::NextPath(Time /*now*/) {
   }
   ++counters_.picks;
   return p;
+}
+
+// flatten: NextPath and its helpers are inlined into the loop (the batch's
+// point); the behaviour is that of the single calls.
+[[gnu::flatten]] size_t MultipathSelector::NextPaths(Time now, PathId* out,
+                                                     size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const int p = MultipathSelector::NextPath(now);
+    if (p < 0) return i;
+    out[i] = static_cast<PathId>(p);
+  }
+  return n;
+}
+
+[[gnu::flatten]] void MultipathSelector::OnFeedbackBatch(const PathId* paths,
+                                                         size_t n,
+                                                         PathFeedback fb,
+                                                         Time now) {
+  for (size_t i = 0; i < n; ++i) {
+    MultipathSelector::OnFeedback(paths[i], fb, now, 0);
+  }
 }
 
 }  // namespace prism::routing

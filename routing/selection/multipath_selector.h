@@ -62,6 +62,9 @@ class MultipathSelector final : public PathSelector {
   // (EWMA of all samples) is taken as kEcn: a slow path the fabric did not
   // mark (counted in PathSelectorCounters::slow_rtt).
   static constexpr int kSlowRttFactor = 2;
+  // Such a slow sample puts the path in SKIP for max(2^level, rtt / typical
+  // RTT) passes, at most this many.
+  static constexpr Time kMaxSlowPasses = 64;
   // "p2c": one pick in this many skips the comparison (exploration).
   static constexpr uint32_t kP2cExploreEvery = 16;
   // Bytes of reps per-connection state beyond the per-path and per-plane
@@ -74,6 +77,10 @@ class MultipathSelector final : public PathSelector {
 
   int NextPath(Time now) override;
   void OnFeedback(PathId path, PathFeedback fb, Time now, Time rtt) override;
+  // The single calls in a loop, without virtual dispatch.
+  size_t NextPaths(Time now, PathId* out, size_t n) override;
+  void OnFeedbackBatch(const PathId* paths, size_t n, PathFeedback fb,
+                       Time now) override;
   int NextProbe(Time now) override;
   Time NextProbeTime() const override;
   void SetPlaneUp(uint16_t plane, bool up, Time now) override;
@@ -97,6 +104,11 @@ class MultipathSelector final : public PathSelector {
     return plane < num_planes_ && planes_[plane].up ? planes_[plane].good : 0;
   }
   Policy policy() const { return policy_; }
+  // True when `path` is known to be much slower than the typical path.
+  bool slow(PathId path) const {
+    return path < num_paths_ && typical_rtt_ > 0 &&
+           paths_[path].srtt > kSlowRttFactor * typical_rtt_;
+  }
 
  private:
   static constexpr uint16_t kNil = 0xFFFF;

@@ -348,18 +348,20 @@ TEST(CcSimTest, DegradedUplinkCarriesAtMostTwiceItsCapacityShare) {
     acc.Set(tc.name, std::move(o));
     EXPECT_TRUE(r.completed) << tc.name;
     // reps steers away from the slow uplink and must meet the bar; rotation
-    // (SKIP backoff on ECN/trim/slow RTT) and p2c miss it today (3.9x and
-    // 3.4x, reported), so without strict mode they are held at regression
-    // floors near the measured shares (the oblivious share is 25%).
+    // (SKIP for 2 x rtt / typical passes after a slow sample, slow paths
+    // kept from being timed out before their own RTT) and p2c come close
+    // but miss it today (2.26x and 2.21x, reported; 3.74x and 3.44x before),
+    // so without strict mode they are held at regression floors just above
+    // the measured shares (the oblivious share is 25%).
     if (Strict() || tc.path_policy == "reps") {
       EXPECT_LE(share, 2 * cap_share)
           << tc.name << " (" << tc.path_policy << ") sends " << share
           << " of uplink packets into a link with " << cap_share
           << " of the capacity";
     } else if (tc.path_policy == "p2c") {
-      EXPECT_LE(share, 0.13) << tc.name;  // measured 0.110
+      EXPECT_LE(share, 0.08) << tc.name;  // measured 0.0713
     } else {
-      EXPECT_LE(share, 0.15) << tc.name;  // rotation: measured 0.125
+      EXPECT_LE(share, 0.08) << tc.name;  // rotation: measured 0.0729
     }
   }
   acc.Set("bar", Value::String("degraded_share <= 2 x capacity_share"));

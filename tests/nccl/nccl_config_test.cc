@@ -83,6 +83,46 @@ TEST(NcclConfig, UdpNeedsTheEndpointDataPath) {
   }
 }
 
+TEST(NcclConfig, EngineAndDatapathKnobs) {
+  if (!PrismDataPathAvailable()) GTEST_SKIP() << "no endpoint data path";
+  std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"},
+                                          {"PRISM_DATAPATH", "udp"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Defaults: GSO and GRO on (as prism_perf), engine timers untouched.
+  EXPECT_TRUE(c->udp_gso);
+  EXPECT_TRUE(c->udp_gro);
+  EXPECT_FALSE(c->udp_rx_in_place);
+  EXPECT_EQ(c->spin_us, -1);
+  EXPECT_EQ(c->rto_min_us, 0u);
+  EXPECT_EQ(c->probe_us, 0u);
+  e["PRISM_UDP_GSO"] = "0";
+  e["PRISM_UDP_GRO"] = "0";
+  e["PRISM_UDP_RX_IN_PLACE"] = "1";
+  e["PRISM_SPIN_US"] = "20";
+  e["PRISM_RTO_MIN_US"] = "4000";
+  e["PRISM_PROBE_US"] = "1000";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->udp_gso);
+  EXPECT_FALSE(c->udp_gro);
+  EXPECT_TRUE(c->udp_rx_in_place);
+  EXPECT_EQ(c->spin_us, 20);
+  EXPECT_EQ(c->rto_min_us, 4000u);
+  EXPECT_EQ(c->probe_us, 1000u);
+  const std::pair<const char*, const char*> bad[] = {
+      {"PRISM_UDP_GSO", "2"},          {"PRISM_UDP_GRO", "yes"},
+      {"PRISM_UDP_RX_IN_PLACE", "-1"}, {"PRISM_SPIN_US", "-2"},
+      {"PRISM_RTO_MIN_US", "0"},       {"PRISM_PROBE_US", "1e3"}};
+  for (const auto& [k, v] : bad) {
+    std::map<std::string, std::string> b = e;
+    b[k] = v;
+    auto r = LoadConfig(Env(&b));
+    ASSERT_FALSE(r.ok()) << k << "=" << v;
+    EXPECT_NE(r.status().message().find(k), std::string::npos) << r.status();
+  }
+}
+
 TEST(NcclConfig, VerbsDevicesQpsAndMode) {
   std::map<std::string, std::string> e = {
       {"PRISM_ADDRS", "127.0.0.1,127.0.0.2"},

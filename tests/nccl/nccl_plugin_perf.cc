@@ -10,6 +10,13 @@
 // (getrusage), per MB moved. Compare with prism_perf on the same datapath
 // options (tests/nccl/plugin_vs_perf.sh, docs/nccl.md).
 //
+// PRISM_NCCL_PERF_THREADS=1: the sender is a second thread of this process
+// (its own comm and buffer on the same plugin instance, on device 1 when
+// there are two, e.g. PRISM_ADDRS=127.0.0.1,127.0.0.2: its own endpoint)
+// instead of an exec'd process: the thread layout of endpoint_poll_perf, the
+// plugin-free baseline (two processes that sched_yield to each other pay a full
+// address space switch per yield on this VM, which neither prism_perf,
+// blocking, nor two NCCL nodes, on separate machines, pay).
 // PRISM_NCCL_PERF_IDLE_US=N: sleep N us when a poll made no progress
 // instead of sched_yield (NCCL's proxy spins; prism_perf blocks).
 // PRISM_NCCL_PERF_VERIFY=1: every message carries a pattern (message index)
@@ -27,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/nccl/mini_nccl.h"
@@ -154,12 +162,7 @@ int main(int argc, char** argv) {
   // Message m's bytes: a pattern of (m, offset), written into the buffer
   // (through cudaMemcpy for device memory) and checked at the receiver.
   std::vector<uint8_t> pat(verify ? size : 0);
-  auto fill = [&](long m, char* dst) {
-    prism::nccl_test::FillPattern(pat.data(), size, 5, m, 0);
-    if (cuda) return cu.memcpy(dst, pat.data(), size, 4) == 0;
-    memcpy(dst, pat.data(), size);
-    return true;
-  };
+
   long bad = 0;
   auto check = [&](long m, const char* src, int got) {
     if (got != static_cast<int>(size)) return false;
@@ -173,18 +176,47 @@ int main(int argc, char** argv) {
   char handle[kPrismNcclHandleMaxSize];
   int64_t in_plugin = 0, calls = 0;  // ns inside isend/irecv/test, calls
 
-  if (child) {
-    if (!ReadAll(atoi(argv[2]), handle, sizeof(handle))) {
-      return Die("no handle");
+  // The sender: connects with `handle`, sends `msgs` messages, and prints
+  // its in-plugin time and driver thread CPU. Returns 0 or 1.
+  auto run_sender = [&](const char* handle_in) -> int {
+    char* sbuf = buf;
+    std::vector<char> own;
+    if (!child) {  // a thread of the receiver's process: its own buffer
+      own.resize(host.size());
+      sbuf = own.data();
+      if (cuda) {
+        void* d = nullptr;
+        if (cu.malloc(&d, own.size() > 0 ? own.size() : 1) != 0) {
+          return Die("cudaMalloc");
+        }
+        sbuf = static_cast<char*>(d);
+      }
     }
+    char h[kPrismNcclHandleMaxSize];
+    memcpy(h, handle_in, sizeof(h));
+    // Its own pattern buffer (the receiver's `check` uses `pat`).
+    std::vector<uint8_t> spat(verify ? size : 0);
+    auto sfill = [&](long m, char* dst) {
+      prism::nccl_test::FillPattern(spat.data(), size, 5, m, 0);
+      if (cuda) return cu.memcpy(dst, spat.data(), size, 4) == 0;
+      memcpy(dst, spat.data(), size);
+      return true;
+    };
+    int64_t s_in_plugin = 0, s_calls = 0;
+    // A thread sender uses device 1 where there is one (PRISM_ADDRS with
+    // two addresses): its own Prism endpoint and loop thread, as a separate
+    // process (and endpoint_poll_perf's sender) has.
+    int ndev = 0;
+    if (n->devices(&ndev) != 0) return Die("devices");
+    const int sdev = !child && ndev >= 2 ? 1 : 0;
     void* sc = nullptr;
     while (sc == nullptr) {
-      if (n->connect(ctx, 0, handle, &sc, nullptr) != 0) {
+      if (n->connect(ctx, sdev, h, &sc, nullptr) != 0) {
         return Die("connect");
       }
     }
     void* mh = nullptr;
-    if (n->reg_mr(sc, buf, host.size(), ptr_type, &mh) != 0) {
+    if (n->reg_mr(sc, sbuf, host.size(), ptr_type, &mh) != 0) {
       return Die("regMr");
     }
     std::vector<void*> win(depth, nullptr);
@@ -193,9 +225,9 @@ int main(int argc, char** argv) {
       bool progressed = false;
       if (posted < msgs && posted - done < depth) {
         void* r = nullptr;
-        char* slot = buf + (posted % depth) * size;
-        if (verify && !fill(posted, slot)) return Die("fill");
-        if (Timed(&in_plugin, &calls, [&] {
+        char* slot = sbuf + (posted % depth) * size;
+        if (verify && !sfill(posted, slot)) return Die("fill");
+        if (Timed(&s_in_plugin, &s_calls, [&] {
               return n->isend(sc, slot, size, 1, mh, nullptr, &r);
             }) != 0) {
           return Die("isend");
@@ -207,7 +239,7 @@ int main(int argc, char** argv) {
       }
       if (done < posted) {
         int d = 0;
-        if (Timed(&in_plugin, &calls, [&] {
+        if (Timed(&s_in_plugin, &s_calls, [&] {
               return n->test(win[done % depth], &d, nullptr);
             }) != 0) {
           return Die("test");
@@ -224,21 +256,37 @@ int main(int argc, char** argv) {
     printf(
         "nccl_plugin_perf: sender in plugin calls %.3f s (%lld calls), "
         "sender driver thread cpu %.3f s\n",
-        in_plugin / 1e9, static_cast<long long>(calls),
+        s_in_plugin / 1e9, static_cast<long long>(s_calls),
         CpuSeconds(RUSAGE_THREAD));
     fflush(stdout);
     n->dereg_mr(sc, mh);
     n->close_send(sc);
+    if (cuda && sbuf != buf) cu.free(sbuf);
+    return 0;
+  };
+
+  if (child) {
+    if (!ReadAll(atoi(argv[2]), handle, sizeof(handle))) {
+      return Die("no handle");
+    }
+    const int rc = run_sender(handle);
     n->finalize(ctx);
     if (cuda) cu.free(buf);
-    return 0;
+    return rc;
   }
 
   void* lc = nullptr;
   if (n->listen(ctx, 0, handle, &lc) != 0) return Die("listen");
+  const bool threads = EnvOn("PRISM_NCCL_PERF_THREADS");
+  std::thread sender_thread;
+  int sender_rc = 0;
   int fds[2];
-  if (pipe(fds) != 0) return Die("pipe");
-  const pid_t child_pid = fork();
+  if (threads) {
+    sender_thread = std::thread([&] { sender_rc = run_sender(handle); });
+  } else if (pipe(fds) != 0) {
+    return Die("pipe");
+  }
+  const pid_t child_pid = threads ? -1 : fork();
   if (child_pid == 0) {
     const std::string fd = std::to_string(fds[0]);
     const std::string s = std::to_string(size), m = std::to_string(msgs),
@@ -247,7 +295,7 @@ int main(int argc, char** argv) {
           m.c_str(), d.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  if (write(fds[1], handle, sizeof(handle)) != sizeof(handle)) {
+  if (!threads && write(fds[1], handle, sizeof(handle)) != sizeof(handle)) {
     return Die("handle write");
   }
   void* rc = nullptr;
@@ -302,7 +350,11 @@ int main(int argc, char** argv) {
   // The sender completes when its last WRITE is acknowledged; keep this
   // side's endpoint up until then.
   int status = 0;
-  waitpid(child_pid, &status, 0);
+  if (threads) {
+    sender_thread.join();
+  } else {
+    waitpid(child_pid, &status, 0);
+  }
   n->dereg_mr(rc, mh);
   n->close_recv(rc);
   n->finalize(ctx);
@@ -323,5 +375,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "nccl_plugin_perf: %ld messages had wrong bytes\n", bad);
     return 1;
   }
+  if (threads) return sender_rc;
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }

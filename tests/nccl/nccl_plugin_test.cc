@@ -522,6 +522,108 @@ TEST(NcclConn, OversizeSendFailsOnBothSides) {
   ClosePair(&p);
 }
 
+// "Try again" (NULL request, success) where NCCL relies on it, and a comm
+// that keeps working after a send larger than its posted receive failed.
+TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  std::vector<uint8_t> sbuf(64 * 4096), rbuf(64 * 4096, 0x33);
+  void *smh = nullptr, *rmh = nullptr;
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
+      kOk);
+  int sres = kOk, rres = kOk;
+
+  // 32 receives outstanding (NCCL_NET_MAX_REQUESTS): the 33rd says "try
+  // again" with a NULL request, overwriting the 0x1 preset.
+  std::vector<void*> rreqs;
+  for (int i = 0; i < kPrismNcclMaxRequests; ++i) {
+    void* d = rbuf.data() + i * 4096;
+    size_t sz = 4096;
+    int t = 10 + (i % 3);
+    rreqs.push_back(Irecv(p.recv, 1, &d, &sz, &t, &rmh));
+    ASSERT_NE(rreqs.back(), nullptr) << i;
+  }
+  {
+    void* d = rbuf.data() + 40 * 4096;
+    size_t sz = 4096;
+    int t = 10;
+    void* r = reinterpret_cast<void*>(0x1);
+    ASSERT_EQ(N()->irecv(p.recv, 1, &d, &sz, &t, &rmh, nullptr, &r), kOk);
+    EXPECT_EQ(r, nullptr);
+  }
+  // The oldest receive waits for tag 10: a send with another tag is not
+  // matched out of order ("try again"), tag 10 is.
+  const auto start = Clock::now();
+  for (int k = 0; k < 200; ++k) {  // enough polls for the CTS to arrive
+    void* r = reinterpret_cast<void*>(0x1);
+    ASSERT_EQ(N()->isend(p.send, sbuf.data(), 100, 11, smh, nullptr, &r), kOk);
+    ASSERT_EQ(r, nullptr) << "tag 11 matched before tag 10";
+    ASSERT_FALSE(Expired(start, 10));
+  }
+  std::vector<void*> sreqs;
+  for (int i = 0; i < kPrismNcclMaxRequests; ++i) {
+    uint8_t* src = sbuf.data() + i * 4096;
+    FillPattern(src, 1000 + i, 4, i, 0);
+    sreqs.push_back(Isend(p.send, src, 1000 + i, 10 + (i % 3), smh));
+    ASSERT_NE(sreqs.back(), nullptr) << i;
+  }
+  for (int i = 0; i < kPrismNcclMaxRequests; ++i) {
+    int sz[8] = {-1};
+    ASSERT_EQ(WaitBoth(sreqs[i], nullptr, &sres, rreqs[i], sz, &rres), kOk);
+    EXPECT_EQ(sz[0], 1000 + i);
+    EXPECT_EQ(CheckPattern(rbuf.data() + i * 4096, 1000 + i, 4, i, 0), -1);
+  }
+
+  // A grouped receive of three where the middle send is too large: that
+  // send and the receive fail, the oversize slot is not written, the other
+  // two sends complete.
+  memset(rbuf.data(), 0x44, 3 * 4096);
+  {
+    void* data[3];
+    size_t sizes[3] = {4096, 512, 4096};
+    int tags[3] = {20, 21, 22};
+    void* mhs[3] = {rmh, rmh, rmh};
+    for (int i = 0; i < 3; ++i) data[i] = rbuf.data() + i * 4096;
+    void* rreq = Irecv(p.recv, 3, data, sizes, tags, mhs);
+    ASSERT_NE(rreq, nullptr);
+    SetLogEcho(false);
+    void* s0 = Isend(p.send, sbuf.data(), 3000, 20, smh);
+    void* s1 = Isend(p.send, sbuf.data() + 4096, 513, 21, smh);
+    void* s2 = Isend(p.send, sbuf.data() + 8192, 4096, 22, smh);
+    ASSERT_TRUE(s0 != nullptr && s1 != nullptr && s2 != nullptr);
+    EXPECT_EQ(WaitBoth(s0, nullptr, &sres, nullptr, nullptr, &rres), kOk);
+    EXPECT_NE(WaitBoth(s1, nullptr, &sres, nullptr, nullptr, &rres), kOk);
+    EXPECT_EQ(WaitBoth(s2, nullptr, &sres, nullptr, nullptr, &rres), kOk);
+    EXPECT_NE(WaitBoth(nullptr, nullptr, &sres, rreq, nullptr, &rres), kOk);
+    SetLogEcho(true);
+    for (int i = 0; i < 4096; ++i) {
+      ASSERT_EQ(rbuf[4096 + i], 0x44) << "oversize slot written at " << i;
+    }
+  }
+
+  // The comm carries on: the next message arrives intact.
+  {
+    FillPattern(sbuf.data(), 4000, 6, 1, 0);
+    void* d = rbuf.data();
+    size_t sz = 4096;
+    int t = 30;
+    void* rreq = Irecv(p.recv, 1, &d, &sz, &t, &rmh);
+    void* sreq = Isend(p.send, sbuf.data(), 4000, 30, smh);
+    int rs[8] = {-1};
+    ASSERT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, rs, &rres), kOk);
+    EXPECT_EQ(rs[0], 4000);
+    EXPECT_EQ(CheckPattern(rbuf.data(), 4000, 6, 1, 0), -1);
+  }
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  ClosePair(&p);
+}
+
 TEST(NcclConn, CloseWithRequestsInFlight) {
   InitCtx();
   Pair p;

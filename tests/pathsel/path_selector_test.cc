@@ -208,8 +208,60 @@ TEST(StateMachineTest, SlowRttCountsAsEcn) {
   EXPECT_EQ(s->state(2), PathState::kSkip);
   EXPECT_EQ(s->counters().slow_rtt, 1u);
   EXPECT_EQ(s->counters().skips, 1u);
-  EXPECT_EQ(Picks(*s, 3), (std::vector<int>{0, 1, 3}));
+  // A sample k times the typical RTT is worth 2k passes (here 2 x 30 /
+  // 11.125 = 5), not one: its use falls with its RTT.
+  for (int pass = 0; pass < 5; ++pass) {
+    EXPECT_EQ(s->state(2), PathState::kSkip) << pass;
+    EXPECT_EQ(Picks(*s, 3), (std::vector<int>{0, 1, 3})) << pass;
+  }
   EXPECT_EQ(s->state(2), PathState::kGood);
+  EXPECT_EQ(Picks(*s, 4), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(StateMachineTest, EcnMarkedSlowSampleSkipsByItsRttToo) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(0, PathFeedback::kGood, 0, 10 * kUs);  // typical 10 us
+  s->OnFeedback(2, PathFeedback::kEcn, 0, 40 * kUs);   // 4x: 8 passes
+  EXPECT_EQ(s->counters().slow_rtt, 0u);               // it was marked
+  int passes = 0;
+  while (s->state(2) == PathState::kSkip && passes < 100) {
+    EXPECT_EQ(Picks(*s, 3), (std::vector<int>{0, 1, 3}));  // one pass
+    ++passes;
+  }
+  EXPECT_EQ(passes, 8);
+}
+
+TEST(StateMachineTest, SlowSamplesDoNotDragTheTypicalRttUp) {
+  auto s = Make(Cfg(8, 1, "rotation"));
+  s->OnFeedback(0, PathFeedback::kGood, 0, 10 * kUs);  // typical 10 us
+  // A degraded path is sampled again and again at 100 us (its late packets
+  // trigger SACKs at once); each sample counts as 2 x typical at most, and
+  // the ordinary paths' samples in between pull the typical RTT back.
+  for (int i = 0; i < 20; ++i) {
+    s->OnFeedback(1, PathFeedback::kGood, 0, 100 * kUs);
+    s->OnFeedback(static_cast<PathId>(2 + i % 6), PathFeedback::kGood, 0,
+                  10 * kUs);
+  }
+  // Still judged slow: without the cap, the EWMA would sit near 55 us and
+  // 100 us would pass as clean.
+  EXPECT_EQ(s->counters().slow_rtt, 20u);
+  EXPECT_EQ(s->state(1), PathState::kSkip);
+}
+
+TEST(StateMachineTest, SlowPathRestoredByAProbeSitsOutItsRtt) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(0, PathFeedback::kGood, 0, 10 * kUs);  // typical 10 us
+  s->OnFeedback(1, PathFeedback::kTimeout, 0, 0);      // retired (level 1)
+  // Its late packet comes back slow while it is ASSUMED_BAD: srtt 50 us.
+  s->OnFeedback(1, PathFeedback::kGood, 1, 50 * kUs);
+  EXPECT_EQ(s->state(1), PathState::kAssumedBad);
+  // The probe (control priority) answers fast; the path is slow all the
+  // same: back through SKIP for 2 x 50 / typical passes, not straight GOOD.
+  s->OnFeedback(1, PathFeedback::kProbeOk, 2, 5 * kUs);
+  EXPECT_EQ(s->state(1), PathState::kSkip);
+  EXPECT_EQ(s->counters().restores, 1u);
+  EXPECT_EQ(Histogram(*s, 3 * 6)[1],
+            0);  // (8 passes: srtt 44 us after the probe)
 }
 
 TEST(StateMachineTest, PathRetiredAgainReturnsThroughSkip) {

@@ -3,6 +3,10 @@
 // from a raw IPv6 socket with a spoofed source) at a running endpoint. The
 // endpoint stays up, writes nothing (canary intact), counts every drop in
 // exactly the counter for its reason, and still serves a legitimate WRITE.
+// Run with the receive buffer path and with receive in place (payloads read
+// straight into the region after the engine checked the peeked header);
+// in place, duplicates of a received PSN (one batch or later) and packets
+// whose message fields disagree must leave the region untouched too.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -97,8 +101,11 @@ bool RawSend(const udp::Ip6& src, uint16_t dport,
   return ok;
 }
 
-TEST(BadInputTest, CraftedPacketsAreCountedNeverWritten) {
+class BadInputTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BadInputTest, CraftedPacketsAreCountedNeverWritten) {
   EndpointOptions o;
+  o.rx_in_place = GetParam();
   o.tx_mode = "sockets";
   o.link_mtu = 9000;
   o.connection.num_paths = 4;
@@ -252,7 +259,61 @@ TEST(BadInputTest, CraftedPacketsAreCountedNeverWritten) {
                           [](uint8_t x) { return x == 0xEE; }));
   EXPECT_TRUE(std::all_of(buf.begin() + 2 * kRegion, buf.end(),
                           [](uint8_t x) { return x == 0xEE; }));
+  if (GetParam()) {
+    EXPECT_NE(server->datapath_stats().detail.find("in_place=1 "),
+              std::string::npos);
+  }
+
+  // Duplicates. The WRITE above used PSNs [initial, initial + k); forge
+  // copies of its first packet with other bytes: suppressed, not written.
+  const std::vector<uint8_t> landed(buf.begin() + kRegion,
+                                    buf.begin() + 2 * kRegion);
+  const uint64_t dups0 = server->stats().rx_duplicates;
+  wire::DataHeader d = good;
+  d.msg_len = kRegion;
+  d.payload_len = 100;
+  d.flags = wire::kFlagFirstOfMessage;
+  for (int i = 0; i < 8; ++i) atk.Send(Data(d, 100, 0x11));
+  // A new PSN (the next message) sent twice back to back with different
+  // bytes: the first copy lands, the second (often in the same receive
+  // batch) is a duplicate and is not written.
+  const uint32_t k = static_cast<uint32_t>(
+      (kRegion + client->mtu_payload() - 1) / client->mtu_payload());
+  wire::DataHeader n1 = good;
+  n1.psn = good.psn + k;
+  n1.msn = 1;
+  n1.remote_addr = mr.addr + 1000;
+  atk.Send(Data(n1, 100, 0x22));
+  atk.Send(Data(n1, 100, 0x33));
+  // Same message, other PSN, disagreeing length: malformed, not written.
+  wire::DataHeader n2 = n1;
+  n2.psn = n1.psn + 1;
+  n2.msg_len = 200;
+  n2.remote_addr = mr.addr + 3000;
+  atk.Send(Data(n2, 100, 0x44));
+  for (int i = 0; i < 2000; ++i) {
+    if (server->stats().rx_duplicates - dups0 >= 9) break;
+    usleep(1000);
+  }
+  const EngineStats fin = server->stats();
+  EXPECT_EQ(fin.rx_duplicates - dups0, 9u) << fin.ToString();
+  std::vector<uint8_t> want = landed;
+  memset(want.data() + 1000, 0x22, 100);
+  for (int i = 0;
+       i < 2000 && memcmp(buf.data() + kRegion, want.data(), kRegion) != 0; ++i)
+    usleep(1000);
+  for (size_t i = 0; i < kRegion; ++i)
+    ASSERT_EQ(buf[kRegion + i], want[i]) << "offset " << i;
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.begin() + kRegion,
+                          [](uint8_t x) { return x == 0xEE; }));
+  EXPECT_TRUE(std::all_of(buf.begin() + 2 * kRegion, buf.end(),
+                          [](uint8_t x) { return x == 0xEE; }));
 }
+
+INSTANTIATE_TEST_SUITE_P(Receive, BadInputTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "InPlace" : "Buffered";
+                         });
 
 }  // namespace
 }  // namespace prism

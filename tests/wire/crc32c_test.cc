@@ -105,5 +105,34 @@ TEST(Crc32c, Zero4At4EqualsCrcOfTheBufferWithThoseBytesZeroed) {
   }
 }
 
+// The burst version equals single calls for every mix of lengths (runs of
+// four equal lengths take the interleaved path, the rest the single one).
+TEST(Crc32c, Zero4At4MultiEqualsSingleCalls) {
+  Rng rng(7);
+  constexpr size_t kMax = 40;
+  const size_t kLens[] = {8, 12, 20, 28, 32, 36, 64, 84, 85, 127, 200};
+  for (int round = 0; round < 300; ++round) {
+    const size_t n = rng.Uniform(kMax + 1);
+    std::vector<std::vector<uint8_t>> bufs(n);
+    std::vector<const uint8_t*> ptrs(n);
+    std::vector<size_t> lens(n);
+    // Mostly equal lengths (the header burst case), sometimes mixed.
+    const size_t common = kLens[rng.Uniform(std::size(kLens))];
+    for (size_t i = 0; i < n; ++i) {
+      lens[i] =
+          rng.Uniform(4) == 0 ? kLens[rng.Uniform(std::size(kLens))] : common;
+      bufs[i].resize(lens[i]);
+      for (auto& x : bufs[i]) x = static_cast<uint8_t>(rng.Next32());
+      ptrs[i] = bufs[i].data();
+    }
+    std::vector<uint32_t> got(n + 1, 0xDEADBEEF);
+    Crc32cZero4At4Multi(ptrs.data(), lens.data(), n, got.data());
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(got[i], Crc32cZero4At4(ptrs[i], lens[i])) << round << " " << i;
+    }
+    EXPECT_EQ(got[n], 0xDEADBEEFu);  // nothing written past n
+  }
+}
+
 }  // namespace
 }  // namespace prism::wire

@@ -704,6 +704,116 @@ TEST(WireSplit, HeaderBufferMustBeExact) {
             DecodeError::kBadLength);
 }
 
+// Burst encode: unsealed encodes + SealHeaders give the bytes of sealed
+// encodes, for every type and any mix in one burst.
+TEST(WireBurst, SealHeadersEqualsSealedEncode) {
+  Rng rng(21);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng.Uniform(40);
+    std::vector<std::vector<uint8_t>> want(n), got(n);
+    std::vector<uint8_t*> ptrs(n);
+    std::vector<size_t> lens(n);
+    for (size_t i = 0; i < n; ++i) {
+      // Mostly DATA (the send burst), sometimes SACK/NACK/PROBE/PLANE.
+      const int kind =
+          rng.Uniform(3) == 0 ? static_cast<int>(rng.Uniform(5)) : 0;
+      got[i].assign(kMaxHeaderSize, 0xEE);
+      want[i].assign(kMaxHeaderSize, 0xEE);
+      size_t a = 0, b = 0;
+      switch (kind) {
+        case 0: {
+          const DataHeader h = testing::RandomData(rng);
+          a = EncodeData(h, want[i].data(), kMaxHeaderSize);
+          b = EncodeData(h, got[i].data(), kMaxHeaderSize, /*seal=*/false);
+          break;
+        }
+        case 1: {
+          const SackHeader h = testing::RandomSack(rng);
+          a = EncodeSack(h, want[i].data(), kMaxHeaderSize);
+          b = EncodeSack(h, got[i].data(), kMaxHeaderSize, false);
+          break;
+        }
+        case 2: {
+          const NackHeader h = testing::RandomNack(rng);
+          a = EncodeNack(h, want[i].data(), kMaxHeaderSize);
+          b = EncodeNack(h, got[i].data(), kMaxHeaderSize, false);
+          break;
+        }
+        case 3: {
+          const ProbeHeader h = testing::RandomProbe(rng);
+          a = EncodeProbe(h, true, want[i].data(), kMaxHeaderSize);
+          b = EncodeProbe(h, true, got[i].data(), kMaxHeaderSize, false);
+          break;
+        }
+        default: {
+          const PlaneStatusHeader h = testing::RandomPlane(rng);
+          a = EncodePlaneStatus(h, want[i].data(), kMaxHeaderSize);
+          b = EncodePlaneStatus(h, got[i].data(), kMaxHeaderSize, false);
+          break;
+        }
+      }
+      ASSERT_EQ(a, b);
+      ASSERT_GT(a, 0u);
+      EXPECT_EQ(Le32(got[i].data() + kHeaderCrcOffset), 0u);  // unsealed
+      ptrs[i] = got[i].data();
+      lens[i] = b;
+    }
+    SealHeaders(ptrs.data(), lens.data(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << round << i;
+  }
+  // A failed encode's length 0 is skipped, not checksummed.
+  uint8_t junk[4] = {1, 2, 3, 4};
+  uint8_t* jp = junk;
+  const size_t zero = 0;
+  SealHeaders(&jp, &zero, 1);
+  EXPECT_EQ(junk[0], 1);
+  EXPECT_EQ(junk[3], 4);
+}
+
+// Decoding with the burst's precomputed checksums gives exactly what the
+// plain decoders give, for valid packets and for corrupted ones.
+TEST(WireBurst, DecodeWithCrcEqualsDecode) {
+  Rng rng(22);
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<uint8_t> b;
+    EncodeRandom(rng, kAllTypes[rng.Uniform(std::size(kAllTypes))], &b);
+    if (rng.Uniform(3) == 0) {  // a flipped bit anywhere, or a truncation
+      if (rng.Uniform(2) == 0) {
+        b[rng.Uniform(b.size())] ^= static_cast<uint8_t>(1u << rng.Uniform(8));
+      } else {
+        b.resize(rng.Uniform(b.size()));
+      }
+    }
+    const size_t span = HeaderCrcSpan(b.data(), b.size());
+    Packet want, got;
+    const DecodeError e1 = Decode(b.data(), b.size(), &want);
+    const DecodeError e3 = DecodeSplit(b.data(), b.size(), nullptr, 0, &want);
+    if (span == 0) {
+      EXPECT_NE(e1, DecodeError::kOk);  // nothing to checksum: rejected
+      continue;
+    }
+    uint32_t crc = 0;
+    const uint8_t* p = b.data();
+    HeaderCrcs(&p, &span, 1, &crc);
+    EXPECT_EQ(DecodeWithCrc(b.data(), b.size(), crc, &got), e1) << i;
+    EXPECT_EQ(DecodeSplitWithCrc(b.data(), b.size(), nullptr, 0, crc, &got), e3)
+        << i;
+    if (e3 == DecodeError::kOk) {
+      EXPECT_EQ(got.type, want.type);
+      if (got.type == PacketType::kData) {
+        EXPECT_EQ(got.data, want.data);
+      }
+    }
+  }
+  // A wrong precomputed checksum is a checksum error.
+  std::vector<uint8_t> b;
+  EncodeRandom(rng, PacketType::kSack, &b);
+  Packet p;
+  EXPECT_EQ(DecodeWithCrc(b.data(), b.size(),
+                          Le32(b.data() + kHeaderCrcOffset) ^ 1, &p),
+            DecodeError::kBadChecksum);
+}
+
 TEST(WireTrim, TrimDataSetsFlagAndKeepsHeader) {
   Rng rng(12);
   for (int i = 0; i < 500; ++i) {

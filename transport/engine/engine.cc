@@ -301,6 +301,7 @@ struct Conn {
   // grows by doubling up to max_outstanding_messages)
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
+  std::vector<uint8_t> plane_of;  // path % num_planes (no division per ack)
   std::vector<TxMsg> msgs;
   uint32_t msg_mask = 0;
   uint32_t max_msgs = 0;
@@ -397,12 +398,36 @@ struct Conn {
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     std::max(opt.base_rtt, opt.rto_min / 4));
   }
+  // The same for a transmission on `path`: a path whose own smoothed RTT
+  // (echoed timestamps of its packets) is known to be well above the
+  // connection's is slow, not dead (a degraded link, a deep queue): its
+  // packets get 2 x its srtt + the SACK delay before they count as lost, so
+  // they come back and the selector sees their slow RTT (SKIP for passes in
+  // proportion) instead of retiring the path and restoring it at the next
+  // probe, again and again.
+  Time PathLossTimeout(uint16_t path) const {
+    return std::max(LossTimeout(), SlowPathGrace(path));
+  }
+  // For a path whose own srtt is over twice the connection's: 2 x that
+  // srtt + the SACK delay; no timer declares a transmission on it lost
+  // younger than that. 0 for an ordinary path (or before a sample).
+  Time SlowPathGrace(uint16_t path) const {
+    const Time ps = paths[path].srtt;
+    return ps > 2 * srtt ? 2 * ps + opt.base_rtt / 4 : 0;
+  }
+  // When the RTO fires for the oldest transmission: the backed-off RTO, or
+  // later when its path is known to be slow (SlowPathGrace).
+  // REQUIRES: all_head != kNil.
+  Time RtoTime() const {
+    const TxSlot& h = slots[all_head];
+    return h.sent_time + std::max(Rto(), SlowPathGrace(h.path));
+  }
   // True when a transmission sent after `s` on another path of its plane was
   // acked (the planes' NIC port queues differ in depth: a later packet on an
   // emptier plane says nothing; within a plane both queued behind the same
   // ports).
   bool SentBeforeLatestAcked(const TxSlot& s) const {
-    return s.sent_time < plane_rack_sent[s.path % num_planes];
+    return s.sent_time < plane_rack_sent[plane_of[s.path]];
   }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
@@ -410,7 +435,7 @@ struct Conn {
     if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
       return kTimeInfinite;
     }
-    return slots[all_head].sent_time + LossTimeout();
+    return slots[all_head].sent_time + PathLossTimeout(slots[all_head].path);
   }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
@@ -441,6 +466,10 @@ struct Conn {
     if (!slots.empty()) return;
     slots.assign(win, TxSlot{});
     paths.assign(num_paths, PathInfo{});
+    plane_of.resize(num_paths);
+    for (uint32_t p = 0; p < num_paths; ++p) {
+      plane_of[p] = static_cast<uint8_t>(p % num_planes);
+    }
     retx.assign(retx_size, 0);
     dirty_paths.reserve(num_paths);
   }
@@ -751,9 +780,118 @@ class Engine::Impl {
   }
 
   // -------------------------------------------------------------- receive
+  // Header checksums are computed for a chunk of the burst at once
+  // (interleaved CRC32C chains, wire::HeaderCrcs), then each packet is
+  // decoded and handled in order, exactly as one at a time.
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
-    for (size_t i = 0; i < n; ++i) ReceiveOne(now, pkts[i]);
+    constexpr size_t kChunk = 16;
+    const uint8_t* hdr[kChunk];
+    size_t span[kChunk];
+    uint32_t crc[kChunk];
+    uint8_t slot[kChunk];  // index into hdr/crc, or kChunk: not precomputed
+    for (size_t i = 0; i < n; i += kChunk) {
+      const size_t k = std::min(kChunk, n - i);
+      size_t m = 0;
+      for (size_t j = 0; j < k; ++j) {
+        const RxPacket& rx = pkts[i + j];
+        const size_t sp = wire::HeaderCrcSpan(rx.data, rx.len);
+        slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
+        if (sp != 0) {
+          hdr[m] = rx.data;
+          span[m++] = sp;
+        }
+      }
+      wire::HeaderCrcs(hdr, span, m, crc);
+      for (size_t j = 0; j < k; ++j) {
+        ReceiveOne(now, pkts[i + j],
+                   slot[j] < kChunk ? &crc[slot[j]] : nullptr);
+      }
+    }
+    nclaims_ = 0;  // RxDestination claims live until the next OnReceive
+    claims_full_ = false;
+  }
+
+  // Receive in place (Engine::RxDestination): the checks of OnData, read
+  // only, plus the claims of this batch (packets resolved since the last
+  // OnReceive, not yet seen by OnData).
+  uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
+                         size_t payload_len) {
+    if (placer_ != &memcpy_placer_ || payload_len == 0 || claims_full_ ||
+        hdr_len != wire::kDataHeaderSize || payload_len > 0xFFFF)
+      return nullptr;
+    // Decode the header alone: DecodeSplit checks the declared payload
+    // length against payload_len and never reads the payload pointer.
+    wire::Packet& p = rxd_pkt_;
+    if (wire::DecodeSplit(hdr, hdr_len, hdr, payload_len, &p) !=
+            wire::DecodeError::kOk ||
+        p.type != wire::PacketType::kData || p.trimmed)
+      return nullptr;
+    const wire::DataHeader& h = p.data;
+    const Conn* c = Find(h.dst_conn);
+    if (c == nullptr || !c->connected || c->failed) return nullptr;
+    // Allocated on first use, so an engine that never receives in place
+    // stays small (Engine.TenThousandIdleEnginesFitInABoundedFootprint).
+    if (claims_.empty()) claims_.resize(kMaxRxClaims);
+    if (nclaims_ == claims_.size()) {
+      claims_full_ = true;  // unknown claims from here on: no more in place
+      return nullptr;
+    }
+    const uint64_t psn = Ext(c->rcv_nxt, h.psn);
+    const uint64_t base_addr = h.remote_addr - h.msg_offset;
+    const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
+    // Claims of this batch for the same connection: a second copy of a
+    // PSN, or a message whose fields disagree, is never placed in place;
+    // the bytes claimed for one message must fit in it.
+    uint64_t claimed = 0;
+    bool conflict = false;
+    for (size_t i = 0; i < nclaims_; ++i) {
+      const RxClaim& k = claims_[i];
+      if (k.conn != h.dst_conn) continue;
+      if (k.psn == psn) conflict = true;
+      if (k.msn == h.msn) {
+        claimed += k.plen;
+        if (k.msg_len != h.msg_len || k.base_addr != base_addr ||
+            k.has_imm != has_imm || (has_imm && k.imm != h.immediate))
+          conflict = true;
+      }
+    }
+    // Claimed whatever the outcome: a packet refused now (e.g. beyond the
+    // window) may still be accepted by OnData after earlier ones moved it.
+    claims_[nclaims_++] =
+        RxClaim{h.dst_conn, psn,         h.msn,         h.msg_len,
+                base_addr,  h.immediate, h.payload_len, has_imm};
+    if (conflict) return nullptr;
+    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths)
+      return nullptr;
+    auto it = by_rkey_.find(h.rkey);
+    if (it == by_rkey_.end()) return nullptr;
+    const Region& r = regions_[it->second];
+    if (!r.live || (r.mr.access & kAccessRemoteWrite) == 0) return nullptr;
+    const uint64_t mlen = h.msg_len;
+    if (h.remote_addr < h.msg_offset || base_addr < r.mr.addr ||
+        mlen > r.mr.length || base_addr - r.mr.addr > r.mr.length - mlen)
+      return nullptr;
+    // Payload checksums are verified on bytes that have not landed yet.
+    if ((h.flags & wire::kFlagPayloadCrc) != 0 || c->rx_crc_required)
+      return nullptr;
+    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return nullptr;
+    if ((c->rx_bits[(psn >> 6) & c->rx_word_mask] >> (psn & 63)) & 1)
+      return nullptr;
+    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    if (md < 0 || md >= static_cast<int32_t>(c->win)) return nullptr;
+    uint64_t received = 0;
+    if (static_cast<uint64_t>(md) < c->rx_msgs.size()) {
+      const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+      if (m.active) {
+        if (m.msn != h.msn || m.len != h.msg_len || m.base_addr != base_addr ||
+            m.has_imm != has_imm || (has_imm && m.imm != h.immediate))
+          return nullptr;
+        received = m.received;
+      }
+    }
+    if (received + claimed + h.payload_len > mlen) return nullptr;
+    return r.base + (h.remote_addr - r.mr.addr);
   }
 
   // ------------------------------------------------------------- transmit
@@ -787,6 +925,19 @@ class Engine::Impl {
         if (n != before) progress = true;
       }
       cursor_ = (cursor_ + 1) % nc;
+    }
+    // Header checksums of the whole burst at once (the encoders left them
+    // zero): interleaved CRC32C chains, see wire::SealHeaders.
+    constexpr size_t kChunk = 16;
+    uint8_t* hdr[kChunk];
+    size_t len[kChunk];
+    for (size_t i = 0; i < n; i += kChunk) {
+      const size_t k = std::min(kChunk, n - i);
+      for (size_t j = 0; j < k; ++j) {
+        hdr[j] = out[i + j].header;
+        len[j] = out[i + j].header_len;
+      }
+      wire::SealHeaders(hdr, len, k);
     }
     stats_.tx_packets += n;
     return n;
@@ -936,7 +1087,7 @@ class Engine::Impl {
     Time t = c->ack_deadline;
     if (HasSendable(c) && !c->no_path) q.send = c->next_send_time;
     if (c->all_head != kNil) {
-      t = std::min(t, c->slots[c->all_head].sent_time + c->Rto());
+      t = std::min(t, c->RtoTime());
       t = std::min(t, c->TlpTime());
       t = std::min(t, c->PathLossTime());
     }
@@ -1084,10 +1235,16 @@ class Engine::Impl {
   }
 
   // ----------------------------------------------------------- receive
-  void ReceiveOne(Time now, const RxPacket& rx) {
+  // `hdr_crc`: the header checksum computed by OnReceive, or nullptr.
+  void ReceiveOne(Time now, const RxPacket& rx, const uint32_t* hdr_crc) {
     ++stats_.rx_packets;
     wire::DecodeError e;
-    if (rx.payload != nullptr) {
+    if (hdr_crc != nullptr) {
+      e = rx.payload != nullptr
+              ? wire::DecodeSplitWithCrc(rx.data, rx.len, rx.payload,
+                                         rx.payload_len, *hdr_crc, &pkt_)
+              : wire::DecodeWithCrc(rx.data, rx.len, *hdr_crc, &pkt_);
+    } else if (rx.payload != nullptr) {
       e = wire::DecodeSplit(rx.data, rx.len, rx.payload, rx.payload_len, &pkt_);
     } else {
       e = wire::Decode(rx.data, rx.len, &pkt_);
@@ -1354,9 +1511,16 @@ class Engine::Impl {
       ++stats_.rx_drop_malformed;
       return;
     }
-    if (plen > 0 &&
-        !placer_->Place(r.base + (h.remote_addr - r.mr.addr), pkt_.payload,
-                        static_cast<uint32_t>(plen), r.mr)) {
+    // A payload already at its address (read in place after
+    // RxDestination) is not copied again. The default placer is called
+    // directly (final class: inlined).
+    uint8_t* const dst = r.base + (h.remote_addr - r.mr.addr);
+    if (plen > 0 && pkt_.payload != dst &&
+        !(placer_ == &memcpy_placer_
+              ? memcpy_placer_.Place(dst, pkt_.payload,
+                                     static_cast<uint32_t>(plen), r.mr)
+              : placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen),
+                               r.mr))) {
       ++stats_.rx_drop_placement;
       return;
     }
@@ -1495,7 +1659,7 @@ class Engine::Impl {
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
       if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
       c->any_acked_sent = true;
-      Time& pr = c->plane_rack_sent[s.path % c->num_planes];
+      Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
       if (s.sent_time > pr) pr = s.sent_time;
       if (!p.dirty) {
         p.dirty = true;
@@ -1514,15 +1678,36 @@ class Engine::Impl {
       ++c->st.ecn_echoes;
       ++ev.ecn_marked;
     }
-    c->sel->OnFeedback(
-        s.path,
-        marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
-        now, is_trig ? rtt : 0);
+    if (is_trig) {
+      // The trigger carries the RTT sample (and ECN): the batched clean
+      // acks before it go first, so the selector sees the same order.
+      // Its echo names the copy that arrived (an earlier copy on another
+      // path, when this packet was resent): its ECN and RTT are that
+      // path's, not the path of the latest transmission.
+      FlushGoodFeedback(c, now);
+      const uint16_t fb_path = echo_path < c->num_paths ? echo_path : s.path;
+      c->sel->OnFeedback(
+          fb_path,
+          marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
+          now, rtt);
+    } else {
+      // A clean ack without an RTT sample: batched (OnFeedbackBatch).
+      if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
+      good_fb_[good_fb_n_++] = s.path;
+    }
     ev.acked_bytes += s.len;
     ++ev.acked_packets;
     c->st.bytes_acked += s.len;
     TxMsg& m = c->Msg(s.msn);
     if (++m.acked == m.npkts) m.done = true;
+  }
+
+  // Hands the batched clean acks (kGood, no RTT) to the selector.
+  void FlushGoodFeedback(Conn* c, Time now) {
+    if (good_fb_n_ == 0) return;
+    c->sel->OnFeedbackBatch(good_fb_, good_fb_n_, routing::PathFeedback::kGood,
+                            now);
+    good_fb_n_ = 0;
   }
 
   void OnSack(Time now, Conn* c, const wire::SackHeader& h) {
@@ -1553,6 +1738,7 @@ class Engine::Impl {
         }
       }
     }
+    FlushGoodFeedback(c, now);
     // RTT from the echoed timestamp of the triggering transmission.
     if (rtt > 0) {
       UpdateRtt(c, rtt);
@@ -1615,11 +1801,13 @@ class Engine::Impl {
   // their paths retired; the window is not touched. Returns how many.
   uint32_t PathTimeouts(Time now, Conn* c) {
     uint32_t n = 0;
-    const Time lt = c->LossTimeout();
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (!c->SentBeforeLatestAcked(s) || s.sent_time + lt > now) break;
+      if (!c->SentBeforeLatestAcked(s) ||
+          s.sent_time + c->PathLossTimeout(s.path) > now) {
+        break;
+      }
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -1780,9 +1968,8 @@ class Engine::Impl {
       c->cwnd = c->cc->window_bytes();
       if (c->all_head == kNil) return;
     }
-    const Time rto = c->Rto();
-    if (c->TlpTime() <= now &&
-        c->TlpTime() < c->slots[c->all_head].sent_time + rto) {
+    const Time rto_time = c->RtoTime();
+    if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
       // while data is in flight, well before the RTO. Every transmission
       // older than a PTO is presumed lost and resent (on another path); the
@@ -1812,7 +1999,7 @@ class Engine::Impl {
       c->no_path = false;
       return;
     }
-    if (c->slots[c->all_head].sent_time + rto > now) return;
+    if (rto_time > now) return;
     // The (backed-off) timer fired: every transmission older than the
     // un-backed-off RTO is presumed lost. (With the backed-off value here,
     // packets sent just after the oldest one would be stranded: each firing
@@ -1821,16 +2008,22 @@ class Engine::Impl {
     // Something sent after the oldest transmission was acked: the
     // connection delivers, only its paths failed. No window cut, no backoff.
     const bool delivering = c->rack_sent > c->slots[c->all_head].sent_time;
-    while (c->all_head != kNil &&
-           c->slots[c->all_head].sent_time + age <= now) {
-      const uint32_t idx = c->all_head;
-      const uint16_t path = c->slots[idx].path;
-      const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
-      ++c->paths[path].st.lost_packets;
-      MarkLost(c, PsnOfSlot(c, idx), false);
-      if (overtaken) {
-        RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+    // (A transmission on a path known to be slow is left for its own
+    // SlowPathGrace; the oldest one is past it, so at least it is resent.)
+    uint32_t idx = c->all_head;
+    while (idx != kNil && c->slots[idx].sent_time + age <= now) {
+      const TxSlot& s = c->slots[idx];
+      const uint32_t next = s.next_all;
+      if (s.sent_time + c->SlowPathGrace(s.path) <= now) {
+        const uint16_t path = s.path;
+        const bool overtaken = Overtaken(c, s.sent_time);
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, PsnOfSlot(c, idx), false);
+        if (overtaken) {
+          RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+        }
       }
+      idx = next;
     }
     ++c->st.rto_events;
     if (!delivering) {
@@ -1883,9 +2076,14 @@ class Engine::Impl {
       ++n;
     }
     // Data: retransmissions first, then new packets, window permitting.
-    const size_t kQuantum = 64;
+    constexpr size_t kQuantum = 64;
     const uint64_t rate = c->cc->pacing_rate_bps();  // 0: window only
     size_t data = 0;
+    // Paths picked ahead for new packets that are certain to be sent (see
+    // below): exactly the NextPath calls the loop would make, in one call.
+    PathId path_buf[kQuantum];
+    size_t path_pos = 0, path_have = 0;
+    bool path_short = false;  // the batch's last call returned -1
     while (n < max && data < kQuantum) {
       if (c->next_send_time > now) break;
       uint64_t psn;
@@ -1917,7 +2115,28 @@ class Engine::Impl {
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
       if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd) break;
-      int path = c->sel->NextPath(now);
+      int path;
+      if (path_pos < path_have) {
+        path = path_buf[path_pos++];
+      } else if (path_short) {
+        path = -1;  // the batch already made this call
+      } else if (!retx && rate == 0) {
+        // New data, no pacing, nothing to retransmit: the next k packets
+        // are all sent (none of the loop's conditions can change within
+        // k), so their k NextPath calls happen back to back anyway.
+        const uint64_t room = c->cwnd > c->inflight_bytes
+                                  ? (c->cwnd - c->inflight_bytes) / c->mtu
+                                  : 0;
+        const uint64_t k = std::max<uint64_t>(
+            1, std::min<uint64_t>({max - n, kQuantum - data, m.npkts - pkt_idx,
+                                   c->snd_una + c->snd_win - psn, room}));
+        path_have = c->sel->NextPaths(now, path_buf, k);
+        path_short = path_have < k;
+        path_pos = 0;
+        path = path_have > 0 ? path_buf[path_pos++] : -1;
+      } else {
+        path = c->sel->NextPath(now);
+      }
       if (path < 0) {
         c->no_path = true;
         break;
@@ -2000,7 +2219,8 @@ class Engine::Impl {
     h.flags = flags;
     h.send_ts = static_cast<uint64_t>(now);
     out.header_len = static_cast<uint16_t>(
-        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes));
+        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes,
+                         /*seal=*/false));
     out.payload = payload;
     out.payload_len = len;
     out.peer = c->opt.peer;
@@ -2049,7 +2269,8 @@ class Engine::Impl {
         h.bytes_received = c->rx_bytes_total;
         h.ooo_count = c->ooo_count;
         h.coalesced = it.coalesced;
-        len = wire::EncodeSack(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodeSack(h, out.header, TxPacket::kMaxHeaderBytes,
+                               /*seal=*/false);
         ++c->st.tx_sacks;
         break;
       }
@@ -2062,7 +2283,8 @@ class Engine::Impl {
         h.ecn_seen = it.ecn;
         h.echo_path = it.path;
         h.echo_ts = it.ts;
-        len = wire::EncodeNack(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodeNack(h, out.header, TxPacket::kMaxHeaderBytes,
+                               /*seal=*/false);
         break;
       }
       case CtrlType::kProbe:
@@ -2073,7 +2295,7 @@ class Engine::Impl {
         h.probe_seq = it.psn;
         h.send_ts = it.ts;
         len = wire::EncodeProbe(h, it.type == CtrlType::kProbeAck, out.header,
-                                TxPacket::kMaxHeaderBytes);
+                                TxPacket::kMaxHeaderBytes, /*seal=*/false);
         break;
       }
       case CtrlType::kPlane: {
@@ -2081,7 +2303,8 @@ class Engine::Impl {
         h.dst_conn = dst;
         h.planes_down = it.planes_down;
         h.seq = it.psn;
-        len = wire::EncodePlaneStatus(h, out.header, TxPacket::kMaxHeaderBytes);
+        len = wire::EncodePlaneStatus(h, out.header, TxPacket::kMaxHeaderBytes,
+                                      /*seal=*/false);
         break;
       }
     }
@@ -2121,6 +2344,28 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
+
+  // Clean acks of the SACK being processed, for one OnFeedbackBatch call
+  // (flushed before any other selector call of that SACK).
+  static constexpr size_t kGoodFbBatch = 64;
+  PathId good_fb_[kGoodFbBatch];
+  size_t good_fb_n_ = 0;
+
+  // RxDestination claims since the last OnReceive.
+  struct RxClaim {
+    ConnId conn;
+    uint64_t psn;
+    uint32_t msn, msg_len;
+    uint64_t base_addr;
+    uint32_t imm;
+    uint32_t plen;
+    bool has_imm;
+  };
+  static constexpr size_t kMaxRxClaims = 256;
+  std::vector<RxClaim> claims_;  // kMaxRxClaims once RxDestination is used
+  size_t nclaims_ = 0;
+  bool claims_full_ = false;
+  wire::Packet rxd_pkt_;  // RxDestination's decode scratch
 };
 
 // --------------------------------------------------------------- Engine
@@ -2153,6 +2398,10 @@ absl::Status Engine::PostWrite(Time now, ConnId conn, const WriteRequest& req) {
 }
 void Engine::OnReceive(Time now, const RxPacket* pkts, size_t n) {
   impl_->OnReceive(now, pkts, n);
+}
+uint8_t* Engine::RxDestination(const uint8_t* hdr, size_t hdr_len,
+                               size_t payload_len) {
+  return impl_->RxDestination(hdr, hdr_len, payload_len);
 }
 size_t Engine::PollTransmit(Time now, TxPacket* out, size_t max) {
   return impl_->PollTransmit(now, out, max);

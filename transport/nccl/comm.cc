@@ -213,15 +213,20 @@ struct CommBase : SinkBase {
     ++inbox_count;
   }
   // Polls the endpoint and hands this comm's completions to `fn`.
+  // Completions being handed to `fn` (guarded by `mu`, which every caller
+  // of DrainInbox holds; a member, not a per-call array, which test() would
+  // initialise on every poll).
+  Completion drain_batch[64];
   template <typename Fn>
   void DrainInbox(Fn fn) {
     if (dep == nullptr) return;
     dep->Poll();
-    Completion batch[64];
+    Completion* const batch = drain_batch;
     for (;;) {
       int n = 0;
       {
         std::lock_guard<std::mutex> lock(inbox_mu);
+        if (inbox_count == 0 && !inbox_overflow) return;
         if (inbox_overflow) {
           inbox_overflow = false;
           ++g_protocol_errors;

@@ -203,6 +203,30 @@ absl::Status ParseEngineOptions(const EnvGetter& env, PluginConfig* cfg) {
     return s;
   }
   cfg->base_rtt_us = static_cast<uint32_t>(rtt);
+  int64_t gso = cfg->udp_gso, gro = cfg->udp_gro, spin = cfg->spin_us;
+  int64_t in_place = cfg->udp_rx_in_place;
+  if (auto s = ParseInt(env, "PRISM_UDP_RX_IN_PLACE", 0, 1, &in_place);
+      !s.ok()) {
+    return s;
+  }
+  cfg->udp_rx_in_place = in_place != 0;
+  int64_t rto = cfg->rto_min_us, probe = cfg->probe_us;
+  if (auto s = ParseInt(env, "PRISM_UDP_GSO", 0, 1, &gso); !s.ok()) return s;
+  if (auto s = ParseInt(env, "PRISM_UDP_GRO", 0, 1, &gro); !s.ok()) return s;
+  if (auto s = ParseInt(env, "PRISM_SPIN_US", -1, 1000000, &spin); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_RTO_MIN_US", 1, 10000000, &rto); !s.ok()) {
+    return s;
+  }
+  if (auto s = ParseInt(env, "PRISM_PROBE_US", 1, 10000000, &probe); !s.ok()) {
+    return s;
+  }
+  cfg->udp_gso = gso != 0;
+  cfg->udp_gro = gro != 0;
+  cfg->spin_us = static_cast<int32_t>(spin);
+  cfg->rto_min_us = static_cast<uint32_t>(rto);
+  cfg->probe_us = static_cast<uint32_t>(probe);
   cfg->link_mtu = static_cast<uint32_t>(mtu);
   cfg->busy_poll = busy != 0;
   cfg->seed = static_cast<uint64_t>(seed);

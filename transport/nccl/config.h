@@ -22,7 +22,17 @@
 //   PRISM_LINK_MTU      IP MTU of the links (default 1500)
 //   PRISM_CONGESTION    congestion controller (default nscc)
 //   PRISM_PATH_POLICY   path selection policy (default rotation)
+//   PRISM_UDP_GSO       1 = UDP GSO for runs of equal-size packets
+//                       (sockets tx mode; default 1, as prism_perf)
+//   PRISM_UDP_GRO       1 = receive coalesced UDP super-packets (default 1)
+//   PRISM_UDP_RX_IN_PLACE  1 = read payloads straight into the posted
+//                       buffers (peek the header; GRO off; default 0)
 //   PRISM_BUSY_POLL     1 = the endpoint loop spins instead of sleeping
+//   PRISM_SPIN_US       us the endpoint loop polls after its last work
+//                       before sleeping (-1 = the datapath's default)
+//   PRISM_RTO_MIN_US    retransmission timeout floor (default: the
+//                       engine's, 50 us; verbs: 40 x PRISM_BASE_RTT_US)
+//   PRISM_PROBE_US      probe interval of retired paths (same defaults)
 //   PRISM_BASE_RTT_US   expected unloaded RTT (default 100)
 //   PRISM_SEED          engine seed (default: random per process)
 // Prism data path (PRISM_DATAPATH=verbs) only:
@@ -96,6 +106,12 @@ struct PluginConfig {
   std::string congestion = "nscc";
   std::string path_policy = "rotation";
   bool busy_poll = false;
+  bool udp_gso = true;
+  bool udp_gro = true;
+  bool udp_rx_in_place = false;
+  int32_t spin_us = -1;     // -1: the datapath's default
+  uint32_t rto_min_us = 0;  // 0: the engine's default (verbs: scaled)
+  uint32_t probe_us = 0;    // 0: the engine's default (verbs: scaled)
   uint32_t base_rtt_us = 100;
   uint64_t seed = 0;  // 0 = random per process
   // PRISM_DATAPATH=verbs.

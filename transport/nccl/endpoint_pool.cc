@@ -43,6 +43,10 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     o.tx_mode = c.udp_tx_mode;
     o.link_mtu = c.link_mtu;
     o.busy_poll = c.busy_poll;
+    o.idle_spin_us = c.spin_us;
+    o.gso = c.udp_gso;
+    o.gro = c.udp_gro;
+    o.rx_in_place = c.udp_rx_in_place;
     if (c.seed != 0) {
       o.seed = c.seed + dev.index;
     } else {
@@ -64,6 +68,16 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
       o.connection.rto_min = std::max(o.connection.rto_min, t);
       o.connection.probe_interval = std::max(o.connection.probe_interval, t);
     }
+    // Explicit timers (PRISM_RTO_MIN_US, PRISM_PROBE_US) win over both.
+    if (c.rto_min_us != 0) {
+      o.connection.rto_min = static_cast<Time>(c.rto_min_us) * kMicrosecond;
+      o.connection.rto_max =
+          std::max(o.connection.rto_max, 8 * o.connection.rto_min);
+    }
+    if (c.probe_us != 0) {
+      o.connection.probe_interval =
+          static_cast<Time>(c.probe_us) * kMicrosecond;
+    }
     o.connection.path_policy = c.path_policy;
     o.connection.link_rate_bps =
         static_cast<uint64_t>(d.speed_mbps) * 1'000'000ull;
@@ -72,14 +86,19 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     slot->ep_ = std::move(*ep);
     PRISM_NCCL_INFO(
         "dev %d: Prism endpoint up (%s): %zu plane(s) starting at %s, "
-        "%u paths, congestion %s, policy %s, mtu payload %u",
+        "%u paths, congestion %s, policy %s, mtu payload %u, gso %d gro %d "
+        "in-place %d, "
+        "rto_min %lld us, probe %lld us",
         dev.index, o.datapath.c_str(), d.plane_addrs.size(),
         c.mode == DataMode::kPrismVerbs
             ? (d.ib_device.empty() ? "first rdma device" : d.ib_device.c_str())
         : d.plane_addrs.empty() ? "?"
                                 : d.plane_addrs[0].c_str(),
         c.paths, c.congestion.c_str(), c.path_policy.c_str(),
-        slot->ep_->mtu_payload());
+        slot->ep_->mtu_payload(), o.gso ? 1 : 0, o.gro ? 1 : 0,
+        o.rx_in_place ? 1 : 0,
+        static_cast<long long>(o.connection.rto_min / kMicrosecond),
+        static_cast<long long>(o.connection.probe_interval / kMicrosecond));
   }
   ++slot->users_;
   return slot.get();
@@ -114,8 +133,9 @@ void DeviceEndpoint::RemoveRoute(ConnId conn) {
 }
 
 void DeviceEndpoint::Poll() {
-  std::lock_guard<std::mutex> lock(poll_mu_);
-  Completion cq[64];
+  std::unique_lock<std::mutex> lock(poll_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  Completion* const cq = cq_;
   for (;;) {
     const size_t n = ep_->PollCompletions(cq, 64);
     if (n == 0) return;

@@ -42,7 +42,8 @@ class DeviceEndpoint {
   Endpoint* ep() { return ep_.get(); }
   void AddRoute(ConnId conn, CompletionSink* sink);
   void RemoveRoute(ConnId conn);
-  // Moves every available completion to its connection's sink.
+  // Moves every available completion to its connection's sink. Returns at
+  // once when another thread is polling (it delivers to every sink).
   void Poll();
 
   // Destroys endpoints no comm uses (called when the last init context is
@@ -53,6 +54,8 @@ class DeviceEndpoint {
   std::unique_ptr<Endpoint> ep_;
   int users_ = 0;  // guarded by the pool mutex
   std::mutex poll_mu_;
+  Completion cq_[64];  // guarded by poll_mu_ (not a per-call array: Poll
+                       // runs on every test() and would initialise it)
   std::mutex route_mu_;
   std::map<ConnId, CompletionSink*> routes_;
   uint64_t unrouted_ = 0;

@@ -58,6 +58,8 @@ class DatapathAdapter {
     return absl::OkStatus();
   }
   virtual void DeregisterMemory(uint32_t lkey) { (void)lkey; }
+  // The engine the loop drives, once it exists (udp: receive in place).
+  virtual void AttachEngine(Engine* engine) { (void)engine; }
 };
 
 // The in-process datapath: every loopback endpoint of the process is a port

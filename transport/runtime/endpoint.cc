@@ -19,13 +19,23 @@ Time Endpoint::Now() { return runtime::MonotonicNow(); }
 namespace runtime {
 namespace {
 
-class UdpAdapter : public DatapathAdapter {
+class UdpAdapter : public DatapathAdapter, public udp::RxResolver {
  public:
   explicit UdpAdapter(std::unique_ptr<udp::UdpDatapath> dp,
                       std::vector<udp::Route> routes)
       : dp_(std::move(dp)), routes_(std::move(routes)) {}
   Datapath* datapath() override { return dp_.get(); }
   std::vector<int> wait_fds() override { return dp_->rx_fds(); }
+  void AttachEngine(Engine* engine) override {
+    engine_ = engine;
+    if (rx_in_place_)
+      (void)dp_->SetRxResolver(engine != nullptr ? this : nullptr);
+  }
+  uint8_t* Resolve(const uint8_t* hdr, size_t hdr_len,
+                   size_t payload_len) override {
+    return engine_->RxDestination(hdr, hdr_len, payload_len);
+  }
+  void set_rx_in_place(bool on) { rx_in_place_ = on; }
   // epoll wakes the loop as soon as a packet arrives; polling after the
   // work ran out spends CPU the peer process may need on shared cores
   // (bench/perf/spin_ab.sh; figures and their spread in docs/runtime.md).
@@ -56,15 +66,17 @@ class UdpAdapter : public DatapathAdapter {
     s->tx_errors = u.tx_errors;
     s->drops = u.tx_drop_unknown_peer + u.tx_drop_too_big + u.rx_truncated +
                u.rx_errors;
-    s->detail =
-        absl::StrCat(dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
-                     "gso=", dp_->gso_enabled() ? 1 : 0,
-                     " gro=", dp_->gro_enabled() ? 1 : 0, " ", u.ToString());
+    s->detail = absl::StrCat(
+        dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
+        "gso=", dp_->gso_enabled() ? 1 : 0, " gro=", dp_->gro_enabled() ? 1 : 0,
+        " in_place=", dp_->in_place_enabled() ? 1 : 0, " ", u.ToString());
   }
 
  private:
   std::unique_ptr<udp::UdpDatapath> dp_;
   std::vector<udp::Route> routes_;
+  Engine* engine_ = nullptr;
+  bool rx_in_place_ = false;
 };
 
 absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
@@ -104,6 +116,7 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
   u.accept_zero_checksum = o.accept_zero_checksum;
   u.gso = o.gso;
   u.gro = o.gro;
+  u.rx_in_place = o.rx_in_place;
   std::vector<udp::Route> routes;
   for (const auto& r : o.routes) {
     auto route = udp::ParseRoute(r);
@@ -114,8 +127,10 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeUdp(
   }
   auto dp = udp::UdpDatapath::Create(u);
   if (!dp.ok()) return dp.status();
-  return std::unique_ptr<DatapathAdapter>(
-      new UdpAdapter(std::move(*dp), std::move(routes)));
+  auto adapter =
+      std::make_unique<UdpAdapter>(std::move(*dp), std::move(routes));
+  adapter->set_rx_in_place(o.rx_in_place);
+  return std::unique_ptr<DatapathAdapter>(std::move(adapter));
 }
 
 class EndpointImpl : public Endpoint {
@@ -129,6 +144,7 @@ class EndpointImpl : public Endpoint {
     eo.max_connections = o.max_connections;
     eo.placer = dp_->placer();
     engine_ = std::make_unique<Engine>(eo);
+    dp_->AttachEngine(engine_.get());
     LoopOptions lo;
     lo.busy_poll = o.busy_poll;
     lo.cpu = o.cpu;

@@ -124,6 +124,66 @@ __attribute__((target("sse4.2"))) uint32_t HardwareZero4At4(const uint8_t* p,
   return HardwareImpl(p + 8, len - 8, ~static_cast<uint32_t>(c));
 }
 
+inline uint32_t Load32Le(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+         uint32_t{p[3]} << 24;
+}
+
+// Four buffers of the same length `len` (>= 8), bytes [4, 8) of each taken
+// as zero: four independent chains, interleaved.
+__attribute__((target("sse4.2"))) void HardwareZero4At4x4(
+    const uint8_t* const* p, size_t len, uint32_t* out) {
+  const uint8_t* a = p[0];
+  const uint8_t* b = p[1];
+  const uint8_t* c = p[2];
+  const uint8_t* d = p[3];
+  uint64_t ca = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(a) & 0xFFFFFFFFull);
+  uint64_t cb = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(b) & 0xFFFFFFFFull);
+  uint64_t cc = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(c) & 0xFFFFFFFFull);
+  uint64_t cd = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(d) & 0xFFFFFFFFull);
+  size_t i = 8;
+  for (; i + 8 <= len; i += 8) {
+    ca = _mm_crc32_u64(ca, Load64Le(a + i));
+    cb = _mm_crc32_u64(cb, Load64Le(b + i));
+    cc = _mm_crc32_u64(cc, Load64Le(c + i));
+    cd = _mm_crc32_u64(cd, Load64Le(d + i));
+  }
+  uint32_t ra = static_cast<uint32_t>(ca), rb = static_cast<uint32_t>(cb),
+           rc = static_cast<uint32_t>(cc), rd = static_cast<uint32_t>(cd);
+  if (i + 4 <= len) {
+    ra = _mm_crc32_u32(ra, Load32Le(a + i));
+    rb = _mm_crc32_u32(rb, Load32Le(b + i));
+    rc = _mm_crc32_u32(rc, Load32Le(c + i));
+    rd = _mm_crc32_u32(rd, Load32Le(d + i));
+    i += 4;
+  }
+  for (; i < len; ++i) {
+    ra = _mm_crc32_u8(ra, a[i]);
+    rb = _mm_crc32_u8(rb, b[i]);
+    rc = _mm_crc32_u8(rc, c[i]);
+    rd = _mm_crc32_u8(rd, d[i]);
+  }
+  out[0] = ~ra;
+  out[1] = ~rb;
+  out[2] = ~rc;
+  out[3] = ~rd;
+}
+
+void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
+                           uint32_t* out) {
+  size_t i = 0;
+  while (i + 4 <= n) {
+    if (len[i] == len[i + 1] && len[i] == len[i + 2] && len[i] == len[i + 3]) {
+      HardwareZero4At4x4(p + i, len[i], out + i);
+      i += 4;
+    } else {
+      out[i] = HardwareZero4At4(p[i], len[i]);
+      ++i;
+    }
+  }
+  for (; i < n; ++i) out[i] = HardwareZero4At4(p[i], len[i]);
+}
+
 bool DetectSse42() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("sse4.2");
@@ -135,26 +195,38 @@ uint32_t SoftwareZero4At4(const uint8_t* p, size_t len) {
   return Crc32cSoftware(p + 8, len - 8, Crc32cSoftware(first, 8));
 }
 
+void SoftwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
+                           uint32_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = SoftwareZero4At4(p[i], len[i]);
+}
+
 using CrcFn = uint32_t (*)(const uint8_t*, size_t, uint32_t);
 using HdrFn = uint32_t (*)(const uint8_t*, size_t);
+using MultiFn = void (*)(const uint8_t* const*, const size_t*, size_t,
+                         uint32_t*);
 
 // Resolved on first use (a static initializer elsewhere may call Crc32c
 // before ours runs); afterwards one relaxed load and an indirect call.
 uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc);
 uint32_t ResolveHdr(const uint8_t* p, size_t len);
+void ResolveMulti(const uint8_t* const* p, const size_t* len, size_t n,
+                  uint32_t* out);
 std::atomic<CrcFn> g_crc{&ResolveCrc};
 std::atomic<HdrFn> g_hdr{&ResolveHdr};
+std::atomic<MultiFn> g_multi{&ResolveMulti};
 
 void Resolve() {
 #if PRISM_CRC32C_X86
   if (DetectSse42()) {
     g_crc.store(&HardwareImpl, std::memory_order_relaxed);
     g_hdr.store(&HardwareZero4At4, std::memory_order_relaxed);
+    g_multi.store(&HardwareZero4At4Multi, std::memory_order_relaxed);
     return;
   }
 #endif
   g_crc.store(&Crc32cSoftware, std::memory_order_relaxed);
   g_hdr.store(&SoftwareZero4At4, std::memory_order_relaxed);
+  g_multi.store(&SoftwareZero4At4Multi, std::memory_order_relaxed);
 }
 
 uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc) {
@@ -164,6 +236,11 @@ uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc) {
 uint32_t ResolveHdr(const uint8_t* p, size_t len) {
   Resolve();
   return g_hdr.load(std::memory_order_relaxed)(p, len);
+}
+void ResolveMulti(const uint8_t* const* p, const size_t* len, size_t n,
+                  uint32_t* out) {
+  Resolve();
+  g_multi.load(std::memory_order_relaxed)(p, len, n, out);
 }
 
 }  // namespace
@@ -208,6 +285,11 @@ uint32_t Crc32c(const uint8_t* data, size_t len, uint32_t crc) {
 
 uint32_t Crc32cZero4At4(const uint8_t* data, size_t len) {
   return g_hdr.load(std::memory_order_relaxed)(data, len);
+}
+
+void Crc32cZero4At4Multi(const uint8_t* const* data, const size_t* len,
+                         size_t n, uint32_t* out) {
+  g_multi.load(std::memory_order_relaxed)(data, len, n, out);
 }
 
 }  // namespace prism::wire

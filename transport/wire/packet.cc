@@ -74,9 +74,10 @@ void PutCommon(uint8_t* p, PacketType type, uint32_t dst_conn) {
   Put32(p + off::kDstConn, dst_conn);
 }
 
-// Writes the checksum of a fully written header and returns its size.
-size_t Seal(uint8_t* p, size_t hdr_len) {
-  Put32(p + off::kCrc, HeaderCrc(p, hdr_len));
+// Writes the checksum of a fully written header (unless the caller seals a
+// burst later) and returns its size.
+size_t Seal(uint8_t* p, size_t hdr_len, bool seal = true) {
+  if (seal) Put32(p + off::kCrc, HeaderCrc(p, hdr_len));
   return hdr_len;
 }
 
@@ -85,8 +86,28 @@ bool KnownType(uint8_t t) {
          t <= static_cast<uint8_t>(PacketType::kPlaneStatus);
 }
 
-DecodeError DecodeDataFields(const uint8_t* p, const uint8_t* payload,
-                             size_t payload_bytes, Packet* out) {
+// Header size by type byte (0: unknown type); HeaderSize() without the call.
+constexpr uint8_t kHeaderSizeByType[] = {0,
+                                         kDataHeaderSize,
+                                         kSackHeaderSize,
+                                         kNackHeaderSize,
+                                         kProbeHeaderSize,
+                                         kProbeHeaderSize,
+                                         kConnectHeaderSize,
+                                         kConnectHeaderSize,
+                                         kPlaneStatusHeaderSize};
+static_assert(sizeof(kHeaderSizeByType) ==
+              static_cast<size_t>(PacketType::kPlaneStatus) + 1);
+
+inline size_t HeaderSizeOf(uint8_t t) {
+  return t < sizeof(kHeaderSizeByType) ? kHeaderSizeByType[t] : 0;
+}
+
+// The decoders below are inlined into each public entry point, so `split`
+// and the precomputed checksum are constants there (the receive hot path).
+[[gnu::always_inline]] inline DecodeError DecodeDataFields(
+    const uint8_t* p, const uint8_t* payload, size_t payload_bytes,
+    Packet* out) {
   DataHeader& h = out->data;
   h.dst_conn = Get32(p + off::kDstConn);
   h.psn = Get32(p + off::kDPsn);
@@ -213,9 +234,10 @@ DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
 
 // Shared by Decode and DecodeSplit. `hdr` has at least `hdr_avail` bytes;
 // `payload`/`payload_bytes` are what follows the header.
-DecodeError DecodeImpl(const uint8_t* hdr, size_t hdr_avail,
-                       const uint8_t* payload, size_t payload_bytes, bool split,
-                       Packet* out) {
+// `crc` is the precomputed header checksum (HeaderCrcs), or nullptr.
+[[gnu::always_inline]] inline DecodeError DecodeImpl(
+    const uint8_t* hdr, size_t hdr_avail, const uint8_t* payload,
+    size_t payload_bytes, bool split, const uint32_t* crc, Packet* out) {
   if (out == nullptr) return DecodeError::kTooShort;
   out->payload = nullptr;
   out->payload_len = 0;
@@ -228,10 +250,11 @@ DecodeError DecodeImpl(const uint8_t* hdr, size_t hdr_avail,
   const uint8_t t = hdr[off::kType];
   if (!KnownType(t)) return DecodeError::kBadType;
   const PacketType type = static_cast<PacketType>(t);
-  const size_t need = HeaderSize(type);
+  const size_t need = HeaderSizeOf(t);
   if (hdr_avail < need) return DecodeError::kTooShort;
   if (split && hdr_avail != need) return DecodeError::kBadLength;
-  if (Get32(hdr + off::kCrc) != HeaderCrc(hdr, need)) {
+  if (Get32(hdr + off::kCrc) !=
+      (crc != nullptr ? *crc : HeaderCrc(hdr, need))) {
     return DecodeError::kBadChecksum;
   }
   if (!split) {
@@ -306,17 +329,61 @@ size_t HeaderSize(PacketType type) {
 }
 
 DecodeError Decode(const uint8_t* data, size_t len, Packet* out) {
-  return DecodeImpl(data, len, nullptr, 0, /*split=*/false, out);
+  return DecodeImpl(data, len, nullptr, 0, /*split=*/false, nullptr, out);
+}
+
+DecodeError DecodeWithCrc(const uint8_t* data, size_t len, uint32_t hdr_crc,
+                          Packet* out) {
+  return DecodeImpl(data, len, nullptr, 0, /*split=*/false, &hdr_crc, out);
 }
 
 DecodeError DecodeSplit(const uint8_t* hdr, size_t hdr_len,
                         const uint8_t* payload, size_t payload_len,
                         Packet* out) {
   if (payload == nullptr && payload_len != 0) return DecodeError::kBadLength;
-  return DecodeImpl(hdr, hdr_len, payload, payload_len, /*split=*/true, out);
+  return DecodeImpl(hdr, hdr_len, payload, payload_len, /*split=*/true, nullptr,
+                    out);
 }
 
-size_t EncodeData(const DataHeader& h, uint8_t* p, size_t cap) {
+DecodeError DecodeSplitWithCrc(const uint8_t* hdr, size_t hdr_len,
+                               const uint8_t* payload, size_t payload_len,
+                               uint32_t hdr_crc, Packet* out) {
+  if (payload == nullptr && payload_len != 0) return DecodeError::kBadLength;
+  return DecodeImpl(hdr, hdr_len, payload, payload_len, /*split=*/true,
+                    &hdr_crc, out);
+}
+
+void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
+  constexpr size_t kChunk = 16;
+  const uint8_t* p[kChunk];
+  size_t l[kChunk];
+  uint8_t* dst[kChunk];
+  uint32_t crc[kChunk];
+  size_t i = 0;
+  while (i < n) {
+    size_t k = 0;
+    for (; i < n && k < kChunk; ++i) {
+      if (hdrs[i] == nullptr || lens[i] < kCommonHeaderSize) continue;
+      p[k] = dst[k] = hdrs[i];
+      l[k++] = lens[i];
+    }
+    Crc32cZero4At4Multi(p, l, k, crc);
+    for (size_t j = 0; j < k; ++j) Put32(dst[j] + off::kCrc, crc[j]);
+  }
+}
+
+size_t HeaderCrcSpan(const uint8_t* p, size_t avail) {
+  if (p == nullptr || avail < kCommonHeaderSize) return 0;
+  const size_t need = HeaderSizeOf(p[off::kType]);
+  return avail >= need ? need : 0;
+}
+
+void HeaderCrcs(const uint8_t* const* hdrs, const size_t* spans, size_t n,
+                uint32_t* out) {
+  Crc32cZero4At4Multi(hdrs, spans, n, out);
+}
+
+size_t EncodeData(const DataHeader& h, uint8_t* p, size_t cap, bool seal) {
   if (p == nullptr || cap < kDataHeaderSize) return 0;
   PutCommon(p, PacketType::kData, h.dst_conn);
   Put32(p + off::kDPsn, h.psn);
@@ -332,10 +399,10 @@ size_t EncodeData(const DataHeader& h, uint8_t* p, size_t cap) {
   Put16(p + off::kDReserved, 0);
   Put32(p + off::kDImmediate, h.immediate);
   Put32(p + off::kDPayloadCrc, h.payload_crc);
-  return Seal(p, kDataHeaderSize);
+  return Seal(p, kDataHeaderSize, seal);
 }
 
-size_t EncodeSack(const SackHeader& h, uint8_t* p, size_t cap) {
+size_t EncodeSack(const SackHeader& h, uint8_t* p, size_t cap, bool seal) {
   if (p == nullptr || cap < kSackHeaderSize) return 0;
   PutCommon(p, PacketType::kSack, h.dst_conn);
   Put32(p + off::kSCumPsn, h.cum_psn);
@@ -352,10 +419,10 @@ size_t EncodeSack(const SackHeader& h, uint8_t* p, size_t cap) {
   Put16(p + off::kSCoalesced, h.coalesced);
   p[off::kSEcnSeen] = h.ecn_seen;
   p[off::kSReserved] = h.reserved;
-  return Seal(p, kSackHeaderSize);
+  return Seal(p, kSackHeaderSize, seal);
 }
 
-size_t EncodeNack(const NackHeader& h, uint8_t* p, size_t cap) {
+size_t EncodeNack(const NackHeader& h, uint8_t* p, size_t cap, bool seal) {
   if (p == nullptr || cap < kNackHeaderSize) return 0;
   PutCommon(p, PacketType::kNack, h.dst_conn);
   Put32(p + off::kNPsn, h.psn);
@@ -364,17 +431,18 @@ size_t EncodeNack(const NackHeader& h, uint8_t* p, size_t cap) {
   p[off::kNEcnSeen] = h.ecn_seen;
   Put16(p + off::kNEchoPath, h.echo_path);
   Put64(p + off::kNEchoTs, h.echo_ts);
-  return Seal(p, kNackHeaderSize);
+  return Seal(p, kNackHeaderSize, seal);
 }
 
-size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* p, size_t cap) {
+size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* p, size_t cap,
+                   bool seal) {
   if (p == nullptr || cap < kProbeHeaderSize) return 0;
   PutCommon(p, ack ? PacketType::kProbeAck : PacketType::kProbe, h.dst_conn);
   Put32(p + off::kPProbeSeq, h.probe_seq);
   Put64(p + off::kPSendTs, h.send_ts);
   Put16(p + off::kPPathId, h.path_id);
   Put16(p + off::kPReserved, h.reserved);
-  return Seal(p, kProbeHeaderSize);
+  return Seal(p, kProbeHeaderSize, seal);
 }
 
 size_t EncodeConnect(const ConnectHeader& h, bool ack, uint8_t* p, size_t cap) {
@@ -390,12 +458,13 @@ size_t EncodeConnect(const ConnectHeader& h, bool ack, uint8_t* p, size_t cap) {
   return Seal(p, kConnectHeaderSize);
 }
 
-size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* p, size_t cap) {
+size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* p, size_t cap,
+                         bool seal) {
   if (p == nullptr || cap < kPlaneStatusHeaderSize) return 0;
   PutCommon(p, PacketType::kPlaneStatus, h.dst_conn);
   Put32(p + off::kLPlanesDown, h.planes_down);
   Put32(p + off::kLSeq, h.seq);
-  return Seal(p, kPlaneStatusHeaderSize);
+  return Seal(p, kPlaneStatusHeaderSize, seal);
 }
 
 size_t TrimData(uint8_t* pkt, size_t len) {

@@ -24,7 +24,8 @@
 
 namespace prism::wire {
 
-inline constexpr uint16_t kMagic = 0x5052;  // on the wire (LE): bytes 0x52 0x50, "RP"
+// On the wire (LE): bytes 0x52 0x50, "RP".
+inline constexpr uint16_t kMagic = 0x5052;
 inline constexpr uint8_t kVersion = 1;
 
 // UDP destination port Prism listens on by default (not IANA-assigned; the
@@ -34,7 +35,8 @@ inline constexpr uint16_t kDefaultUdpPort = 20562;
 
 // Header sizes on the wire (bytes). Layouts: docs/wire-format.md.
 //   Common header (every type):
-//     0 magic u16 | 2 version u8 | 3 type u8 | 4 header_crc u32 | 8 dst_conn u32
+//     0 magic u16 | 2 version u8 | 3 type u8 | 4 header_crc u32 |
+//     8 dst_conn u32
 inline constexpr size_t kCommonHeaderSize = 12;
 inline constexpr size_t kHeaderCrcOffset = 4;
 //   DATA: 12 psn u32 | 16 msn u32 | 20 msg_offset u32 | 24 msg_len u32 |
@@ -76,8 +78,8 @@ enum DataFlags : uint16_t {
   kFlagRetransmit = 1u << 0,
   kFlagLastOfMessage = 1u << 1,
   kFlagHasImmediate = 1u << 2,
-  kFlagTrimmed = 1u << 3,      // set by a trimming switch / the simulator
-  kFlagPayloadCrc = 1u << 4,   // payload_crc is valid
+  kFlagTrimmed = 1u << 3,     // set by a trimming switch / the simulator
+  kFlagPayloadCrc = 1u << 4,  // payload_crc is valid
   kFlagFirstOfMessage = 1u << 5,
 };
 
@@ -91,12 +93,12 @@ enum ConnectFlags : uint32_t {
 inline constexpr uint32_t kKnownConnectFlags = 0x1;
 
 enum class NackReason : uint8_t {
-  kTrimmed = 1,       // payload was trimmed by the network: retransmit now
-  kOutOfWindow = 2,   // PSN outside the receiver's window
-  kNoBuffer = 3,      // receiver cannot take it now
-  kBadKey = 4,        // rkey unknown or region lacks remote-write access
-  kBadRange = 5,      // target range outside the region
-  kCorrupt = 6,       // payload checksum mismatch
+  kTrimmed = 1,      // payload was trimmed by the network: retransmit now
+  kOutOfWindow = 2,  // PSN outside the receiver's window
+  kNoBuffer = 3,     // receiver cannot take it now
+  kBadKey = 4,       // rkey unknown or region lacks remote-write access
+  kBadRange = 5,     // target range outside the region
+  kCorrupt = 6,      // payload checksum mismatch
 };
 
 inline constexpr size_t kSackBitmapWords = 4;  // 256-bit SACK bitmap
@@ -122,26 +124,26 @@ struct DataHeader {
 
 struct SackHeader {
   uint32_t dst_conn = 0;
-  uint32_t cum_psn = 0;       // every PSN below this was received
-  uint32_t bitmap_base = 0;   // PSN of bit 0 of the bitmap
+  uint32_t cum_psn = 0;                    // every PSN below this was received
+  uint32_t bitmap_base = 0;                // PSN of bit 0 of the bitmap
   uint64_t bitmap[kSackBitmapWords] = {};  // bit i: PSN bitmap_base+i received
-  uint32_t trigger_psn = 0;   // PSN of the packet that triggered this SACK
-  uint16_t echo_path = 0;     // its path id
-  uint8_t ecn_seen = 0;       // 1 if it (or a coalesced one) carried ECN CE
+  uint32_t trigger_psn = 0;  // PSN of the packet that triggered this SACK
+  uint16_t echo_path = 0;    // its path id
+  uint8_t ecn_seen = 0;      // 1 if it (or a coalesced one) carried ECN CE
   uint8_t reserved = 0;
-  uint64_t echo_ts = 0;       // its send timestamp
+  uint64_t echo_ts = 0;         // its send timestamp
   uint64_t bytes_received = 0;  // receiver's total payload bytes (CC state)
   uint32_t ooo_count = 0;       // receiver's out-of-order packet count
   uint16_t rx_window_penalty = 0;
-  uint16_t coalesced = 0;       // number of DATA packets this SACK covers
+  uint16_t coalesced = 0;  // number of DATA packets this SACK covers
 
   bool operator==(const SackHeader&) const = default;
 };
 
 struct NackHeader {
   uint32_t dst_conn = 0;
-  uint32_t psn = 0;           // the packet being NACKed
-  uint32_t cum_psn = 0;       // receiver's cumulative PSN
+  uint32_t psn = 0;      // the packet being NACKed
+  uint32_t cum_psn = 0;  // receiver's cumulative PSN
   NackReason reason = NackReason::kTrimmed;
   uint8_t ecn_seen = 0;
   uint16_t echo_path = 0;
@@ -156,41 +158,41 @@ struct ProbeHeader {
   uint16_t path_id = 0;
   uint16_t reserved = 0;
   uint32_t probe_seq = 0;
-  uint64_t send_ts = 0;       // echoed unchanged in PROBE_ACK
+  uint64_t send_ts = 0;  // echoed unchanged in PROBE_ACK
 
   bool operator==(const ProbeHeader&) const = default;
 };
 
 // CONNECT and CONNECT_ACK share a layout (in-band connection setup).
 struct ConnectHeader {
-  uint32_t dst_conn = 0;      // 0 in CONNECT (not yet known)
-  uint32_t src_conn = 0;      // sender's connection id
+  uint32_t dst_conn = 0;  // 0 in CONNECT (not yet known)
+  uint32_t src_conn = 0;  // sender's connection id
   uint16_t num_paths = 0;
   uint16_t num_planes = 0;
   uint32_t mtu_payload = 0;
-  uint32_t flags = 0;         // bit 0: payload checksum requested
-  uint64_t nonce = 0;         // matches CONNECT_ACK to CONNECT
+  uint32_t flags = 0;  // bit 0: payload checksum requested
+  uint64_t nonce = 0;  // matches CONNECT_ACK to CONNECT
 
   bool operator==(const ConnectHeader&) const = default;
 };
 
 struct PlaneStatusHeader {
   uint32_t dst_conn = 0;
-  uint32_t planes_down = 0;   // bit p set: sender's plane p is down
-  uint32_t seq = 0;           // newer status wins
+  uint32_t planes_down = 0;  // bit p set: sender's plane p is down
+  uint32_t seq = 0;          // newer status wins
 
   bool operator==(const PlaneStatusHeader&) const = default;
 };
 
 enum class DecodeError : uint8_t {
   kOk = 0,
-  kTooShort,          // shorter than the header its type needs
+  kTooShort,  // shorter than the header its type needs
   kBadMagic,
   kBadVersion,
   kBadType,
-  kBadChecksum,       // header checksum mismatch
-  kBadLength,         // payload present but not of the declared length
-  kBadField,          // a field value the format forbids
+  kBadChecksum,  // header checksum mismatch
+  kBadLength,    // payload present but not of the declared length
+  kBadField,     // a field value the format forbids
 };
 
 const char* DecodeErrorName(DecodeError e);
@@ -229,13 +231,48 @@ DecodeError DecodeSplit(const uint8_t* hdr, size_t hdr_len,
                         const uint8_t* payload, size_t payload_len,
                         Packet* out);
 
-size_t EncodeData(const DataHeader& h, uint8_t* out, size_t cap);
-size_t EncodeSack(const SackHeader& h, uint8_t* out, size_t cap);
-size_t EncodeNack(const NackHeader& h, uint8_t* out, size_t cap);
-size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* out, size_t cap);
+// Encoders. With `seal` false the header checksum field is left zero and the
+// caller must run SealHeaders() over the header before it leaves; the bytes
+// are then exactly those of a sealed encode (a sender checksums a burst of
+// headers at once that way).
+size_t EncodeData(const DataHeader& h, uint8_t* out, size_t cap,
+                  bool seal = true);
+size_t EncodeSack(const SackHeader& h, uint8_t* out, size_t cap,
+                  bool seal = true);
+size_t EncodeNack(const NackHeader& h, uint8_t* out, size_t cap,
+                  bool seal = true);
+size_t EncodeProbe(const ProbeHeader& h, bool ack, uint8_t* out, size_t cap,
+                   bool seal = true);
 size_t EncodeConnect(const ConnectHeader& h, bool ack, uint8_t* out,
                      size_t cap);
-size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* out, size_t cap);
+size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* out, size_t cap,
+                         bool seal = true);
+
+// --- Bursts ---------------------------------------------------------------
+// Header checksums are the per-packet cost a burst can amortise: one CRC32C
+// chain is latency-bound, so independent headers are checksummed as
+// interleaved chains (Crc32cZero4At4Multi).
+//
+// Writes the header checksum of `n` headers encoded with seal == false:
+// hdrs[i] holds lens[i] bytes (the encoder's return value; entries shorter
+// than the common header, e.g. a failed encode's 0, are skipped).
+void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n);
+// The number of leading bytes of `p` the header checksum covers when `p`
+// (avail bytes) holds a common header of a known type and at least
+// HeaderSize(type) bytes; 0 otherwise (Decode rejects it without a checksum).
+size_t HeaderCrcSpan(const uint8_t* p, size_t avail);
+// out[i] = header checksum over the first spans[i] bytes of hdrs[i], where
+// spans[i] = HeaderCrcSpan(hdrs[i], ...) != 0.
+void HeaderCrcs(const uint8_t* const* hdrs, const size_t* spans, size_t n,
+                uint32_t* out);
+// Decode() / DecodeSplit() with the header checksum computed beforehand:
+// `hdr_crc` is HeaderCrcs()' value for this header. Same results as the
+// plain decoders given the same bytes.
+DecodeError DecodeWithCrc(const uint8_t* data, size_t len, uint32_t hdr_crc,
+                          Packet* out);
+DecodeError DecodeSplitWithCrc(const uint8_t* hdr, size_t hdr_len,
+                               const uint8_t* payload, size_t payload_len,
+                               uint32_t hdr_crc, Packet* out);
 
 // Trims an encoded DATA packet in place the way a trimming switch does:
 // drops the payload, sets kFlagTrimmed and recomputes the header checksum.

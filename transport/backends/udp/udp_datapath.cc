@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "transport/wire/packet.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -227,10 +228,10 @@ std::string UdpStats::ToString() const {
       "tx_packets=%d tx_bytes=%d tx_backpressure=%d tx_errors=%d "
       "tx_drop_unknown_peer=%d tx_drop_too_big=%d rx_packets=%d rx_bytes=%d "
       "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d tx_syscalls=%d "
-      "rx_syscalls=%d tx_gso_batches=%d rx_gro_batches=%d",
+      "rx_syscalls=%d tx_gso_batches=%d rx_gro_batches=%d rx_in_place=%d",
       tx_packets, tx_bytes, tx_backpressure, tx_errors, tx_drop_unknown_peer,
       tx_drop_too_big, rx_packets, rx_bytes, rx_ecn_ce, rx_truncated, rx_errors,
-      tx_syscalls, rx_syscalls, tx_gso_batches, rx_gro_batches);
+      tx_syscalls, rx_syscalls, tx_gso_batches, rx_gro_batches, rx_in_place);
 }
 
 // A precomputed route to a peer: the network header template raw mode
@@ -281,6 +282,9 @@ struct UdpDatapath::Impl {
   // Segments received but not yet handed out: slots [pend_slot, pend_end),
   // the first from byte pend_off.
   size_t pend_slot = 0, pend_end = 0, pend_off = 0;
+  // Receive in place: the peeked header and the two-piece gather list.
+  uint8_t peek[wire::kDataHeaderSize];
+  iovec ipiov[2];
 };
 
 UdpDatapath::~UdpDatapath() {
@@ -386,7 +390,7 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
         if (o.accept_zero_checksum)
           setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one));
         // GRO on every plane or on none (a refusal turns it off for all).
-        if (o.gro && (p == 0 || gro_)) {
+        if (o.gro && !o.rx_in_place && (p == 0 || gro_)) {
           gro_ = setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) == 0;
           if (!gro_) {
             const int zero = 0;
@@ -588,6 +592,7 @@ UdpStats UdpDatapath::stats() const {
   s.tx_gso_batches = ld(c_.tx_gso_batches);
   s.rx_gro_batches = ld(c_.rx_gro_batches);
   s.rx_syscalls = ld(c_.rx_syscalls);
+  s.rx_in_place = ld(c_.rx_in_place);
   return s;
 }
 
@@ -978,7 +983,117 @@ size_t UdpDatapath::EmitSegments(RxPacket* pkts, size_t got, size_t n,
   return got;
 }
 
+absl::Status UdpDatapath::SetRxResolver(RxResolver* r) {
+  if (r != nullptr && !opt_.rx_in_place)
+    return absl::InvalidArgumentError(
+        "SetRxResolver needs UdpOptions::rx_in_place");
+  resolver_ = r;
+  return absl::OkStatus();
+}
+
+// Receive in place: per datagram, peek the header, resolve, then read the
+// header into slot `got`'s buffer and the payload to where the resolver
+// said (or the whole datagram into the buffer).
+size_t UdpDatapath::RxInPlace(RxPacket* pkts, size_t n) {
+  Impl& m = *impl_;
+  const size_t nb = m.rmsgs.size();
+  const size_t np = rx_fd_.size();
+  constexpr size_t kHdr = wire::kDataHeaderSize;
+  size_t got = 0;
+  uint64_t bytes = 0, ce = 0, placed = 0;
+  for (size_t k = 0; k < np && got < n && got < nb; ++k) {
+    const int fd = rx_fd_[(rx_next_plane_ + k) % np];
+    while (got < n && got < nb) {
+      uint8_t* buf = m.rbuf.data() + got * m.rbuf_size;
+      iovec piov{m.peek, kHdr};
+      msghdr ph{};
+      ph.msg_iov = &piov;
+      ph.msg_iovlen = 1;
+      Bump(c_.rx_syscalls);
+      const ssize_t len = recvmsg(fd, &ph, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+      if (len < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
+        break;
+      }
+      uint8_t* dst = nullptr;
+      const size_t plen =
+          static_cast<size_t>(len) > kHdr ? static_cast<size_t>(len) - kHdr : 0;
+      if (plen > 0 && static_cast<size_t>(len) <= m.rx_max_packet)
+        dst = resolver_->Resolve(m.peek, kHdr, plen);
+      msghdr& mh = m.rmsgs[got].msg_hdr;
+      mh.msg_name = &m.rsrc[got];
+      mh.msg_namelen = sizeof(sockaddr_in6);
+      mh.msg_control = m.rctl.data() + got * kRxControlBytes;
+      mh.msg_controllen = kRxControlBytes;
+      mh.msg_flags = 0;
+      if (dst != nullptr) {
+        m.ipiov[0] = iovec{buf, kHdr};
+        m.ipiov[1] = iovec{dst, plen};
+        mh.msg_iov = m.ipiov;
+        mh.msg_iovlen = 2;
+      } else {
+        mh.msg_iov = &m.riov[got];
+        mh.msg_iovlen = 1;
+      }
+      Bump(c_.rx_syscalls);
+      const ssize_t r = recvmsg(fd, &mh, MSG_DONTWAIT);
+      mh.msg_iov = &m.riov[got];  // recvmmsg's layout again
+      mh.msg_iovlen = 1;
+      if (r < 0) {
+        // Nothing was read (a peeked datagram with a bad checksum is
+        // dropped by the peek itself, before any byte is copied).
+        if (errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
+        break;
+      }
+      bool is_ce = false;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr;
+           c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int tc;
+          memcpy(&tc, CMSG_DATA(c), sizeof(int));
+          is_ce = (tc & 0x3) == kEcnCe;
+        }
+      }
+      RxPacket& p = pkts[got];
+      p = RxPacket{};
+      p.data = buf;
+      p.ecn_ce = is_ce;
+      if (dst != nullptr) {
+        // One reader per socket: the datagram read is the one peeked. Were
+        // it not, it is not handed to the engine (which did not resolve it).
+        if (r != len || (mh.msg_flags & MSG_TRUNC) ||
+            memcmp(buf, m.peek, kHdr) != 0) {
+          Bump(c_.rx_errors);
+          continue;
+        }
+        p.len = kHdr;
+        p.payload = dst;
+        p.payload_len = static_cast<uint32_t>(plen);
+        ++placed;
+      } else {
+        if ((mh.msg_flags & MSG_TRUNC) ||
+            static_cast<size_t>(r) > m.rx_max_packet) {
+          Bump(c_.rx_truncated);
+          continue;
+        }
+        p.len = static_cast<uint32_t>(r);
+      }
+      bytes += static_cast<uint64_t>(r);
+      ce += is_ce;
+      ++got;
+    }
+  }
+  rx_next_plane_ = (rx_next_plane_ + 1) % np;
+  Bump(c_.rx_packets, got);
+  Bump(c_.rx_bytes, bytes);
+  if (ce) Bump(c_.rx_ecn_ce, ce);
+  if (placed) Bump(c_.rx_in_place, placed);
+  return got;
+}
+
 size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
+  if (resolver_ != nullptr) return RxInPlace(pkts, n);
   Impl& m = *impl_;
   const size_t nb = m.rmsgs.size();
   size_t got = 0;   // packets handed out

@@ -39,6 +39,16 @@
 //   the next RxBurst call (their buffers are not reused until handed out).
 //   Where the kernel refuses UDP_GRO, receive falls back to one datagram
 //   per packet (gro_enabled() says which).
+// - Receive in place (rx_in_place, with a resolver set): RxBurst peeks
+//   each datagram's first 64 bytes (MSG_PEEK), asks the RxResolver (the
+//   engine: key, range, window, duplicate checks) where its payload goes,
+//   and reads the datagram with two iovecs: the header into a receive
+//   buffer, the payload straight to its final address. Anything the
+//   resolver refuses is read whole into a receive buffer as before. The
+//   kernel verifies the UDP checksum of a partly read (peeked) datagram
+//   before copying anything, so a corrupt one is dropped before the payload
+//   read. Two receive syscalls per packet instead of one recvmmsg per
+//   burst; GRO is off (a super-packet's segments go to different places).
 // - MTU: link_mtu = 0 reads the MTU of the interface holding each plane's
 //   address (the smallest over the planes; 1500 when none is found).
 // - Control packets (TrafficClass::kControl) carry DSCP `control_dscp`.
@@ -146,6 +156,21 @@ struct UdpOptions {
   // Receive buffer bytes per burst slot; 0 = mtu() + 64, or 65536 with GRO.
   // (A smaller value only serves tests of truncated super-packets.)
   uint32_t rx_buffer_bytes = 0;
+  // Receive in place (see above); takes effect once SetRxResolver is
+  // called. Turns GRO off.
+  bool rx_in_place = false;
+};
+
+// Where a received payload goes (receive in place). Implemented over
+// Engine::RxDestination, whose contract it has: `hdr` = the first hdr_len
+// bytes of the datagram, `payload_len` = its bytes after them; nullptr =
+// read it into a receive buffer. The packet is then handed out split with
+// `payload` = the returned address.
+class RxResolver {
+ public:
+  virtual ~RxResolver() = default;
+  virtual uint8_t* Resolve(const uint8_t* hdr, size_t hdr_len,
+                           size_t payload_len) = 0;
 };
 
 struct UdpStats {
@@ -164,6 +189,7 @@ struct UdpStats {
   uint64_t rx_syscalls = 0;
   uint64_t tx_gso_batches = 0;  // UDP GSO messages (>= 2 packets each)
   uint64_t rx_gro_batches = 0;  // received super-packets (>= 2 segments)
+  uint64_t rx_in_place = 0;     // payloads read straight to their address
   std::string ToString() const;
 };
 
@@ -199,6 +225,10 @@ class UdpDatapath : public Datapath {
   bool raw_mode() const { return raw_fd_ >= 0; }
   bool gso_enabled() const { return gso_; }
   bool gro_enabled() const { return gro_; }
+  bool in_place_enabled() const { return resolver_ != nullptr; }
+  // Receive in place through `r` (not owned; nullptr turns it off). Only
+  // with UdpOptions::rx_in_place; InvalidArgument otherwise.
+  absl::Status SetRxResolver(RxResolver* r);
   // Receive file descriptors (one per plane), for epoll.
   std::vector<int> rx_fds() const;
   // The UDP source port packets of (peer, path) leave with. 0 if unknown.
@@ -215,6 +245,7 @@ class UdpDatapath : public Datapath {
   size_t TxRaw(const TxPacket* pkts, size_t n);
   size_t TxSockets(const TxPacket* pkts, size_t n);
   bool SendGso(int fd, size_t b, size_t e, uint64_t* bytes, uint64_t* sent);
+  size_t RxInPlace(RxPacket* pkts, size_t n);
   size_t EmitSegments(RxPacket* pkts, size_t got, size_t n, size_t* slot,
                       size_t end, size_t* off);
 
@@ -232,12 +263,14 @@ class UdpDatapath : public Datapath {
   size_t rx_next_plane_ = 0;
   bool gso_ = false;
   bool gro_ = false;
+  RxResolver* resolver_ = nullptr;
 
   struct Counters {
     std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0},
         tx_errors{0}, tx_drop_unknown_peer{0}, tx_drop_too_big{0},
         rx_packets{0}, rx_bytes{0}, rx_ecn_ce{0}, rx_truncated{0}, rx_errors{0},
-        tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0}, rx_gro_batches{0};
+        tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0}, rx_gro_batches{0},
+        rx_in_place{0};
   };
   Counters c_;
 };

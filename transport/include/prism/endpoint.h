@@ -112,6 +112,12 @@ struct EndpointOptions {
   // Receive coalesced UDP super-packets (UDP_GRO) and split them into
   // packets without copying (plain receives where the kernel refuses it).
   bool gro = true;
+  // Receive in place: peek each datagram's Prism header, let the engine
+  // validate it (key, range, window, duplicate) and read the payload
+  // straight to its final address (no copy out of a receive buffer). Two
+  // receive syscalls per packet and no GRO; see docs/runtime.md for when
+  // it pays.
+  bool rx_in_place = false;
   // Accept UDP packets with a zero checksum (needed by sockets-mode uSID).
   bool accept_zero_checksum = false;
 

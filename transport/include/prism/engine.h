@@ -228,6 +228,25 @@ class Engine {
   // Hands received packets to the engine. Malformed, unknown-connection,
   // bad-key and out-of-range packets are dropped and counted, never written.
   void OnReceive(Time now, const RxPacket* pkts, size_t n);
+  // Receive in place (for datapaths that can read a payload straight to its
+  // final address, e.g. UDP after peeking the header). `hdr` is the header
+  // of a received packet (hdr_len = wire::kDataHeaderSize for DATA) and
+  // `payload_len` the bytes after it on the wire. Returns where OnReceive
+  // would place that payload when it would place it, else nullptr: not
+  // DATA, malformed, trimmed, unknown connection, bad key or range, beyond
+  // the window, a duplicate, payload checksums in use, or a Placer other
+  // than the default (the bytes must be checked or moved by it). The caller
+  // may then read exactly payload_len payload bytes to that address and
+  // must hand the packet to the next OnReceive as a split RxPacket whose
+  // `payload` is that address (OnReceive does not copy it again).
+  // Every DATA header resolved since the last OnReceive is remembered (up
+  // to 256; nullptr after that until the next OnReceive), so within one
+  // batch a second copy of a PSN, a packet of a message whose fields
+  // disagree with another of the batch, or more bytes than the message
+  // holds, gets nullptr: nothing OnReceive would drop is ever written.
+  // Reads no clock; the result depends only on engine state and the batch.
+  uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
+                         size_t payload_len);
   // Runs timers due at `now` and fills up to `max` packets to transmit.
   // Batch semantics: one call fills as many packets as are ready (up to
   // `max`); a return value < max means nothing more is sendable at `now`, so
