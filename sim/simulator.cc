@@ -543,7 +543,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         ++result_.timer_events;
         static_cast<Timer*>(e.ptr)->Fire(queue_, e);
         break;
-      case Fabric::kArriveKind:
+      case Fabric::kWireKind:
         ++result_.wire_events;
         fabric_->HandleEvent(e);
         break;
@@ -551,6 +551,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         ++result_.port_done_events;
         fabric_->HandleEvent(e);
         break;
+      case Fabric::kArriveKind:
       case Fabric::kConvergeKind:
         ++result_.other_events;
         fabric_->HandleEvent(e);
