@@ -18,6 +18,7 @@
 #ifndef PRISM_SIM_EVENT_QUEUE_H_
 #define PRISM_SIM_EVENT_QUEUE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -69,6 +70,14 @@ class EventQueue {
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop();
+  // Hints the CPU to load what the next few ready events point at (the
+  // packet of an arrival, the port of a port-done, the timer), so that
+  // their cache misses overlap with handling the current one. No effect on
+  // results.
+  void PrefetchNext() const {
+    const size_t end = std::min(ready_.size(), ready_pos_ + 2);
+    for (size_t i = ready_pos_; i < end; ++i) __builtin_prefetch(ready_[i].ptr);
+  }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
   uint64_t pushed() const { return next_seq_; }

@@ -79,7 +79,6 @@ absl::Status Fabric::Init() {
     return absl::InvalidArgumentError("fabric: too many ports");
   }
   ports_.assign(total_ports, Port{});
-  epoch_.assign(total_ports, 0);
   link_port_.assign(2 * t.num_links(), kNone);
   link_up_.assign(t.num_links(), 1);
   for (size_t i = 0; i < n; ++i) {
@@ -324,6 +323,9 @@ void Fabric::HandleEvent(const Event& e) {
     case kPortDoneKind:
       PortDone(e.time, e.arg);
       break;
+    case kWireKind:
+      WireArrive(e.time, e.arg);
+      break;
     case kConvergeKind:
       RecomputeRoutes(static_cast<uint16_t>(e.arg));
       break;
@@ -422,7 +424,7 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
 
 void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
   --on_wire_;
-  if (epoch_[p->last_port] != p->epoch) {
+  if (ports_[p->last_port].epoch != p->epoch) {
     Drop(p, DropReason::kLinkDownInFlight);
     return;
   }
@@ -549,7 +551,7 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     StartTx(now, id);
   } else {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
@@ -583,20 +585,39 @@ void Fabric::StartTx(Time now, uint32_t id) {
     Drop(p, DropReason::kRandomLoss);
   } else {
     p->last_port = id;
-    p->epoch = epoch_[id];
+    p->epoch = pt.epoch;
     p->wire_time = pt.busy_until + pt.delay;
     ++on_wire_;
-    // One arrival event per packet, carrying the packet and the far node:
-    // the arrival touches the packet (and the compact epoch array), not the
-    // port it left.
-    q_->Push(p->wire_time, kArriveKind, pt.to, p);
+    // Arrivals on one port are in transmission order, so the heap holds
+    // one event per busy wire rather than one per packet in flight.
+    if (pt.wire_tail) {
+      pt.wire_tail->next = p;
+    } else {
+      pt.wire_head = p;
+      q_->Push(p->wire_time, kWireKind, id, &pt);
+    }
+    pt.wire_tail = p;
   }
   // A NIC port needs to know when it is free (to pull more); a switch port
   // only when something waits.
   if (pt.q_packets > 0 || pt.host_port) {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
+}
+
+void Fabric::WireArrive(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  SimPacket* p = pt.wire_head;
+  if (p == nullptr) return;
+  pt.wire_head = p->next;
+  if (pt.wire_head == nullptr) {
+    pt.wire_tail = nullptr;
+  } else {
+    q_->Push(pt.wire_head->wire_time, kWireKind, id, &pt);
+  }
+  p->next = nullptr;
+  Arrive(now, pt.to, p);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {
@@ -604,7 +625,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
   pt.done_pending = false;
   if (now < pt.busy_until) {  // rate changed / stale: wait until free
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
   if (pt.up && pt.q_packets > 0) StartTx(now, id);
@@ -640,12 +661,12 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     if (up == pt.up) continue;
     pt.up = up;
     if (!up) {
-      ++epoch_[id];
+      ++pt.epoch;
       Flush(id);
     } else if (pt.host_port) {
       if (!pt.done_pending) {
         pt.done_pending = true;
-        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, this);
+        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, &pt);
       }
     }
   }
@@ -721,7 +742,6 @@ size_t Fabric::memory_bytes() const {
          nodes_.capacity() * sizeof(NodeInfo) +
          nbr_.capacity() * sizeof(nbr_[0]) +
          link_port_.capacity() * sizeof(uint32_t) +
-         epoch_.capacity() * sizeof(uint32_t) +
          host_port_.capacity() * sizeof(uint32_t) * 2;
 }
 

@@ -125,18 +125,20 @@ struct PortCounters {
   uint64_t drops = 0;
 };
 
-// Field order: what every hop touches (queue heads, busy time, far node)
-// shares the first cache line; counters and cold state follow. Packets on
-// the wire are not linked to the port: each has its own arrival event, and
-// the link epoch they left under lives in a compact per-port array
-// (Fabric::epoch_) so that an arrival does not touch the port it left.
+// Field order: what every hop touches (wire FIFO, queue heads, busy time,
+// far node, epoch) shares the first cache line; counters and cold state
+// follow.
 struct Port {
+  // Packets on the wire, in arrival order (FIFO: one event at a time).
+  SimPacket* wire_head = nullptr;
+  SimPacket* wire_tail = nullptr;
   SimPacket* dq_head = nullptr;
   SimPacket* cq_head = nullptr;
   SimPacket* dq_tail = nullptr;
   SimPacket* cq_tail = nullptr;
   Time busy_until = 0;
   uint32_t to = 0;
+  uint32_t epoch = 0;  // incremented when the link goes down
   // Second line: queue state and link parameters.
   uint64_t rate_bps = 0;
   Time delay = 0;
@@ -171,10 +173,10 @@ class FabricClient {
 
 class Fabric {
  public:
-  // Packet `ptr` reaches node `arg` (one event per packet on a wire).
   static constexpr uint16_t kArriveKind = 1;
-  static constexpr uint16_t kPortDoneKind = 2;
+  static constexpr uint16_t kPortDoneKind = 2;  // arg = port id, ptr = port
   static constexpr uint16_t kConvergeKind = 3;
+  static constexpr uint16_t kWireKind = 4;  // arg = port id, ptr = port
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,
          EventQueue* queue, PacketPool* pool, uint64_t seed,
@@ -275,6 +277,7 @@ class Fabric {
   void Enqueue(Time now, uint32_t port, SimPacket* p);
   void StartTx(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
+  void WireArrive(Time now, uint32_t port);
   void Flush(uint32_t port);
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
@@ -305,9 +308,6 @@ class Fabric {
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
   std::vector<Port> ports_;
-  // Per port: link epoch, incremented when the link goes down; a packet
-  // that arrives with an older epoch was on the wire then and is lost.
-  std::vector<uint32_t> epoch_;
   std::vector<uint32_t> link_port_;       // 2 per link
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
