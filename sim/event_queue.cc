@@ -23,26 +23,36 @@ uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
     HeapPush(late_, e);
   } else if (b < cur_ + static_cast<int64_t>(kBuckets)) {
     const uint32_t slot = static_cast<uint32_t>(b) & (kBuckets - 1);
-    uint32_t n = free_;
-    if (n == kNil) {
-      n = static_cast<uint32_t>(nodes_.size());
-      nodes_.push_back(Node{e, kNil});
-    } else {
-      free_ = nodes_[n].next;
-      nodes_[n] = Node{e, kNil};
-    }
-    if (head_[slot] == kNil) {
-      head_[slot] = n;
+    uint32_t t = tail_[slot];
+    if (t == kNil) {
+      t = NewChunk();
+      head_[slot] = tail_[slot] = t;
       bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
-    } else {
-      nodes_[tail_[slot]].next = n;
+    } else if (chunks_[t].n == kChunkEvents) {
+      const uint32_t c = NewChunk();
+      chunks_[t].next = c;
+      tail_[slot] = t = c;
     }
-    tail_[slot] = n;
+    Chunk& ch = chunks_[t];
+    ch.ev[ch.n++] = e;
     ++in_calendar_;
   } else {
     HeapPush(far_, e);
   }
   return e.seq;
+}
+
+uint32_t EventQueue::NewChunk() {
+  uint32_t c = free_;
+  if (c == kNil) {
+    c = static_cast<uint32_t>(chunks_.size());
+    chunks_.emplace_back();
+  } else {
+    free_ = chunks_[c].next;
+  }
+  chunks_[c].next = kNil;
+  chunks_[c].n = 0;
+  return c;
 }
 
 void EventQueue::Advance() {
@@ -69,13 +79,14 @@ void EventQueue::Advance() {
   ready_pos_ = 0;
   const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
   if (head_[slot] != kNil) {
-    uint32_t n = head_[slot];
-    while (n != kNil) {
-      ready_.push_back(nodes_[n].e);
-      const uint32_t nx = nodes_[n].next;
-      nodes_[n].next = free_;
-      free_ = n;
-      n = nx;
+    uint32_t c = head_[slot];
+    while (c != kNil) {
+      Chunk& ch = chunks_[c];
+      ready_.insert(ready_.end(), ch.ev, ch.ev + ch.n);
+      const uint32_t nx = ch.next;
+      ch.next = free_;
+      free_ = c;
+      c = nx;
     }
     head_[slot] = tail_[slot] = kNil;
     bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
@@ -104,7 +115,7 @@ Event EventQueue::Pop() {
 
 size_t EventQueue::memory_bytes() const {
   const size_t n = ready_.capacity() + late_.capacity() + far_.capacity();
-  return n * sizeof(Event) + nodes_.capacity() * sizeof(Node) +
+  return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
          (head_.size() + tail_.size()) * sizeof(uint32_t) +
          bits_.size() * sizeof(uint64_t);
 }

@@ -18,6 +18,7 @@
 #ifndef PRISM_SIM_EVENT_QUEUE_H_
 #define PRISM_SIM_EVENT_QUEUE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,19 +36,23 @@ struct Event {
 };
 
 // Implementation: a calendar of kBuckets buckets, each 2^kShift ps wide,
-// covers the near future; an event is appended to its bucket (O(1)). When
-// the clock reaches a bucket its events are sorted by (time, seq) once and
-// popped in order; events pushed into the bucket being drained go to a small
-// heap merged with it. Events beyond the calendar's horizon wait in a 4-ary
-// heap and join the calendar when their bucket comes up. Pop order is exactly
-// (time, seq), as with a single heap. Bucket nodes come from a free list and
-// the vectors keep their capacity, so a run in steady state allocates
-// nothing and memory follows the peak number of pending events.
+// covers the near future; an event is appended to its bucket (O(1)). A
+// bucket is a list of fixed-size chunks of events from one pool (free list),
+// so pushes and the drain walk memory mostly in order instead of chasing one
+// pointer per event, and memory follows the peak number of pending events
+// (plus at most one partly filled chunk per bucket) however unevenly they
+// spread over the buckets. When the clock reaches a bucket its events are
+// copied out, sorted by (time, seq) once and popped in order; events pushed
+// into the bucket being drained go to a small heap merged with it. Events
+// beyond the calendar's horizon wait in a 4-ary heap and join the calendar
+// when their bucket comes up. Pop order is exactly (time, seq), as with a
+// single heap. Chunks are reused and vectors keep their capacity, so a run
+// in steady state allocates nothing.
 class EventQueue {
  public:
   static constexpr uint16_t kTimerKind = 0;
-  static constexpr int kShift = 8;                // 256 ps per bucket
-  static constexpr uint32_t kBuckets = 1u << 14;  // horizon ~4.2 us
+  static constexpr int kShift = 12;               // 4.1 ns per bucket
+  static constexpr uint32_t kBuckets = 1u << 10;  // horizon ~4.2 us
 
   EventQueue();
   // Schedules an event; returns its sequence number. REQUIRES: time >= the
@@ -65,6 +70,14 @@ class EventQueue {
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop();
+  // Hints the CPU to load what the next few ready events point at (the
+  // packet of an arrival, the port of a port-done, the timer), so that
+  // their cache misses overlap with handling the current one. No effect on
+  // results.
+  void PrefetchNext() const {
+    const size_t end = std::min(ready_.size(), ready_pos_ + 2);
+    for (size_t i = ready_pos_; i < end; ++i) __builtin_prefetch(ready_[i].ptr);
+  }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
   uint64_t pushed() const { return next_seq_; }
@@ -82,20 +95,22 @@ class EventQueue {
   // REQUIRES: ready_ drained, late_ empty, size_ > 0.
   void Advance();
 
-  // Calendar buckets are singly linked lists of nodes from one pool (free
-  // list), so memory follows the peak number of pending events however
-  // unevenly they spread over the buckets.
-  struct Node {
-    Event e;
+  // A calendar bucket is a singly linked list of chunks from chunks_
+  // (indices; free list through `next`). Events fill a chunk in push order.
+  static constexpr uint32_t kChunkEvents = 31;
+  struct alignas(64) Chunk {
     uint32_t next;
+    uint32_t n;
+    Event ev[kChunkEvents];
   };
   static constexpr uint32_t kNil = 0xffffffffu;
-  std::vector<Node> nodes_;
+  uint32_t NewChunk();
+  std::vector<Chunk> chunks_;
   uint32_t free_ = kNil;
   std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
   std::vector<uint32_t> tail_;
   std::vector<uint64_t> bits_;  // non-empty buckets
-  uint64_t in_calendar_ = 0;    // events in buckets_
+  uint64_t in_calendar_ = 0;    // events in the buckets
   int64_t cur_ = 0;             // current absolute bucket
   std::vector<Event> ready_;    // current bucket, sorted
   size_t ready_pos_ = 0;

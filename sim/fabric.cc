@@ -551,7 +551,7 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     StartTx(now, id);
   } else {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
@@ -594,7 +594,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
       pt.wire_tail->next = p;
     } else {
       pt.wire_head = p;
-      q_->Push(p->wire_time, kWireKind, id, this);
+      q_->Push(p->wire_time, kWireKind, id, &pt);
     }
     pt.wire_tail = p;
   }
@@ -602,7 +602,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
   // only when something waits.
   if (pt.q_packets > 0 || pt.host_port) {
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
@@ -614,7 +614,7 @@ void Fabric::WireArrive(Time now, uint32_t id) {
   if (pt.wire_head == nullptr) {
     pt.wire_tail = nullptr;
   } else {
-    q_->Push(pt.wire_head->wire_time, kWireKind, id, this);
+    q_->Push(pt.wire_head->wire_time, kWireKind, id, &pt);
   }
   p->next = nullptr;
   Arrive(now, pt.to, p);
@@ -625,7 +625,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
   pt.done_pending = false;
   if (now < pt.busy_until) {  // rate changed / stale: wait until free
     pt.done_pending = true;
-    q_->Push(pt.busy_until, kPortDoneKind, id, this);
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
   if (pt.up && pt.q_packets > 0) StartTx(now, id);
@@ -666,7 +666,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     } else if (pt.host_port) {
       if (!pt.done_pending) {
         pt.done_pending = true;
-        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, this);
+        q_->Push(std::max(now, pt.busy_until), kPortDoneKind, id, &pt);
       }
     }
   }

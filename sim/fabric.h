@@ -174,9 +174,9 @@ class FabricClient {
 class Fabric {
  public:
   static constexpr uint16_t kArriveKind = 1;
-  static constexpr uint16_t kPortDoneKind = 2;
+  static constexpr uint16_t kPortDoneKind = 2;  // arg = port id, ptr = port
   static constexpr uint16_t kConvergeKind = 3;
-  static constexpr uint16_t kWireKind = 4;
+  static constexpr uint16_t kWireKind = 4;  // arg = port id, ptr = port
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,
          EventQueue* queue, PacketPool* pool, uint64_t seed,

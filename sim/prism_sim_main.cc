@@ -283,6 +283,13 @@ int main(int argc, char** argv) {
           r.cpu_seconds > 0 ? double(r.packet_hops) / r.cpu_seconds : 0,
           r.cpu_seconds > 0 ? double(r.events) / r.cpu_seconds : 0,
           PeakRssMiB());
+      std::printf(
+          "bench %s: events by kind: timer=%llu wire=%llu port_done=%llu "
+          "other=%llu\n",
+          r.transport.c_str(), static_cast<unsigned long long>(r.timer_events),
+          static_cast<unsigned long long>(r.wire_events),
+          static_cast<unsigned long long>(r.port_done_events),
+          static_cast<unsigned long long>(r.other_events));
       // Resident memory added by each setup stage (MiB), then the run.
       std::printf("bench %s: memory", r.transport.c_str());
       for (const auto& [stage, mib] : r.setup_rss_mib) {

@@ -536,18 +536,28 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   while (!queue_.empty() && flows_done_ < flows_.size()) {
     if (queue_.next_time() > end) break;
     const Event e = queue_.Pop();
+    queue_.PrefetchNext();
     now = e.time;
     switch (e.kind) {
       case EventQueue::kTimerKind:
+        ++result_.timer_events;
         static_cast<Timer*>(e.ptr)->Fire(queue_, e);
         break;
-      case Fabric::kArriveKind:
-      case Fabric::kPortDoneKind:
-      case Fabric::kConvergeKind:
       case Fabric::kWireKind:
+        ++result_.wire_events;
+        fabric_->HandleEvent(e);
+        break;
+      case Fabric::kPortDoneKind:
+        ++result_.port_done_events;
+        fabric_->HandleEvent(e);
+        break;
+      case Fabric::kArriveKind:
+      case Fabric::kConvergeKind:
+        ++result_.other_events;
         fabric_->HandleEvent(e);
         break;
       case kFlowStartKind: {
+        ++result_.other_events;
         FlowResult& r = result_.flows[e.arg];
         r.start = e.time;
         agents_[flows_[e.arg].src]->StartFlow(e.time, e.arg);

@@ -157,6 +157,10 @@ struct RunResult {
   uint64_t packets_created = 0;
   uint64_t packet_hops = 0;
   uint64_t events = 0;
+  // Events popped by kind (measurement only): timers (engine wake-ups and
+  // rx batches), fabric wire arrivals, port-done, other.
+  uint64_t timer_events = 0, wire_events = 0, port_done_events = 0,
+           other_events = 0;
   uint64_t duplicates = 0;
   uint64_t mismatches = 0;
   std::string invariant_error;   // empty: all invariants held

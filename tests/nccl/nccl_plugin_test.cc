@@ -54,8 +54,18 @@ void InitCtx() {
 }
 
 using Clock = std::chrono::steady_clock;
+// PRISM_TEST_TIME_SCALE (an integer, default 1) stretches every limit: the
+// rxe VM run emulates the CPU (QEMU TCG) and sets it.
+int TimeScale() {
+  static const int scale = [] {
+    const char* v = std::getenv("PRISM_TEST_TIME_SCALE");
+    const int s = v == nullptr ? 1 : std::atoi(v);
+    return s >= 1 && s <= 100 ? s : 1;
+  }();
+  return scale;
+}
 bool Expired(Clock::time_point start, int seconds) {
-  return Clock::now() - start > std::chrono::seconds(seconds);
+  return Clock::now() - start > std::chrono::seconds(seconds * TimeScale());
 }
 
 struct Pair {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/verbs/verbs_harness.h"
 #include "transport/backends/verbs/gpu_memory.h"
+#include "transport/wire/packet.h"
 
 namespace prism::verbs {
 namespace {
@@ -47,6 +48,12 @@ TEST(PeerInfoTest, RoundTripAndRejects) {
   EXPECT_EQ(d->ctrl_qpn, p.ctrl_qpn);
   EXPECT_EQ(d->psn, p.psn);
   EXPECT_EQ(d->data_qpns, p.data_qpns);
+  EXPECT_FALSE(d->message_close);
+  p.message_close = true;
+  auto dc = DecodePeerInfo(EncodePeerInfo(p));
+  ASSERT_TRUE(dc.ok()) << dc.status();
+  EXPECT_TRUE(dc->message_close);
+  EXPECT_EQ(dc->mode, p.mode);
   // Every truncation, a trailing byte, a bad magic and a bad mode fail.
   for (size_t n = 0; n < b.size(); ++n) {
     EXPECT_FALSE(DecodePeerInfo(b.substr(0, n)).ok()) << n;
@@ -193,9 +200,10 @@ void Fill(std::vector<uint8_t>& v, uint32_t seed) {
 // QPs; after a quarter of a->b's writes completed, a's QP 3 is forced into
 // error. Everything still completes, byte-exact, on the other QPs.
 void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
-                 uint32_t defer = 0, bool churn = false,
-                 bool refuse_uc = false) {
+                 uint32_t defer = 0, bool churn = false, bool refuse_uc = false,
+                 bool message_close = false) {
   VerbsOptions va, vb;
+  va.message_close = vb.message_close = message_close;
   va.debug_refuse_uc = vb.debug_refuse_uc = refuse_uc;
   if (churn) {
     // A small control ring, so advertisements also wait for room.
@@ -359,6 +367,15 @@ void RunTransfer(DataQpMode mode, bool two_devices, bool break_qp,
 TEST(VerbsTransferTest, EightUcQpsOneForcedIntoError) {
   REQUIRE_RDMA();
   RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/true);
+}
+
+// The same with the message close (as the Endpoint runs it): completions
+// wait for the peer's close, and the QP in error counts as drained.
+TEST(VerbsTransferTest, EightUcQpsOneForcedIntoErrorWithMessageClose) {
+  REQUIRE_RDMA();
+  RunTransfer(DataQpMode::kAuto, /*two_devices=*/false, /*break_qp=*/true,
+              /*defer=*/0, /*churn=*/false, /*refuse_uc=*/false,
+              /*message_close=*/true);
 }
 
 TEST(VerbsTransferTest, TwoDevicesOverVeth) {
@@ -560,6 +577,184 @@ TEST(VerbsTransferTest, PortLossIsAClearError) {
   EXPECT_GT(dp.stats().async_events, 0u);
   ASSERT_EQ(system(("ip link set " + ndev + " up").c_str()), 0);
   EXPECT_TRUE(pump_until(true)) << "port recovery not noticed";
+}
+
+// --- the message close (docs/verbs.md "Buffer reuse: the message close") ---
+
+// One WRITE-with-immediate of 16 chunks from A into B's buffer while A's
+// data QP 2 is parked (its work requests wait in the "NIC", as on a stalled
+// or slow path): the engine resends that path's chunks on other paths, B's
+// engine sees the whole message and A's engine sees it acknowledged, while
+// the originals have not been placed yet. Then the parked WRITEs are
+// released and land. B "reuses" the buffer (new contents 0x5A) as soon as
+// its application saw the completion; the result says how many bytes of
+// the new contents were overwritten afterwards.
+struct StaleWriteResult {
+  bool completed_while_parked = false;  // B's app saw the message early
+  size_t overwritten_after_reuse = 0;   // bytes of the new contents lost
+  VerbsStats a, b;
+};
+
+StaleWriteResult RunStaleWrite(bool message_close) {
+  StaleWriteResult r;
+  VerbsOptions va, vb;
+  va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
+  va.num_qps = vb.num_qps = 8;
+  va.mtu_payload = vb.mtu_payload = 4096;
+  va.message_close = vb.message_close = message_close;
+  va.debug_park_qp = 2;
+  auto a = Side::Create(va, 41);
+  auto b = Side::Create(vb, 42);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return r;
+  Side& A = **a;
+  Side& B = **b;
+  EXPECT_TRUE(A.Open(SlowLinkOptions(8)).ok());
+  EXPECT_TRUE(B.Open(SlowLinkOptions(8)).ok());
+  EXPECT_TRUE(Connect(A, B).ok());
+  const size_t len = 16 * 4096;
+  std::vector<uint8_t> src(len), dst(len, 0);
+  Fill(src, 7);
+  auto smr = A.Register(src.data(), len, kAccessLocal);
+  auto dmr = B.Register(dst.data(), len, kAccessRemoteWrite);
+  EXPECT_TRUE(smr.ok() && dmr.ok());
+  if (!smr.ok() || !dmr.ok()) return r;
+  PumpUntil(
+      A, B, [] { return false; }, 200 * kMillisecond);
+  WriteRequest w;
+  w.wr_id = 1;
+  w.local_addr = src.data();
+  w.length = len;
+  w.lkey = smr->lkey;
+  w.remote_addr = dmr->addr;
+  w.rkey = dmr->rkey;
+  w.has_immediate = true;
+  w.immediate = 0x5eed;
+  EXPECT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
+  auto seen = [](const Side& s, CompletionType type) {
+    for (const Completion& c : s.completions) {
+      if (c.type == type) return true;
+    }
+    return false;
+  };
+  // Until both engines are done with the message (the parked chunks were
+  // resent elsewhere and acknowledged).
+  const bool engines_done = PumpUntil(
+      A, B,
+      [&] {
+        const bool b_done = message_close
+                                ? B.dp->held_completions() > 0 ||
+                                      seen(B, CompletionType::kRecvImmediate)
+                                : seen(B, CompletionType::kRecvImmediate);
+        const bool a_done = message_close ? A.dp->held_completions() > 0 ||
+                                                seen(A, CompletionType::kWrite)
+                                          : seen(A, CompletionType::kWrite);
+        return a_done && b_done;
+      },
+      60 * kSecond);
+  EXPECT_TRUE(engines_done) << "the engines never finished the message";
+  // A while longer with the originals still parked.
+  PumpUntil(
+      A, B, [] { return false; }, 300 * kMillisecond);
+  r.completed_while_parked = seen(B, CompletionType::kRecvImmediate);
+  if (message_close) {
+    EXPECT_FALSE(seen(A, CompletionType::kWrite))
+        << "the sender reported the WRITE done with work requests parked";
+  }
+  if (r.completed_while_parked) {
+    // The application reuses the buffer as soon as it saw the completion.
+    memset(dst.data(), 0x5A, len);
+  }
+  // The parked originals land now.
+  A.dp->ReleaseParked();
+  const bool released = PumpUntil(
+      A, B,
+      [&] {
+        return seen(B, CompletionType::kRecvImmediate) &&
+               seen(A, CompletionType::kWrite);
+      },
+      30 * kSecond);
+  EXPECT_TRUE(released) << "completions never released";
+  if (!r.completed_while_parked) {
+    EXPECT_EQ(memcmp(src.data(), dst.data(), len), 0) << "message differs";
+    memset(dst.data(), 0x5A, len);  // reused right after the completion
+  }
+  PumpUntil(
+      A, B, [] { return false; }, 500 * kMillisecond);
+  for (uint8_t x : dst) r.overwritten_after_reuse += x != 0x5A;
+  // A stale copy of the message offered to A's datapath after its close
+  // (a resend that waited in the driver's queue) is dropped and counted.
+  {
+    wire::DataHeader h;
+    h.dst_conn = B.conn;
+    h.msn = 0;
+    h.psn = A.engine->LocalInfo(A.conn).initial_psn;
+    h.msg_offset = 0;
+    h.msg_len = static_cast<uint32_t>(len);
+    h.remote_addr = dmr->addr;
+    h.rkey = dmr->rkey;
+    h.payload_len = 4096;
+    h.flags = wire::kFlagRetransmit | wire::kFlagFirstOfMessage |
+              wire::kFlagHasImmediate;
+    h.immediate = 0x5eed;
+    TxPacket t;
+    t.header_len = static_cast<uint16_t>(
+        wire::EncodeData(h, t.header, TxPacket::kMaxHeaderBytes));
+    t.payload = src.data();
+    t.payload_len = 4096;
+    t.peer = A.peer;
+    t.path = 0;
+    const uint64_t before = A.dp->stats().tx_data;
+    EXPECT_EQ(A.dp->TxBurst(NowPs(), &t, 1), 1u);
+    if (message_close) {
+      EXPECT_EQ(A.dp->stats().tx_data, before) << "a closed message was sent";
+      EXPECT_EQ(A.dp->stats().tx_drop_acked, 1u);
+    }
+    memset(dst.data(), 0x5A, len);
+    PumpUntil(
+        A, B, [] { return false; }, 300 * kMillisecond);
+    if (message_close) {
+      size_t changed = 0;
+      for (uint8_t x : dst) changed += x != 0x5A;
+      EXPECT_EQ(changed, 0u) << "the replayed WRITE landed";
+    }
+  }
+  r.a = A.dp->stats();
+  r.b = B.dp->stats();
+  printf("message_close=%d A: %s\nB: %s\n", message_close,
+         r.a.ToString().c_str(), r.b.ToString().c_str());
+  return r;
+}
+
+// The hazard this guards against is real: without the close, B's
+// application sees the message complete while A's originals are still
+// parked, and when they land they overwrite what B put in the buffer.
+TEST(MessageCloseTest, WithoutItAStaleWriteOverwritesAReusedBuffer) {
+  REQUIRE_RDMA();
+  const StaleWriteResult r = RunStaleWrite(/*message_close=*/false);
+  EXPECT_TRUE(r.completed_while_parked);
+  EXPECT_GT(r.overwritten_after_reuse, 0u)
+      << "the parked WRITEs did not land (the test would prove nothing)";
+  printf("without the close: %zu bytes of the reused buffer overwritten\n",
+         r.overwritten_after_reuse);
+}
+
+// With the close, neither side reports the message before the parked
+// WRITEs have completed; after the completions nothing lands in the reused
+// buffer, a stale copy offered later is dropped (tx_drop_acked), and no
+// WRITE was placed after its close (rx_after_close).
+TEST(MessageCloseTest, CompletionWaitsUntilNothingOfTheMessageCanLand) {
+  REQUIRE_RDMA();
+  const StaleWriteResult r = RunStaleWrite(/*message_close=*/true);
+  EXPECT_FALSE(r.completed_while_parked)
+      << "the receiver saw the message while WRITEs of it were parked";
+  EXPECT_EQ(r.overwritten_after_reuse, 0u);
+  EXPECT_GE(r.a.close_waits, 1u) << "no close waited for local completions";
+  EXPECT_GE(r.a.tx_closes, 1u);
+  EXPECT_GE(r.b.rx_closes, 1u);
+  EXPECT_GE(r.b.completions_held, 1u);
+  EXPECT_EQ(r.b.rx_after_close, 0u);
+  EXPECT_EQ(r.a.tx_drop_acked, 1u);
 }
 
 }  // namespace

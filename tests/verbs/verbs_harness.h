@@ -55,6 +55,9 @@ struct Side {
   std::vector<TxPacket> backlog;  // accepted by the engine, refused by dp
   size_t backlog_head = 0;
   std::vector<Completion> completions;
+  // VerbsOptions::message_close: completions go through the datapath's
+  // fence, as in the Endpoint's loop.
+  bool fenced = false;
   int idle_ = 0;
   TxPacket tx[64];
   RxPacket rx[64];
@@ -65,6 +68,7 @@ struct Side {
     auto dp = VerbsDatapath::Create(vo);
     if (!dp.ok()) return dp.status();
     s->dp = std::move(*dp);
+    s->fenced = vo.message_close;
     EngineOptions eo;
     eo.seed = seed;
     eo.mtu_payload = vo.mtu_payload;
@@ -82,6 +86,7 @@ struct Side {
     auto c = engine->CreateConnection(co);
     if (!c.ok()) return c.status();
     conn = *c;
+    if (fenced) return dp->BindConnection(peer, conn);
     return absl::OkStatus();
   }
 
@@ -142,7 +147,11 @@ struct Side {
       moved += m;
     }
     Completion c[32];
-    const size_t k = engine->PollCompletions(c, 32);
+    size_t k = engine->PollCompletions(c, 32);
+    if (fenced) {
+      dp->OfferCompletions(c, k);
+      k = dp->PollCompletions(c, 32);
+    }
     for (size_t i = 0; i < k; ++i) completions.push_back(c[i]);
     return moved;
   }

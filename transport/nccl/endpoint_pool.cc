@@ -62,9 +62,11 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     if (c.mode == DataMode::kPrismVerbs) {
       // RDMA NICs (and soft-RoCE most of all) complete in bursts: timers
       // scale with the configured RTT instead of the 50 us defaults, which
-      // fire on every completion hiccup (docs/verbs.md, "Timers").
+      // fire on every completion hiccup (docs/verbs.md, "Timers"); the
+      // RTO ceiling 8 x that floor (as prism_perf's --rto-max default), so
+      // backoff can rise above soft-RoCE's 30-200 ms queueing RTTs.
       const Time t = 40 * o.connection.base_rtt;
-      o.connection.rto_max = std::max(o.connection.rto_max, 4 * t);
+      o.connection.rto_max = std::max(o.connection.rto_max, 8 * t);
       o.connection.rto_min = std::max(o.connection.rto_min, t);
       o.connection.probe_interval = std::max(o.connection.probe_interval, t);
     }

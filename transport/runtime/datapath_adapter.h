@@ -16,6 +16,7 @@
 #include "prism/endpoint.h"
 #include "transport/datapath.h"
 #include "transport/runtime/conn_blob.h"
+#include "transport/runtime/event_loop.h"
 
 namespace prism::runtime {
 
@@ -58,6 +59,14 @@ class DatapathAdapter {
     return absl::OkStatus();
   }
   virtual void DeregisterMemory(uint32_t lkey) { (void)lkey; }
+  // The engine connection `conn` was created on peer slot `peer`.
+  virtual void BindConnection(uint32_t peer, ConnId conn) {
+    (void)peer;
+    (void)conn;
+  }
+  // Between the engine's completions and the application's (verbs: the
+  // message close); nullptr: none. Owned by the adapter.
+  virtual CompletionFilter* completion_filter() { return nullptr; }
   // The engine the loop drives, once it exists (udp: receive in place).
   virtual void AttachEngine(Engine* engine) { (void)engine; }
 };

@@ -157,6 +157,7 @@ class EndpointImpl : public Endpoint {
       DatapathAdapter* a = dp_.get();
       lo.arm_wait = [a] { a->ArmWait(); };
     }
+    lo.completion_filter = dp_->completion_filter();
     loop_ = std::make_unique<EventLoop>(engine_.get(), dp_->datapath(), lo);
   }
   ~EndpointImpl() override { loop_->Stop(); }
@@ -181,6 +182,7 @@ class EndpointImpl : public Endpoint {
       out = engine_->CreateConnection(co);
       if (out.ok()) {
         peers_[*out] = peer;
+        dp_->BindConnection(peer, *out);
       } else {
         dp_->RemovePeer(peer);
       }

@@ -298,10 +298,27 @@ bool EventLoop::Iterate(Time now) {
     const size_t k = engine_->PollCompletions(comp_, kBurst);
     if (k == 0) break;
     work = true;
-    std::lock_guard<std::mutex> l(cq_mu_);
-    for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
-    if (cq_waiters_) cq_cv_.notify_all();
+    if (opt_.completion_filter != nullptr) {
+      opt_.completion_filter->Offer(comp_, k);
+    } else {
+      std::lock_guard<std::mutex> l(cq_mu_);
+      for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
+      if (cq_waiters_) cq_cv_.notify_all();
+    }
     if (k < kBurst) break;
+  }
+  // Completions the filter releases now (also when the engine had none:
+  // what releases them may have arrived in this iteration's receive).
+  if (opt_.completion_filter != nullptr) {
+    for (;;) {
+      const size_t k = opt_.completion_filter->Poll(comp_, kBurst);
+      if (k == 0) break;
+      work = true;
+      std::lock_guard<std::mutex> l(cq_mu_);
+      for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
+      if (cq_waiters_) cq_cv_.notify_all();
+      if (k < kBurst) break;
+    }
   }
   return work;
 }

@@ -8,7 +8,8 @@
 //   2. receive bursts -> Engine::OnReceive;
 //   3. Engine::PollTransmit (timers run there) -> transmit bursts; packets
 //      the datapath did not accept (back-pressure) are offered again first;
-//   4. engine completions -> the completion queue.
+//   4. engine completions -> the completion filter, if any -> the
+//      completion queue.
 // When an iteration finds nothing to do, the loop spins for `spin` and then
 // sleeps in epoll on the datapath's descriptors and a wake-up eventfd, until
 // min(NextEventTime, now + max_sleep). With busy_poll it never sleeps.
@@ -39,6 +40,16 @@ namespace prism::runtime {
 // CLOCK_MONOTONIC in picoseconds.
 Time MonotonicNow();
 
+// Sits between the engine's completions and the completion queue: the loop
+// offers it every engine completion and queues what Poll returns (verbs:
+// the message close, docs/verbs.md). Loop thread only.
+class CompletionFilter {
+ public:
+  virtual ~CompletionFilter() = default;
+  virtual void Offer(const Completion* c, size_t n) = 0;
+  virtual size_t Poll(Completion* out, size_t max) = 0;
+};
+
 struct LoopOptions {
   bool busy_poll = false;
   int cpu = -1;
@@ -50,6 +61,8 @@ struct LoopOptions {
   std::function<void()> arm_wait;
   Time spin = 50 * kMicrosecond;
   Time max_sleep = 1 * kMillisecond;
+  // Not owned; nullptr: engine completions go to the queue as they are.
+  CompletionFilter* completion_filter = nullptr;
 };
 
 struct LoopCounters {

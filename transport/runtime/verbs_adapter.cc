@@ -2,8 +2,13 @@
 // Peer slots are VerbsDatapath peers (their QPs are created at
 // CreateConnection, connected at Connect from the PeerInfo the blob
 // carries); memory the engine registers is registered with the NIC too; the
-// loop sleeps on the completion channel, armed before each sleep.
+// loop sleeps on the completion channel, armed before each sleep. The
+// datapath's message close is on (VerbsOptions::message_close): the
+// adapter is the loop's completion filter, so an application never sees a
+// message complete while a WRITE of it can still be placed.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -18,10 +23,20 @@ namespace prism::runtime {
 #ifdef PRISM_RUNTIME_HAVE_VERBS
 namespace {
 
-class VerbsAdapter : public DatapathAdapter {
+class VerbsAdapter : public DatapathAdapter, public CompletionFilter {
  public:
   explicit VerbsAdapter(std::unique_ptr<verbs::VerbsDatapath> dp)
       : dp_(std::move(dp)) {}
+  // PRISM_VERBS_STATS=1: the datapath's counters on stderr when the
+  // endpoint goes away (diagnostics for runs driven by other programs, such
+  // as the NCCL plugin's tests).
+  ~VerbsAdapter() override {
+    const char* e = getenv("PRISM_VERBS_STATS");
+    if (e != nullptr && *e != '\0' && *e != '0') {
+      fprintf(stderr, "prism verbs stats: device=%s %s\n",
+              dp_->device_name().c_str(), dp_->stats().ToString().c_str());
+    }
+  }
   Datapath* datapath() override { return dp_.get(); }
   std::vector<int> wait_fds() override { return {dp_->wait_fd()}; }
   BlobDatapath kind() const override { return BlobDatapath::kVerbs; }
@@ -69,7 +84,8 @@ class VerbsAdapter : public DatapathAdapter {
     s->tx_errors = v.tx_post_errors + v.cq_errors;
     s->drops = v.tx_drop_dead_path + v.tx_drop_unknown_peer +
                v.tx_drop_device_lost + v.tx_drop_malformed +
-               v.rx_drop_no_descriptor + v.rx_drop_bad_imm + v.rx_drop_unknown;
+               v.rx_drop_no_descriptor + v.rx_drop_bad_imm + v.rx_drop_unknown +
+               v.tx_drop_acked;
     s->detail = absl::StrCat("device=", dp_->device_name(),
                              " mode=", verbs::DataQpModeName(dp_->mode()), " ",
                              v.ToString());
@@ -82,6 +98,16 @@ class VerbsAdapter : public DatapathAdapter {
   }
   void DeregisterMemory(uint32_t lkey) override {
     (void)dp_->DeregisterMemory(lkey);
+  }
+  void BindConnection(uint32_t peer, ConnId conn) override {
+    (void)dp_->BindConnection(peer, conn);
+  }
+  CompletionFilter* completion_filter() override { return this; }
+  void Offer(const Completion* c, size_t n) override {
+    dp_->OfferCompletions(c, n);
+  }
+  size_t Poll(Completion* out, size_t max) override {
+    return dp_->PollCompletions(out, max);
   }
 
  private:
@@ -112,6 +138,7 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeVerbsAdapter(
                      o.verbs_mode, "'"));
   }
   if (o.mtu_payload != 0) vo.mtu_payload = o.mtu_payload;
+  vo.message_close = true;
   // The descriptor ring must cover the messages a connection has in flight.
   while (vo.desc_ring < 2 * o.connection.max_outstanding_messages &&
          vo.desc_ring < (1u << 24))

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,8 @@ constexpr size_t kFrameHeader = 8;
 constexpr size_t kDescBytes = kDescriptorBytes;
 constexpr size_t kRegionBytes = 32;
 constexpr size_t kRegionGoneBytes = 8;
+constexpr size_t kCloseBytes = 8;
+constexpr size_t kCloseWaits = 64;  // closes waiting for completions, per peer
 constexpr uint32_t kDataRecvBuf = 256;           // PROBE SENDs on data QPs
 constexpr uint32_t kCtrlBytes = 4u << 20;        // control buffers per pool
 constexpr uint32_t kPeerInfoMagic = 0x31495650;  // "PVI1"
@@ -38,7 +41,18 @@ constexpr uint16_t kNoQp = 0xFFFF;               // control QP marker
 // enum of another type.
 constexpr int kLocalAccess = IBV_ACCESS_LOCAL_WRITE;
 
-enum FrameType : uint8_t { kFrameDesc = 1, kFrameRegion = 2, kFrameGone = 3 };
+enum FrameType : uint8_t {
+  kFrameDesc = 1,
+  kFrameRegion = 2,
+  kFrameGone = 3,
+  kFrameClose = 4,
+};
+constexpr uint8_t kPeerInfoCloseBit = 0x80;  // in the mode byte
+
+// Wrap-aware MSN order (MSNs are 32-bit and wrap).
+inline bool MsnBefore(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
 
 // wr_id layout: kind (2 bits) | peer (14 bits) | qp (16 bits) | value (32).
 enum WrKind : uint64_t { kWrData = 1, kWrCtrl = 2 };
@@ -118,6 +132,8 @@ struct DataQp {
   bool alive = true;
   uint32_t inflight = 0;        // posted, not yet covered by a completion
   uint32_t since_signal = 0;    // unsignalled WRs since the last signalled
+  uint64_t posted = 0;          // WRs posted (or parked) so far
+  uint64_t done = 0;            // WRs known complete (signalled completions)
   ibv_send_wr* head = nullptr;  // chain being built in this burst
   ibv_send_wr* tail = nullptr;
 };
@@ -149,6 +165,21 @@ struct Peer {
   std::vector<TxRec> txring;
   // receiver state
   std::unique_ptr<DescriptorTable> descs;
+  // message close (docs/verbs.md "Buffer reuse: the message close")
+  bool bound = false;  // BindConnection: completions of `conn` are fenced
+  ConnId conn = kInvalidConn;
+  uint32_t acked_next = 0;   // msn < this: the engine reported kWrite
+  uint32_t closed_next = 0;  // msn < this: closed (nothing more is posted)
+  uint32_t close_sent = 0;   // closed_next as last told to the peer
+  std::vector<uint64_t> retx_bits;  // by msn & (desc_ring - 1)
+  // Closes that wait for local completions: the first MSN not covered and a
+  // snapshot of every data QP's `posted` when the last message was acked.
+  uint32_t wait_msn_next[kCloseWaits] = {};
+  std::vector<uint64_t> wait_snap;  // kCloseWaits x qps
+  size_t wait_head = 0, nwait = 0;
+  std::deque<Completion> held_tx;  // kWrite, until closed_next passes it
+  uint32_t peer_closed_next = 0;   // from the peer's CLOSE frames
+  std::deque<Completion> held_rx;  // kRecvImmediate, until the peer closes
 };
 
 struct PendingWrite {
@@ -182,15 +213,18 @@ std::string VerbsStats::ToString() const {
       "tx_data=%u tx_data_bytes=%u tx_ctrl=%u tx_probe=%u tx_descriptors=%u "
       "tx_fallback=%u tx_backpressure=%u tx_drop_dead_path=%u "
       "tx_drop_unknown_peer=%u tx_drop_device_lost=%u tx_drop_malformed=%u "
-      "tx_post_errors=%u tx_frames_queued=%u "
+      "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
+      "close_waits=%u "
       "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
-      "rx_drop_unknown=%u cq_errors=%u qp_errors=%u async_events=%u",
+      "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
+      "completions_held=%u cq_errors=%u qp_errors=%u async_events=%u",
       tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors, tx_fallback,
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
-      rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
-      rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, cq_errors,
+      tx_closes, tx_drop_acked, close_waits, rx_data, rx_data_bytes, rx_ctrl,
+      rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
+      rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
       qp_errors, async_events);
 }
 
@@ -301,7 +335,8 @@ std::string EncodePeerInfo(const PeerInfo& info) {
   uint8_t* p = reinterpret_cast<uint8_t*>(s.data());
   Put32(p + 0, kPeerInfoMagic);
   p[4] = 1;  // version
-  p[5] = static_cast<uint8_t>(info.mode);
+  p[5] = static_cast<uint8_t>(static_cast<uint8_t>(info.mode) |
+                              (info.message_close ? kPeerInfoCloseBit : 0));
   Put16(p + 6, static_cast<uint16_t>(info.data_qpns.size()));
   Put32(p + 8, info.path_mtu);
   Put32(p + 12, info.mtu_payload);
@@ -320,11 +355,13 @@ absl::StatusOr<PeerInfo> DecodePeerInfo(const std::string& bytes) {
     return absl::InvalidArgumentError("not a verbs PeerInfo (magic/version)");
   }
   PeerInfo info;
-  if (p[5] != static_cast<uint8_t>(DataQpMode::kUc) &&
-      p[5] != static_cast<uint8_t>(DataQpMode::kRc)) {
+  const uint8_t mode = p[5] & static_cast<uint8_t>(~kPeerInfoCloseBit);
+  if (mode != static_cast<uint8_t>(DataQpMode::kUc) &&
+      mode != static_cast<uint8_t>(DataQpMode::kRc)) {
     return absl::InvalidArgumentError("PeerInfo: bad mode");
   }
-  info.mode = static_cast<DataQpMode>(p[5]);
+  info.mode = static_cast<DataQpMode>(mode);
+  info.message_close = (p[5] & kPeerInfoCloseBit) != 0;
   const uint16_t n = Get16(p + 6);
   if (n == 0 || bytes.size() != 40 + 4u * n) {
     return absl::InvalidArgumentError("PeerInfo: bad QP count or length");
@@ -634,6 +671,8 @@ class VerbsDatapath::Impl {
     p->ring_mr = ibv_reg_mr(pd_, p->ring.data(), p->ring.size(), kLocalAccess);
     p->txring.assign(kTxRing, TxRec{});
     p->descs = std::make_unique<DescriptorTable>(o_.desc_ring);
+    p->retx_bits.assign((o_.desc_ring + 63) / 64, 0);
+    p->wait_snap.assign(kCloseWaits * o_.num_qps, 0);
     p->used = true;
     if (p->ring_mr == nullptr) {
       DestroyPeer(p);
@@ -733,6 +772,7 @@ class VerbsDatapath::Impl {
     i.mtu_payload = o_.mtu_payload;
     i.ctrl_qpn = p->ctrl->qp_num;
     i.psn = psn_;
+    i.message_close = o_.message_close;
     for (const DataQp& d : p->qps) i.data_qpns.push_back(d.qp->qp_num);
     return i;
   }
@@ -788,6 +828,12 @@ class VerbsDatapath::Impl {
       }
     }
     if (p->ring_mr) ibv_dereg_mr(p->ring_mr);
+    // Held completions go out (the connection is gone: nothing more of it
+    // is posted here).
+    for (const Completion& c : p->held_rx) ready_.push_back(c);
+    for (const Completion& c : p->held_tx) ready_.push_back(c);
+    if (p->bound) conn_peer_.erase(p->conn);
+    nwaiting_ -= p->nwait;
     // Completions of this peer still in the CQs are recognised as stale by
     // the peer's `used` flag / generation and ignored.
     const uint32_t id = p->id;
@@ -988,6 +1034,7 @@ class VerbsDatapath::Impl {
     }
     if (sends_since_poll_ >= 8) PollSendCq();
     if (!queued_frames_.empty()) FlushRegionFrames();
+    if (closes_dirty_) SendCloses();
     nwr_ = 0;
     nqp_touched_ = 0;
     npeer_touched_ = 0;
@@ -1042,6 +1089,7 @@ class VerbsDatapath::Impl {
     }
     q.tail = wr;
     ++q.inflight;
+    ++q.posted;
     if (++q.since_signal >= o_.signal_every) {
       wr->send_flags |= IBV_SEND_SIGNALED;
       wr->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
@@ -1167,6 +1215,19 @@ class VerbsDatapath::Impl {
       return TxResult::kDone;
     }
     const wire::DataHeader& h = pk.data;
+    if (p->bound) {
+      if (MsnBefore(h.msn, p->acked_next)) {
+        // The engine already reported this message acknowledged (a resend
+        // that waited in the driver's queue): sending it could only land
+        // after the message's close.
+        st_.tx_drop_acked.Add();
+        return TxResult::kDone;
+      }
+      if (h.flags & wire::kFlagRetransmit) {
+        const uint32_t b = h.msn & (o_.desc_ring - 1);
+        p->retx_bits[b / 64] |= uint64_t{1} << (b % 64);
+      }
+    }
     const uint32_t plen = h.payload_len;
     const uint32_t mtu = o_.mtu_payload;
     const bool aligned = h.msg_offset % mtu == 0 && plen <= mtu;
@@ -1259,7 +1320,28 @@ class VerbsDatapath::Impl {
     }
     for (size_t i = 0; i < nqp_touched_; ++i) {
       Peer* p = qp_touched_[i].peer;
-      DataQp& q = p->qps[qp_touched_[i].qp];
+      const uint16_t qi = qp_touched_[i].qp;
+      DataQp& q = p->qps[qi];
+      if (o_.message_close && q.since_signal > 0) {
+        // The message close waits for local completions: the last WR of
+        // every chain is signalled, so every posted WR is covered by a
+        // completion without waiting for later traffic on this QP.
+        q.tail->send_flags |= IBV_SEND_SIGNALED;
+        q.tail->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
+        q.since_signal = 0;
+      }
+      if (o_.debug_park_qp == static_cast<int>(qi)) {
+        for (ibv_send_wr* w = q.head; w; w = w->next) {
+          Parked pw;
+          pw.qp = q.qp;
+          pw.wr = *w;
+          pw.wr.next = nullptr;
+          if (w->num_sge > 0) pw.sge = *w->sg_list;
+          parked_.push_back(pw);
+        }
+        q.head = q.tail = nullptr;
+        continue;
+      }
       if (ibv_post_send(q.qp, q.head, &bad) != 0) {
         st_.tx_post_errors.Add();
         Retire(p, qp_touched_[i].qp, "ibv_post_send failed");
@@ -1291,6 +1373,15 @@ class VerbsDatapath::Impl {
 
   void PollSendCq() {
     sends_since_poll_ = 0;
+    PollSendCqOnce();
+    if (nwaiting_ > 0) {
+      for (auto& pp : peers_) {
+        if (pp->used && pp->nwait > 0) TryClose(pp.get());
+      }
+    }
+  }
+
+  void PollSendCqOnce() {
     ibv_wc wc[32];
     for (;;) {
       const int k = ibv_poll_cq(send_cq_, 32, wc);
@@ -1318,6 +1409,7 @@ class VerbsDatapath::Impl {
           DataQp& q = p->qps[qi];
           const uint32_t cnt = static_cast<uint32_t>(id & 0xFFFFFFFF);
           q.inflight = q.inflight >= cnt ? q.inflight - cnt : 0;
+          q.done += cnt;
         } else if (kind == kWrCtrl && ref->qp == kNoQp) {
           // Ring positions are 32-bit in the wr_id: extend against head.
           const uint32_t pos32 = static_cast<uint32_t>(id & 0xFFFFFFFF);
@@ -1417,6 +1509,7 @@ class VerbsDatapath::Impl {
     if ((++rx_calls_ & 15) == 0) PollAsync();
     PollSendCq();
     if (!queued_frames_.empty()) FlushRegionFrames();
+    if (closes_dirty_) SendCloses();
     if (!held_.empty()) ReleaseHeld();
     size_t out = 0;
     if (pending_dirty_) ResolvePending(pkts, n, &out);
@@ -1562,6 +1655,7 @@ class VerbsDatapath::Impl {
     const size_t item = type == kFrameDesc     ? kDescBytes
                         : type == kFrameRegion ? kRegionBytes
                         : type == kFrameGone   ? kRegionGoneBytes
+                        : type == kFrameClose  ? kCloseBytes
                                                : 0;
     if (b[2] != kCtrlVersion || item == 0 ||
         len != kFrameHeader + item * count) {
@@ -1579,6 +1673,17 @@ class VerbsDatapath::Impl {
         p->descs->Insert(x);
         st_.rx_descriptors.Add();
         if (npending_ > 0) pending_dirty_ = true;
+      } else if (type == kFrameClose) {
+        const uint32_t next = Get32(d);
+        if (Get32(d + 4) != 0) {
+          st_.rx_drop_unknown.Add();
+          continue;
+        }
+        st_.rx_closes.Add();
+        if (MsnBefore(p->peer_closed_next, next)) {
+          p->peer_closed_next = next;
+          if (!p->held_rx.empty()) release_dirty_ = true;
+        }
       } else if (type == kFrameRegion) {
         RemoteRegion r;
         r.vrkey = Get32(d + 4);
@@ -1601,6 +1706,11 @@ class VerbsDatapath::Impl {
                size_t* out) {
     const MessageDescriptor* d = p->descs->Find(psn);
     if (d == nullptr) return false;
+    if (p->remote.message_close && MsnBefore(d->msn, p->peer_closed_next)) {
+      // The NIC placed a WRITE of a message its sender had closed: a packet
+      // that outlived the close (the residual assumption, docs/verbs.md).
+      st_.rx_after_close.Add();
+    }
     wire::DataHeader h;
     if (!RebuildDataHeader(*d, psn, len, qi, &h)) {
       st_.rx_drop_bad_imm.Add();
@@ -1659,6 +1769,214 @@ class VerbsDatapath::Impl {
     pending_dirty_ = keep > 0 && *out >= n;
   }
 
+  // ------------------------------------------------------------ message close
+
+  absl::Status BindConnection(uint32_t id, ConnId conn) {
+    Peer* p = PeerById(id);
+    if (p == nullptr) return absl::NotFoundError(absl::StrCat("no peer ", id));
+    if (!o_.message_close) return absl::OkStatus();
+    if (p->bound) conn_peer_.erase(p->conn);
+    p->bound = true;
+    p->conn = conn;
+    conn_peer_[conn] = p->id;
+    return absl::OkStatus();
+  }
+
+  void OfferCompletions(const Completion* c, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const Completion& x = c[i];
+      Peer* p = nullptr;
+      if (!conn_peer_.empty()) {
+        auto it = conn_peer_.find(x.conn);
+        if (it != conn_peer_.end()) p = PeerById(it->second);
+      }
+      if (p == nullptr) {
+        ready_.push_back(x);
+        continue;
+      }
+      switch (x.type) {
+        case CompletionType::kWrite:
+          if (x.status != absl::StatusCode::kOk) {
+            // Failed: nothing acknowledged; earlier held ones go first.
+            ReleaseAll(p);
+            ready_.push_back(x);
+            break;
+          }
+          OnAcked(p, x.msn);
+          p->held_tx.push_back(x);
+          st_.completions_held.Add();
+          TryClose(p);
+          break;
+        case CompletionType::kRecvImmediate:
+          if (!p->remote.message_close) {
+            ready_.push_back(x);
+            break;
+          }
+          p->held_rx.push_back(x);
+          st_.completions_held.Add();
+          ReleaseRx(p);
+          break;
+        case CompletionType::kConnectionError:
+          ReleaseAll(p);
+          ready_.push_back(x);
+          break;
+      }
+    }
+    if (closes_dirty_) SendCloses();
+  }
+
+  size_t PollCompletions(Completion* out, size_t max) {
+    if (release_dirty_) {
+      release_dirty_ = false;
+      for (auto& pp : peers_) {
+        if (pp->used && !pp->held_rx.empty()) ReleaseRx(pp.get());
+      }
+    }
+    size_t k = 0;
+    while (k < max && !ready_.empty()) {
+      out[k++] = ready_.front();
+      ready_.pop_front();
+    }
+    return k;
+  }
+
+  size_t held_completions() const {
+    size_t n = 0;
+    for (const auto& pp : peers_) {
+      if (pp->used) n += pp->held_rx.size() + pp->held_tx.size();
+    }
+    return n;
+  }
+
+  // Message `msn` was acknowledged (kWrite, in posting order).
+  void OnAcked(Peer* p, uint32_t msn) {
+    p->acked_next = msn + 1;
+    const uint32_t b = msn & (o_.desc_ring - 1);
+    uint64_t& w = p->retx_bits[b / 64];
+    const uint64_t bit = uint64_t{1} << (b % 64);
+    const bool resent = (w & bit) != 0;
+    w &= ~bit;
+    if (!resent) {
+      // Every transmission of it was placed once (each PSN was sent once
+      // and all were acknowledged): nothing of it is left to land.
+      if (p->nwait == 0) {
+        p->closed_next = msn + 1;
+      } else {
+        p->wait_msn_next[(p->wait_head + p->nwait - 1) % kCloseWaits] = msn + 1;
+      }
+      return;
+    }
+    // A resend (or the original it replaced) may still be queued in the NIC:
+    // wait until every WR posted so far has completed locally.
+    st_.close_waits.Add();
+    size_t slot;
+    if (p->nwait == kCloseWaits) {
+      slot = (p->wait_head + p->nwait - 1) % kCloseWaits;  // merge into last
+    } else {
+      slot = (p->wait_head + p->nwait) % kCloseWaits;
+      ++p->nwait;
+      ++nwaiting_;
+    }
+    p->wait_msn_next[slot] = msn + 1;
+    uint64_t* snap = &p->wait_snap[slot * p->qps.size()];
+    for (size_t q = 0; q < p->qps.size(); ++q) snap[q] = p->qps[q].posted;
+  }
+
+  // Pops the waits whose WRs have all completed (or whose QPs died) and
+  // releases the kWrite completions that are closed now.
+  void TryClose(Peer* p) {
+    while (p->nwait > 0) {
+      const uint64_t* snap = &p->wait_snap[p->wait_head * p->qps.size()];
+      bool ok = true;
+      for (size_t q = 0; q < p->qps.size() && ok; ++q) {
+        const DataQp& d = p->qps[q];
+        ok = !d.alive || d.done >= snap[q];
+      }
+      if (!ok) break;
+      p->closed_next = p->wait_msn_next[p->wait_head];
+      p->wait_head = (p->wait_head + 1) % kCloseWaits;
+      --p->nwait;
+      --nwaiting_;
+    }
+    while (!p->held_tx.empty() &&
+           MsnBefore(p->held_tx.front().msn, p->closed_next)) {
+      ready_.push_back(p->held_tx.front());
+      p->held_tx.pop_front();
+    }
+    if (p->closed_next != p->close_sent) closes_dirty_ = true;
+  }
+
+  void ReleaseRx(Peer* p) {
+    while (!p->held_rx.empty() &&
+           MsnBefore(p->held_rx.front().msn, p->peer_closed_next)) {
+      ready_.push_back(p->held_rx.front());
+      p->held_rx.pop_front();
+    }
+  }
+
+  void ReleaseAll(Peer* p) {
+    for (const Completion& c : p->held_rx) ready_.push_back(c);
+    for (const Completion& c : p->held_tx) ready_.push_back(c);
+    p->held_rx.clear();
+    p->held_tx.clear();
+  }
+
+  // One cumulative CLOSE frame per peer whose closed_next moved.
+  void SendCloses() {
+    closes_dirty_ = false;
+    for (auto& pp : peers_) {
+      Peer* p = pp.get();
+      if (!p->used || p->closed_next == p->close_sent) continue;
+      if (!p->connected || !p->ctrl_alive) continue;
+      if (CtrlFull(p)) {
+        closes_dirty_ = true;  // next burst
+        continue;
+      }
+      const uint64_t pos = p->ring_head++;
+      uint8_t* b = &p->ring[(pos % o_.ctrl_depth) * ctrl_buf_];
+      Put16(b, kCtrlMagic);
+      b[2] = kCtrlVersion;
+      b[3] = kFrameClose;
+      Put16(b + 4, 1);
+      Put16(b + 6, 0);
+      Put32(b + 8, p->closed_next);
+      Put32(b + 12, 0);
+      ibv_sge sge{reinterpret_cast<uint64_t>(b),
+                  static_cast<uint32_t>(kFrameHeader + kCloseBytes),
+                  p->ring_mr->lkey};
+      ibv_send_wr wr{}, *bad = nullptr;
+      wr.wr_id =
+          MakeWrId(kWrCtrl, p->id - 1, kNoQp, static_cast<uint32_t>(pos));
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_SEND;
+      wr.send_flags = sge.length <= max_inline_ ? IBV_SEND_INLINE : 0;
+      if (++p->ctrl_since_signal >= o_.signal_every ||
+          p->ring_head - p->ring_tail >= o_.ctrl_depth - o_.signal_every) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        p->ctrl_since_signal = 0;
+      }
+      if (ibv_post_send(p->ctrl, &wr, &bad) != 0) {
+        st_.tx_post_errors.Add();
+        RetireCtrl(p, "post close frame");
+        continue;
+      }
+      p->close_sent = p->closed_next;
+      st_.tx_ctrl.Add();
+      st_.tx_closes.Add();
+    }
+  }
+
+  void ReleaseParked() {
+    if (parked_.empty()) return;
+    for (Parked& pw : parked_) {
+      if (pw.wr.num_sge > 0) pw.wr.sg_list = &pw.sge;
+      ibv_send_wr* bad = nullptr;
+      if (ibv_post_send(pw.qp, &pw.wr, &bad) != 0) st_.tx_post_errors.Add();
+    }
+    parked_.clear();
+  }
+
   absl::Status ForceQpError(uint32_t id, uint16_t qi) {
     Peer* p = PeerById(id);
     if (p == nullptr || qi >= p->qps.size()) {
@@ -1693,6 +2011,12 @@ class VerbsDatapath::Impl {
     s.tx_drop_malformed = st_.tx_drop_malformed.Get();
     s.tx_post_errors = st_.tx_post_errors.Get();
     s.tx_frames_queued = st_.tx_frames_queued.Get();
+    s.tx_closes = st_.tx_closes.Get();
+    s.tx_drop_acked = st_.tx_drop_acked.Get();
+    s.close_waits = st_.close_waits.Get();
+    s.rx_closes = st_.rx_closes.Get();
+    s.rx_after_close = st_.rx_after_close.Get();
+    s.completions_held = st_.completions_held.Get();
     s.rx_data = st_.rx_data.Get();
     s.rx_data_bytes = st_.rx_data_bytes.Get();
     s.rx_ctrl = st_.rx_ctrl.Get();
@@ -1772,13 +2096,27 @@ class VerbsDatapath::Impl {
   size_t npending_ = 0;
   bool pending_dirty_ = false;
 
+  // Message close.
+  absl::flat_hash_map<ConnId, uint32_t> conn_peer_;  // lookups only
+  std::deque<Completion> ready_;
+  size_t nwaiting_ = 0;  // sum of the peers' nwait
+  bool closes_dirty_ = false;
+  bool release_dirty_ = false;
+  struct Parked {
+    ibv_qp* qp = nullptr;
+    ibv_send_wr wr{};
+    ibv_sge sge{};
+  };
+  std::vector<Parked> parked_;  // debug_park_qp only
+
   struct {
     Counter tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors,
         tx_fallback, tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
         tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
-        tx_frames_queued, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors,
-        rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
-        cq_errors, qp_errors, async_events;
+        tx_frames_queued, tx_closes, tx_drop_acked, close_waits, rx_data,
+        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
+        rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, rx_closes,
+        rx_after_close, completions_held, cq_errors, qp_errors, async_events;
   } st_;
 };
 
@@ -1830,6 +2168,19 @@ Placer* VerbsDatapath::placer() { return &impl_->placer_; }
 absl::Status VerbsDatapath::ForceQpError(uint32_t peer, uint16_t qp) {
   return impl_->ForceQpError(peer, qp);
 }
+absl::Status VerbsDatapath::BindConnection(uint32_t peer, ConnId conn) {
+  return impl_->BindConnection(peer, conn);
+}
+void VerbsDatapath::OfferCompletions(const Completion* c, size_t n) {
+  impl_->OfferCompletions(c, n);
+}
+size_t VerbsDatapath::PollCompletions(Completion* out, size_t max) {
+  return impl_->PollCompletions(out, max);
+}
+size_t VerbsDatapath::held_completions() const {
+  return impl_->held_completions();
+}
+void VerbsDatapath::ReleaseParked() { impl_->ReleaseParked(); }
 bool VerbsDatapath::qp_alive(uint32_t peer, uint16_t qp) const {
   return impl_->qp_alive(peer, qp);
 }

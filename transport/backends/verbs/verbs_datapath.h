@@ -37,6 +37,19 @@
 //   QPs. Device loss (IBV_EVENT_DEVICE_FATAL) makes health() an error for
 //   good, the port going down (IBV_EVENT_PORT_ERR) until it is active
 //   again; meanwhile every packet offered is dropped and counted.
+// - Message close (VerbsOptions::message_close; docs/verbs.md "Buffer
+//   reuse: the message close"): with it, a NIC-placed WRITE of a message
+//   can never land after the application was told the message is complete,
+//   short of a packet outliving the close in the network. The sender closes
+//   message M when the engine reported it acknowledged (kWrite) and, if any
+//   packet of M was retransmitted, every work request posted until then
+//   has completed locally; from then on it drops any DATA of M still
+//   offered (tx_drop_acked), and tells the peer on the control QP (a
+//   cumulative CLOSE frame). The receiver holds M's kRecvImmediate
+//   completion until M is closed; the sender holds M's kWrite completion
+//   until it closed M. The driver passes every engine completion through
+//   OfferCompletions() and hands the application what PollCompletions()
+//   returns (the Endpoint's loop does).
 //
 // Thread safety: one thread drives the datapath (TxBurst, RxBurst, peers,
 // memory). stats() may be called from any thread (relaxed atomics).
@@ -130,6 +143,17 @@ struct VerbsOptions {
   // Tests only: act as a device that cannot create UC queue pairs (kAuto
   // then falls back to RC; kUc fails with Unavailable).
   bool debug_refuse_uc = false;
+  // The message close (see the file comment). Both ends announce it in
+  // PeerInfo; a receiver holds completions only for a peer that sends
+  // closes. REQUIRES when set: the driver routes the engine's completions
+  // through OfferCompletions()/PollCompletions() and calls
+  // BindConnection(). The Endpoint sets it; direct engine drivers opt in.
+  bool message_close = false;
+  // Tests only: data QP index whose work requests are parked instead of
+  // posted (they count as posted, not as complete) until ReleaseParked():
+  // a path whose packets are delayed in the NIC, so the engine resends them
+  // elsewhere and the originals land late. -1: off.
+  int debug_park_qp = -1;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.
@@ -139,7 +163,8 @@ struct PeerInfo {
   DataQpMode mode = DataQpMode::kUc;  // resolved mode (never kAuto)
   uint32_t mtu_payload = 0;
   uint32_t ctrl_qpn = 0;
-  uint32_t psn = 0;  // starting PSN of every QP of this side
+  uint32_t psn = 0;            // starting PSN of every QP of this side
+  bool message_close = false;  // this side sends CLOSE frames
   std::vector<uint32_t> data_qpns;
 };
 
@@ -161,6 +186,9 @@ struct VerbsStats {
   uint64_t tx_drop_malformed = 0;
   uint64_t tx_post_errors = 0;
   uint64_t tx_frames_queued = 0;  // region frames that waited for ring room
+  uint64_t tx_closes = 0;         // CLOSE frames sent
+  uint64_t tx_drop_acked = 0;     // DATA of an acknowledged message, not sent
+  uint64_t close_waits = 0;       // closes that waited for local completions
   uint64_t rx_data = 0;           // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
@@ -169,8 +197,14 @@ struct VerbsStats {
   uint64_t rx_drop_no_descriptor = 0;  // pending ring overflow
   uint64_t rx_drop_bad_imm = 0;  // length/PSN inconsistent with descriptor
   uint64_t rx_drop_unknown = 0;  // unknown QP / region / malformed control
-  uint64_t cq_errors = 0;        // failed completions
-  uint64_t qp_errors = 0;        // QPs retired
+  uint64_t rx_closes = 0;        // CLOSE frames received
+  // NIC-placed WRITEs of a message the peer had already closed: the
+  // residual hazard (a packet that outlived the close); counted, then
+  // dropped by the engine as a duplicate.
+  uint64_t rx_after_close = 0;
+  uint64_t completions_held = 0;  // completions delayed by the close
+  uint64_t cq_errors = 0;         // failed completions
+  uint64_t qp_errors = 0;         // QPs retired
   uint64_t async_events = 0;
   std::string ToString() const;
 };
@@ -222,6 +256,21 @@ class VerbsDatapath : public Datapath {
   // state (as a NIC fault would); it is retired at the next burst.
   absl::Status ForceQpError(uint32_t peer, uint16_t qp);
   bool qp_alive(uint32_t peer, uint16_t qp) const;
+
+  // --- message close (VerbsOptions::message_close) ---
+  // Tells the datapath which engine connection peer slot `peer` carries.
+  absl::Status BindConnection(uint32_t peer, ConnId conn);
+  // Takes every engine completion (Engine::PollCompletions), in order.
+  // Completions of unbound connections pass through unchanged.
+  void OfferCompletions(const Completion* c, size_t n);
+  // Completions the application may see now: per connection, kWrite in
+  // posting order and kRecvImmediate in MSN order (a held kRecvImmediate
+  // does not hold back the same connection's kWrite completions).
+  size_t PollCompletions(Completion* out, size_t max);
+  // Engine completions held back right now.
+  size_t held_completions() const;
+  // Tests (debug_park_qp): posts the parked work requests.
+  void ReleaseParked();
 
   // OK, or why the device cannot be used any more.
   absl::Status health() const;
