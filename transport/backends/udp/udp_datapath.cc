@@ -121,6 +121,28 @@ uint32_t FlowLabel(uint32_t peer, PathId path) {
   return x == 0 ? 1 : x;
 }
 
+// What a received datagram's control messages say: whether its traffic
+// class carries ECN CE, and its GRO segment size (0: not coalesced).
+struct RxAncillary {
+  bool ecn_ce = false;
+  uint32_t gro_segment = 0;
+};
+RxAncillary ParseRxAncillary(msghdr& mh) {
+  RxAncillary a;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_len < CMSG_LEN(sizeof(int))) continue;
+    int v;
+    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS) {
+      memcpy(&v, CMSG_DATA(c), sizeof(int));
+      a.ecn_ce = (v & 0x3) == kEcnCe;
+    } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+      memcpy(&v, CMSG_DATA(c), sizeof(int));
+      if (v > 0) a.gro_segment = static_cast<uint32_t>(v);
+    }
+  }
+  return a;
+}
+
 }  // namespace
 
 uint16_t Udp6Checksum(const Ip6& src, const Ip6& dst, const uint8_t* udp_hdr,
@@ -1045,16 +1067,7 @@ size_t UdpDatapath::RxInPlace(RxPacket* pkts, size_t n) {
         if (errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
         break;
       }
-      bool is_ce = false;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr;
-           c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
-            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-          int tc;
-          memcpy(&tc, CMSG_DATA(c), sizeof(int));
-          is_ce = (tc & 0x3) == kEcnCe;
-        }
-      }
+      const bool is_ce = ParseRxAncillary(mh).ecn_ce;
       RxPacket& p = pkts[got];
       p = RxPacket{};
       p.data = buf;
@@ -1131,22 +1144,9 @@ size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
       const size_t i = slot + j;
       msghdr& mh = m.rmsgs[i].msg_hdr;
       const uint32_t len = m.rmsgs[i].msg_len;
-      bool is_ce = false;
-      uint32_t seg = 0;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr;
-           c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_TCLASS &&
-            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-          int tc;
-          memcpy(&tc, CMSG_DATA(c), sizeof(int));
-          is_ce = (tc & 0x3) == kEcnCe;
-        } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO &&
-                   c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-          int gs;
-          memcpy(&gs, CMSG_DATA(c), sizeof(int));
-          if (gs > 0) seg = static_cast<uint32_t>(gs);
-        }
-      }
+      const RxAncillary anc = ParseRxAncillary(mh);
+      const bool is_ce = anc.ecn_ce;
+      uint32_t seg = anc.gro_segment;
       uint32_t use = len;
       if (seg == 0 || seg >= len) {
         // One datagram: dropped when cut short or longer than a packet.
