@@ -49,6 +49,16 @@ enum FrameType : uint8_t {
 };
 constexpr uint8_t kPeerInfoCloseBit = 0x80;  // in the mode byte
 
+// Writes a control frame's 8-byte header: magic, version, type, item count,
+// reserved (docs/wire-format.md, verbs control frames).
+inline void PutFrameHeader(uint8_t* b, uint8_t type, uint16_t count) {
+  Put16(b, kCtrlMagic);
+  b[2] = kCtrlVersion;
+  b[3] = type;
+  Put16(b + 4, count);
+  Put16(b + 6, 0);
+}
+
 // Wrap-aware MSN order (MSNs are 32-bit and wrap).
 inline bool MsnBefore(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) < 0;
@@ -957,11 +967,7 @@ class VerbsDatapath::Impl {
   absl::Status PostRegionFrame(Peer* p, const RegionFrame& f) {
     const uint64_t pos = p->ring_head++;
     uint8_t* b = &p->ring[(pos % o_.ctrl_depth) * ctrl_buf_];
-    Put16(b, kCtrlMagic);
-    b[2] = kCtrlVersion;
-    b[3] = f.type;
-    Put16(b + 4, 1);
-    Put16(b + 6, 0);
+    PutFrameHeader(b, f.type, 1);
     size_t len = kFrameHeader;
     if (f.type == kFrameRegion) {
       Put32(b + 8, f.erkey);
@@ -1173,11 +1179,7 @@ class VerbsDatapath::Impl {
     if (p->frame_wr == nullptr) {
       const uint64_t pos = p->ring_head++;
       uint8_t* b = &p->ring[(pos % o_.ctrl_depth) * ctrl_buf_];
-      Put16(b, kCtrlMagic);
-      b[2] = kCtrlVersion;
-      b[3] = kFrameDesc;
-      Put16(b + 4, 0);
-      Put16(b + 6, 0);
+      PutFrameHeader(b, kFrameDesc, 0);
       ibv_sge* sge;
       ibv_send_wr* wr = NewWr(&sge);
       *sge = {reinterpret_cast<uint64_t>(b), kFrameHeader, p->ring_mr->lkey};
@@ -1934,11 +1936,7 @@ class VerbsDatapath::Impl {
       }
       const uint64_t pos = p->ring_head++;
       uint8_t* b = &p->ring[(pos % o_.ctrl_depth) * ctrl_buf_];
-      Put16(b, kCtrlMagic);
-      b[2] = kCtrlVersion;
-      b[3] = kFrameClose;
-      Put16(b + 4, 1);
-      Put16(b + 6, 0);
+      PutFrameHeader(b, kFrameClose, 1);
       Put32(b + 8, p->closed_next);
       Put32(b + 12, 0);
       ibv_sge sge{reinterpret_cast<uint64_t>(b),
