@@ -1036,7 +1036,7 @@ class Engine::Impl {
 
   // Marks a connection's cached NextEventTime share stale (anything that may
   // have changed its timers, queues or sender state calls this).
-  void Touch(Conn* c) {
+  __attribute__((always_inline)) void Touch(Conn* c) {
     next_valid_ = false;
     Sched& q = sched_[c->pos];
     if (q.dirty) return;
@@ -1499,11 +1499,12 @@ class Engine::Impl {
     uint64_t base_addr = 0;
     bool has_imm = false;
     bool has_slot = false;  // false: the message ring must grow first
+    uint32_t word = 0;      // the PSN's word in rx_bits
     uint8_t* dst = nullptr;
   };
-  RxVerdict AcceptData(const Conn* c, const wire::DataHeader& h, uint64_t psn,
-                       bool trimmed, const uint8_t* payload, uint64_t claimed,
-                       RxAccept* a) const {
+  __attribute__((always_inline)) RxVerdict AcceptData(
+      const Conn* c, const wire::DataHeader& h, uint64_t psn, bool trimmed,
+      const uint8_t* payload, uint64_t claimed, RxAccept* a) const {
     if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths)
       return RxVerdict::kMalformed;
     if (trimmed) return RxVerdict::kTrimmed;
@@ -1539,8 +1540,8 @@ class Engine::Impl {
     // PSN window and duplicates.
     if (psn < c->rcv_nxt) return RxVerdict::kDuplicate;
     if (psn >= c->rcv_nxt + c->win) return RxVerdict::kOutOfWindow;
-    if ((c->rx_bits[(psn >> 6) & c->rx_word_mask] >> (psn & 63)) & 1)
-      return RxVerdict::kDuplicate;
+    a->word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
+    if ((c->rx_bits[a->word] >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     a->base_addr = h.remote_addr - h.msg_offset;
@@ -1639,8 +1640,7 @@ class Engine::Impl {
       return;
     }
     // Accept.
-    uint64_t& word = c->rx_bits[(psn >> 6) & (c->rx_word_mask)];
-    word |= uint64_t{1} << (psn & 63);
+    c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
     const bool gap = psn > c->rcv_high;
     if (psn >= c->rcv_high) {
       c->rcv_high = psn + 1;
