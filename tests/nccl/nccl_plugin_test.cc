@@ -134,6 +134,22 @@ void* Irecv(void* rc, int n, void** data, size_t* sizes, int* tags,
   return req;
 }
 
+// Registers `sbuf` on p's send comm and `rbuf` on its recv comm (host).
+void RegisterHost(const Pair& p, std::vector<uint8_t>* sbuf,
+                  std::vector<uint8_t>* rbuf, void** smh, void** rmh) {
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf->data(), sbuf->size(), kPrismNcclPtrHost, smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf->data(), rbuf->size(), kPrismNcclPtrHost, rmh),
+      kOk);
+}
+
+void DeregisterBoth(const Pair& p, void* smh, void* rmh) {
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+}
+
 // Tests both requests (either may be NULL = already done) until done; returns
 // the first non-success result.
 int WaitBoth(void* sreq, int* ssizes, int* sres, void* rreq, int* rsizes,
@@ -368,12 +384,7 @@ TEST(NcclConn, OneThreadBasics) {
   std::vector<uint8_t> sbuf(1 << 20), rbuf(1 << 20);
   void* smh = nullptr;
   void* rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   // No receive posted: isend says "try again" with a NULL request.
   void* req = reinterpret_cast<void*>(0x1);
   ASSERT_EQ(N()->isend(p.send, sbuf.data(), 100, 7, smh, nullptr, &req), kOk);
@@ -497,8 +508,7 @@ TEST(NcclConn, OneThreadBasics) {
   EXPECT_EQ(N()->iflush(p.recv, 1, &rdata, &fsize, &rmh, &freq), kOk);
   EXPECT_EQ(freq, nullptr);
 
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -517,12 +527,7 @@ TEST(NcclConn, CtsTravelsThroughPrism) {
   std::vector<uint8_t> sbuf(kOut * kLen), rbuf(kOut * kLen);
   void* smh = nullptr;
   void* rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   constexpr int kRounds = 3;
   for (int round = 0; round < kRounds; ++round) {
     void* rreqs[kOut];
@@ -553,8 +558,7 @@ TEST(NcclConn, CtsTravelsThroughPrism) {
       ASSERT_EQ(CheckPattern(rbuf.data() + i * kLen, len, 9, round, i), -1);
     }
   }
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   const size_t before = LogSnapshot().size();
   ClosePair(&p);
   const std::vector<LogLine> log = LogSnapshot();
@@ -588,12 +592,7 @@ TEST(NcclConn, OversizeSendFailsOnBothSides) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(1, &p));
   std::vector<uint8_t> sbuf(4096), rbuf(4096, 0x77);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   void* d = rbuf.data();
   size_t s = 100;
   int t = 3;
@@ -607,8 +606,7 @@ TEST(NcclConn, OversizeSendFailsOnBothSides) {
   EXPECT_NE(sres, kOk);
   EXPECT_NE(rres, kOk);
   for (uint8_t b : rbuf) ASSERT_EQ(b, 0x77);  // nothing written
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -620,12 +618,7 @@ TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
   std::vector<uint8_t> sbuf(64 * 4096), rbuf(64 * 4096, 0x33);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   int sres = kOk, rres = kOk;
 
   // 32 receives outstanding (NCCL_NET_MAX_REQUESTS): the 33rd says "try
@@ -709,8 +702,7 @@ TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
     EXPECT_EQ(rs[0], 4000);
     EXPECT_EQ(CheckPattern(rbuf.data(), 4000, 6, 1, 0), -1);
   }
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -749,12 +741,7 @@ TEST(NcclConn, CloseWithRequestsInFlight) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
   std::vector<uint8_t> sbuf(8 << 20), rbuf(8 << 20);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   // Eight 1 MiB messages posted, none tested: more than the socket buffers.
   for (int i = 0; i < 8; ++i) {
     void* d = rbuf.data() + (i << 20);
@@ -959,27 +946,6 @@ bool RunReceiver(void* rc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
       *err = "receiver timed out at round " + std::to_string(oldest);
       return false;
     }
-  }
-  return true;
-}
-
-bool WriteAll(int fd, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = write(fd, b, n);
-    if (w <= 0) return false;
-    b += w;
-    n -= w;
-  }
-  return true;
-}
-bool ReadAll(int fd, void* p, size_t n) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= r;
   }
   return true;
 }
