@@ -155,10 +155,14 @@ struct CommBase : SinkBase {
   // Whether this call also reads the side channel (a system call). On the
   // Prism data paths it only carries rare events (a send error, the peer
   // closing) -- the CTS and the data come through Prism -- so it is read on
-  // every 16th isend/irecv/test call, saving a system call on the others
-  // (NCCL's proxy polls in a tight loop); on the INTERIM tcp path always.
+  // every kSideReadEvery-th isend/irecv/test call, saving a system call on
+  // the others (NCCL's proxy polls in a tight loop, so such an event is
+  // still seen within 64 polls, tens to hundreds of microseconds); on the
+  // INTERIM tcp path always.
+  static constexpr uint32_t kSideReadEvery = 64;
   bool ReadSideNow() {
-    return mode == DataMode::kTcpInterim || (++test_polls & 15) == 0;
+    return mode == DataMode::kTcpInterim ||
+           (++test_polls % kSideReadEvery) == 0;
   }
 
   // GPU memory (gpu.h): the runtime, a stream created by the first
