@@ -41,11 +41,12 @@ stage() {
   local b=${1:-build-gpu} s=${2:-}
   [ -n "$s" ] || s=$b/gpu-stage
   echo "== configure + build ($b)"
+  mkdir -p "$b" || die "mkdir $b"
+  local log=$b/gpu_check.configure.log
   cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPRISM_NCCL_CUDA=ON >"$b.configure.log" 2>&1 ||
-    { cat "$b.configure.log"; die "configure"; }
-  grep -q "NCCL plugin CUDA=ON" "$b.configure.log" ||
-    { grep "NCCL plugin CUDA" "$b.configure.log"; die "CUDA toolkit not found"; }
+    -DPRISM_NCCL_CUDA=ON >"$log" 2>&1 || { cat "$log"; die "configure"; }
+  grep -q "NCCL plugin CUDA=ON" "$log" ||
+    { grep "NCCL plugin CUDA" "$log"; die "CUDA toolkit not found"; }
   cmake --build "$b" -j "$(nproc)" --target prism_nccl_tests nccl_plugin_perf ||
     die "build"
   echo "PASS: built with CUDA"
