@@ -6,6 +6,7 @@
 # soft-RoCE device, same message size, in the same VM run. Prints METRIC lines and the ratio; asserts nothing about
 # speed (TCG jitter), only that both ran. Exit 77 outside the VM.
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
 PPERF=${3:-}
@@ -13,12 +14,7 @@ SIZE=${SIZE:-65536}; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
 # GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).
-GIDX=-1
-for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-  i=${g##*/}
-  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
-  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
-done
+GIDX=$(vm_roce_gid $DEV)
 [ $GIDX -ge 0 ] || { echo "FAIL: no RoCE v2 IPv4 GID on $DEV"; exit 1; }
 # ib_write_bw runs before and after every Prism run; each ratio uses the mean
 # of its two neighbours (the host is shared, its speed drifts).
@@ -60,7 +56,7 @@ done
 # (docs/verbs.md "Through the Endpoint API").
 if [ -n "$PPERF" ]; then
   IB0=$IB
-  PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 --cc fixed --rate 10 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+  PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $VM_PP_OPTS"
   "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
   timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?

@@ -15,15 +15,11 @@
 #      --rto-min 100000 --rto-max 2000000 (compare_bw.sh now)
 #   H  F with --rate 10 (window 3.75 MB)
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PPERF=${1:?prism_perf binary}; shift
 DEV=${PRISM_RXE_DEV:-rxe_lo}; SIZE=65536; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV"; exit 77; }
-GIDX=-1
-for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-  i=${g##*/}
-  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
-  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
-done
+GIDX=$(vm_roce_gid $DEV)
 port=18515
 run_ib() {
   port=$((port+1))
@@ -46,7 +42,7 @@ run_pp() {
   echo "METRIC prism_perf_$name $(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
 }
 A="--rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
-F="--cc fixed --rate 100 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+F="--cc fixed --rate 100 $VM_TIMER_OPTS"
 run_ib
 [ $# -gt 0 ] || set -- A G F
 for v in "$@"; do

@@ -1,0 +1,25 @@
+#!/bin/bash
+# vm_perf_opts.sh - sourced by the rxe-VM benchmark scripts (compare_bw.sh,
+# cpu_per_byte.sh, prism_perf_options.sh): the engine options prism_perf
+# --datapath verbs runs with under QEMU TCG, and the RoCE v2 GID lookup they
+# all need. Defines, changes nothing else:
+#   VM_TIMER_OPTS  base RTT 2 ms, RTO in [100 ms, 2 s], probes every 20 ms:
+#                  under TCG the RTT with 128 x 64 KiB in flight is 50-200 ms;
+#                  an RTO ceiling at or below it fired spurious RTOs
+#                  (docs/verbs.md "Through the Endpoint API").
+#   VM_PP_OPTS     congestion "fixed" at 10 Gb/s (window 1.5 x 10 Gb/s x 2 ms
+#                  = 3.75 MB, 57 messages of 64 KiB) + VM_TIMER_OPTS: what
+#                  compare_bw.sh and cpu_per_byte.sh run.
+#   vm_roce_gid DEV  prints the index of DEV's RoCE v2 IPv4-mapped GID on
+#                  port 1 (what verbs_perf and prism_perf pick), -1 if none.
+VM_TIMER_OPTS="--base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+VM_PP_OPTS="--cc fixed --rate 10 $VM_TIMER_OPTS"
+vm_roce_gid() {
+  local g i t
+  for g in /sys/class/infiniband/$1/ports/1/gids/*; do
+    i=${g##*/}
+    t=$(cat /sys/class/infiniband/$1/ports/1/gid_attrs/types/$i 2>/dev/null)
+    case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { echo $i; return; };; esac
+  done
+  echo -1
+}
