@@ -53,7 +53,7 @@ done
 # KiB WRITEs), verbs_perf's timers (base RTT 2 ms, RTO ceiling 2 s,
 # congestion "fixed"; vm_perf_opts.sh says why), two windows:
 #   fair   VM_PP_OPTS_FAIR: 128 x 64 KiB = 8 MiB in flight, as ib_write_bw
-#          (tx depth 128); RTO floor 500 ms. The ratio METRIC of record.
+#          (tx depth 128); see vm_perf_opts.sh. The ratio METRIC of record.
 #   3.75MB VM_PP_OPTS: a window of 57 messages (the runs before 2026-12-02
 #          19:50; kept for continuity).
 # ib_write_bw runs after each; every ratio uses the ib_write_bw runs just

@@ -13,15 +13,20 @@
 #   VM_PP_OPTS_FAIR  the same timers with the bytes in flight of ib_write_bw's
 #                  defaults (tx depth 128 x 64 KiB = 8 MiB): congestion
 #                  "fixed" at 23 Gb/s (window 1.5 x 23 Gb/s x 2 ms = 8.6 MB,
-#                  so prism_perf's -t 128, not the window, is the limit) and
-#                  an RTO floor of 500 ms (an 8 MiB first burst takes 200-400
-#                  ms to drain under TCG, longer than the 100 ms floor, which
-#                  fired RTOs on it: docs/verbs.md, variant F). compare_bw.sh.
+#                  so prism_perf's -t 128, not the window, is the limit); RTO
+#                  in [1 s, 4 s] (an 8 MiB first burst took 465 ms to drain
+#                  under TCG: a 500 ms floor still fired an RTO on it); a
+#                  receive buffer of 128 message slots (prism_perf's default
+#                  is at most 64: with 128 in flight two messages wrote one
+#                  slot at once); the posting thread sleeps up to 5 ms for a
+#                  completion (a completion wakes it at once; 200 us woke it
+#                  thousands of times a second while the window was full).
+#                  compare_bw.sh.
 #   vm_roce_gid DEV  prints the index of DEV's RoCE v2 IPv4-mapped GID on
 #                  port 1 (what verbs_perf and prism_perf pick), -1 if none.
 VM_TIMER_OPTS="--base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
 VM_PP_OPTS="--cc fixed --rate 10 $VM_TIMER_OPTS"
-VM_PP_OPTS_FAIR="--cc fixed --rate 23 $VM_TIMER_OPTS --rto-min 500000"
+VM_PP_OPTS_FAIR="--cc fixed --rate 23 $VM_TIMER_OPTS --rto-min 1000000 --rto-max 4000000 --remote-slots 128 --wait-us 5000"
 vm_roce_gid() {
   local g i t
   for g in /sys/class/infiniband/$1/ports/1/gids/*; do
