@@ -1848,6 +1848,15 @@ class Engine::Impl {
           fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
+    } else if (s.tx_count == 1 && c->srtt > 0 &&
+               now - s.sent_time > 2 * c->srtt) {
+      // A clean ack without an echoed timestamp, for a packet sent once,
+      // that took over twice the connection's RTT: the selector gets its
+      // delay (an upper bound on its RTT), the only sample of a slow path
+      // whose packets are rarely a SACK's trigger. In order after the
+      // batched acks before it.
+      FlushGoodFeedback(c, now);
+      c->sel->OnAckDelay(s.path, now, now - s.sent_time);
     } else {
       // A clean ack without an RTT sample: batched (OnFeedbackBatch).
       if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
