@@ -134,6 +134,7 @@ constexpr uint32_t kDupThresh = 3;
 constexpr size_t kCtrlRing = 1024;
 constexpr int kMaxBackoff = 16;
 constexpr uint8_t kMaxTlp = 2;        // tail-loss probes per stall
+constexpr uint32_t kTlpPackets = 1;   // transmissions resent per probe
 constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
 
@@ -319,10 +320,20 @@ struct Conn {
   uint64_t cwnd = 0;
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
-  Time last_progress = 0;       // last time a SACK acked something new
-  Time rack_sent = 0;           // latest send time of a transmission acked
-  uint8_t tlp_fired = 0;        // tail-loss probes since then
-  bool any_acked_sent = false;  // rack_sent is valid
+  Time last_progress = 0;  // last time a SACK acked something new
+  Time rack_sent = 0;      // latest send time of a transmission acked
+  uint8_t tlp_fired = 0;   // tail-loss probes since then
+  uint8_t tlp_credit = 0;  // retransmissions the probe may send beyond cwnd
+  Time tlp_at = 0;         // when the latest tail-loss probe fired
+  Time tlp_stall_at = 0;   // when the stall's first probe fired
+  Time tlp_rack = 0;       // the latest probe time answered by an ack of a
+                           // transmission sent at or after it (0: none)
+  // The probe's PSN and the path of the transmission it replaced, while the
+  // blame for that path waits for the probe's answer (OnSack).
+  uint64_t tlp_psn = 0;
+  uint16_t tlp_orig_path = 0;
+  bool tlp_blame = false;
+  bool any_acked_sent = false;            // rack_sent is valid
   Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
   Time next_send_time = 0;
   bool no_path = false;
@@ -390,7 +401,9 @@ struct Conn {
     if (!opt.tail_loss_probe || tlp_fired >= kMaxTlp || all_head == kNil) {
       return kTimeInfinite;
     }
-    return std::max(last_progress, slots[all_head].sent_time) + Pto();
+    // Re-armed by a probe: the next one a PTO after it, not at once (the
+    // flight's next-oldest transmission is as old as the probed one).
+    return std::max({last_progress, slots[all_head].sent_time, tlp_at}) + Pto();
   }
   // Age at which a packet is lost by path timeout once a packet sent after
   // it on its plane was acked: srtt + max(4 rttvar, srtt / 4) + the SACK
@@ -420,12 +433,16 @@ struct Conn {
     const Time ps = paths[path].srtt;
     return ps > 2 * srtt ? 2 * ps + opt.base_rtt / 4 : 0;
   }
-  // When the RTO fires for the oldest transmission: the backed-off RTO, or
-  // later when its path is known to be slow (SlowPathGrace).
+  // When the RTO fires for the oldest transmission (or the latest tail-loss
+  // probe, if later): the backed-off RTO, or later when its path is known
+  // to be slow (SlowPathGrace).
   // REQUIRES: all_head != kNil.
   Time RtoTime() const {
     const TxSlot& h = slots[all_head];
-    return h.sent_time + std::max(Rto(), SlowPathGrace(h.path));
+    // A tail-loss probe re-arms it (RFC 8985 7.3): the probed flight's
+    // head stays as old as it was.
+    return std::max(h.sent_time, tlp_at) +
+           std::max(Rto(), SlowPathGrace(h.path));
   }
   // True when a transmission sent after `s` on another path of its plane was
   // acked (the planes' NIC port queues differ in depth: a later packet on an
@@ -434,13 +451,28 @@ struct Conn {
   bool SentBeforeLatestAcked(const TxSlot& s) const {
     return s.sent_time < plane_rack_sent[plane_of[s.path]];
   }
+  // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
+  // PathLossTimeout() after it was sent once a later transmission on its
+  // plane was acked; or, when it was sent before a tail-loss probe that was
+  // answered (tlp_rack), srtt + the SACK delay after it was sent (RFC 8985:
+  // the probe's ack lets RACK mark the rest of the flight; the probe left a
+  // PTO without progress after the flight's head, so what is still unacked
+  // when it comes back was not merely queued behind it, on any plane).
+  Time LossDeadline(const TxSlot& s) const {
+    Time t = kTimeInfinite;
+    if (SentBeforeLatestAcked(s)) t = s.sent_time + PathLossTimeout(s.path);
+    if (s.sent_time < tlp_rack) {
+      const Time rack =
+          std::max(srtt + opt.base_rtt / 4, SlowPathGrace(s.path));
+      t = std::min(t, s.sent_time + rack);
+    }
+    return t;
+  }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
   Time PathLossTime() const {
-    if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
-      return kTimeInfinite;
-    }
-    return slots[all_head].sent_time + PathLossTimeout(slots[all_head].path);
+    if (all_head == kNil) return kTimeInfinite;
+    return LossDeadline(slots[all_head]);
   }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
@@ -1776,9 +1808,19 @@ class Engine::Impl {
       c->any_acked_sent = true;
       Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
       if (s.sent_time > pr) pr = s.sent_time;
+      if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
+        c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
+      }
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
+      }
+    }
+    if (c->tlp_blame) {
+      if (psn == c->tlp_psn) {
+        tlp_answered_ = this_copy;
+      } else if (s.sent_time < c->tlp_stall_at) {
+        ++tlp_old_acked_;
       }
     }
     // (kLost: acked before its retransmission left; the retx entry is
@@ -1786,6 +1828,7 @@ class Engine::Impl {
     s.state = kAcked;
     c->last_progress = now;
     c->tlp_fired = 0;
+    c->tlp_credit = 0;
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
@@ -1805,6 +1848,15 @@ class Engine::Impl {
           fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
+    } else if (s.tx_count == 1 && c->srtt > 0 &&
+               now - s.sent_time > 2 * c->srtt) {
+      // A clean ack without an echoed timestamp, for a packet sent once,
+      // that took over twice the connection's RTT: the selector gets its
+      // delay (an upper bound on its RTT), the only sample of a slow path
+      // whose packets are rarely a SACK's trigger. In order after the
+      // batched acks before it.
+      FlushGoodFeedback(c, now);
+      c->sel->OnAckDelay(s.path, now, now - s.sent_time);
     } else {
       // A clean ack without an RTT sample: batched (OnFeedbackBatch).
       if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
@@ -1854,6 +1906,22 @@ class Engine::Impl {
       }
     }
     FlushGoodFeedback(c, now);
+    if (c->tlp_blame && c->Slot(c->tlp_psn).state != kInFlight &&
+        c->Slot(c->tlp_psn).state != kLost) {
+      // The probe's PSN was acked by this SACK. Its path is blamed when
+      // the probe's own copy is what was acked and nothing else sent
+      // before the probe came with it: the original was lost, not late.
+      // (The receiver echoes the copy that triggered the SACK, so a stalled
+      // host that delivers the original and the probe together names the
+      // probe; the rest of that flight, acked in the same SACK, tells the
+      // stall apart.)
+      c->tlp_blame = false;
+      if (tlp_answered_ && tlp_old_acked_ == 0) {
+        RetireFeedback(c, c->tlp_orig_path, routing::PathFeedback::kLost, now);
+      }
+    }
+    tlp_answered_ = false;
+    tlp_old_acked_ = 0;
     // RTT from the echoed timestamp of the triggering transmission.
     if (rtt > 0) {
       UpdateRtt(c, rtt);
@@ -1919,10 +1987,7 @@ class Engine::Impl {
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (!c->SentBeforeLatestAcked(s) ||
-          s.sent_time + c->PathLossTimeout(s.path) > now) {
-        break;
-      }
+      if (c->LossDeadline(s) > now) break;
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -2100,30 +2165,57 @@ class Engine::Impl {
     const Time rto_time = c->RtoTime();
     if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
-      // while data is in flight, well before the RTO. Every transmission
-      // older than a PTO is presumed lost and resent (on another path); the
-      // paths get kLost. At most kMaxTlp times per stall, then the RTO.
+      // while data is in flight, well before the RTO.
+      // - Transmissions older than a PTO with one sent after them acked
+      //   (overtaken across the connection) are lost on their paths: all
+      //   are resent (on other paths) and the paths get kLost, as in a
+      //   fabric failure the rest of the connection keeps delivering.
+      // - When none was overtaken, nothing says the fabric lost them (a
+      //   stalled receiver or host holds the whole flight): RFC 8985's
+      //   probe, the oldest transmission (kTlpPackets) resent alone, the
+      //   rest kept in flight. The SACK answering it tells what arrived;
+      //   what was sent before the stall's first probe and is still unacked
+      //   then is lost by path timeout (LossDeadline, tlp_rack), and the
+      //   probed packet's path is blamed only if the probe's copy came back
+      //   alone (OnSack, tlp_blame).
+      // At most kMaxTlp times per stall, then the RTO.
       const Time pto = c->Pto();
       congestion::AckEvent ev;  // the presumed losses, for the controller
       ev.now = now;
       while (c->all_head != kNil &&
-             c->slots[c->all_head].sent_time + pto <= now) {
+             c->slots[c->all_head].sent_time + pto <= now &&
+             c->slots[c->all_head].sent_time < c->rack_sent) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
-        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        if (overtaken) {
-          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
-        }
+        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
       }
+      uint32_t probed = 0;
+      while (ev.lost == 0 && probed < kTlpPackets && c->all_head != kNil &&
+             c->slots[c->all_head].sent_time + pto <= now) {
+        ++probed;
+        const uint32_t idx = c->all_head;
+        const uint16_t path = c->slots[idx].path;
+        // Sent in the same burst as an acked one: blamed (kLost) once the
+        // probe's answer shows the original did not arrive.
+        c->tlp_blame = Overtaken(c, c->slots[idx].sent_time);
+        c->tlp_psn = PsnOfSlot(c, idx);
+        c->tlp_orig_path = path;
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, c->tlp_psn, false);
+      }
+      ev.lost += probed;
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
         c->cc->OnAck(ev);
         c->cwnd = c->cc->window_bytes();
       }
       ++c->tlp_fired;
+      if (c->tlp_fired == 1) c->tlp_stall_at = now;
+      c->tlp_at = now;
+      c->tlp_credit = static_cast<uint8_t>(probed);
       ++c->st.tail_loss_probes;
       c->no_path = false;
       return;
@@ -2171,6 +2263,7 @@ class Engine::Impl {
       const uint64_t psn = c->retx[c->retx_head % c->retx_size];
       const TxSlot& s = c->slots[psn & c->win_mask];
       if (psn < c->snd_una || s.state != kLost) return true;  // stale: pop
+      if (c->tlp_credit > 0) return true;  // a probe ignores the window
       const TxMsg& m = c->Msg(s.msn);
       len = std::min<uint32_t>(c->mtu, m.len - s.pkt_idx * c->mtu);
     } else {
@@ -2243,7 +2336,13 @@ class Engine::Impl {
       const TxMsg& m = c->Msg(msn);
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
-      if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd) break;
+      // A tail-loss probe goes out whatever the window (RFC 8985): the
+      // flight it probes still counts as in flight.
+      const bool probe = retx && c->tlp_credit > 0;
+      if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd &&
+          !probe) {
+        break;
+      }
       int path;
       if (path_pos < path_have) {
         path = path_buf[path_pos++];
@@ -2279,6 +2378,7 @@ class Engine::Impl {
       c->no_path = false;
       // Commit.
       if (retx) {
+        if (probe) --c->tlp_credit;
         ++c->retx_head;
         ++c->st.retransmitted_packets;
         c->st.retransmitted_bytes += len;
@@ -2479,6 +2579,10 @@ class Engine::Impl {
   static constexpr size_t kGoodFbBatch = 64;
   PathId good_fb_[kGoodFbBatch];
   size_t good_fb_n_ = 0;
+  // Within one OnSack with a probe's blame pending: whether the probe's own
+  // copy was acked, and how many other transmissions sent before the probe.
+  bool tlp_answered_ = false;
+  uint32_t tlp_old_acked_ = 0;
 
   // RxDestination claims since the last OnReceive.
   static constexpr size_t kMaxRxClaims = 256;
