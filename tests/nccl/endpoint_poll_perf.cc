@@ -22,11 +22,14 @@
 // (auto), PRISM_UDP_GSO (1), PRISM_UDP_GRO (1), PRISM_UDP_RX_IN_PLACE (0),
 // PRISM_RTO_MIN_US and
 // PRISM_PROBE_US (the engine's, 50), PRISM_BASE_RTT_US (100),
-// PRISM_SPIN_US (-1), link rate 100 Gb/s. Prints MB/s at the receiver (from
+// PRISM_SPIN_US (-1), link rate 100 Gb/s; PRISM_NCCL_PERF_IDLE_US=N makes
+// both drivers sleep N us instead of sched_yield after a poll that made no
+// progress, as it does nccl_plugin_perf's. Prints MB/s at the receiver (from
 // its first completion, as nccl_plugin_perf), the process CPU per MB
 // (getrusage, all threads) and the two driver threads' CPU per MB.
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -105,6 +108,15 @@ EndpointOptions Options(uint64_t seed) {
   return o;
 }
 
+// A poll made no progress: sched_yield, or sleep `idle_us` when > 0.
+void Idle(long idle_us) {
+  if (idle_us > 0) {
+    usleep(static_cast<useconds_t>(idle_us));
+  } else {
+    sched_yield();
+  }
+}
+
 int Die(const std::string& what) {
   fprintf(stderr, "endpoint_poll_perf: %s\n", what.c_str());
   return 1;
@@ -144,6 +156,7 @@ int main(int argc, char** argv) {
                                prism::kAccessLocal | prism::kAccessRemoteWrite);
   if (!smr.ok() || !rmr.ok()) return Die("RegisterMemory");
 
+  const long idle_us = EnvLong("PRISM_NCCL_PERF_IDLE_US", 0);
   const double cpu0 = ProcessCpu();
   std::atomic<bool> failed{false};
   double tx_cpu = 0, rx_cpu = 0, secs = 0;
@@ -174,7 +187,7 @@ int main(int argc, char** argv) {
         ++done;
         progressed = true;
       }
-      if (!progressed) sched_yield();
+      if (!progressed) Idle(idle_us);
     }
     tx_cpu = ThreadCpu();
   });
@@ -191,7 +204,7 @@ int main(int argc, char** argv) {
         }
         if (got++ == 0) t0 = std::chrono::steady_clock::now();  // warm-up
       }
-      if (n == 0) sched_yield();
+      if (n == 0) Idle(idle_us);
     }
     secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
                .count();

@@ -1,59 +1,131 @@
 #!/usr/bin/env bash
-# GPU check of the NCCL plugin, for a machine with an NVIDIA GPU and driver
-# (not run on the development machines, which have none).
+# GPU check of the NCCL plugin: device buffers (NCCL_PTR_CUDA) through the
+# plugin on a machine with an NVIDIA GPU and driver. Two halves, because the
+# GPU machine has CUDA, CMake and ninja but not the Debian development
+# packages Prism builds against (Abseil, GoogleTest, rdma-core):
 #
-#   tests/nccl/gpu_check.sh [build-dir]      (default: build-gpu)
-#
-# 1. Configures and builds the plugin with CUDA (CMake must find the CUDA
-#    toolkit; it links the static CUDA runtime) and fails if it did not.
-# 2. Runs the nccl ctest label: the GPU-support test then must see a device
-#    (ptrSupport HOST|CUDA|DMABUF), and CUDA_VISIBLE_DEVICES=-1 must fall back.
-# 3. Runs the mini-NCCL bandwidth driver with CUDA device buffers on both
-#    sides (registered as NCCL_PTR_CUDA, staged through pinned host buffers),
-#    every message verified byte by byte, on the Prism udp and the tcp data
-#    paths, then the same with host buffers for comparison.
-# Prints PASS/FAIL per step and exits nonzero if any failed.
+#   tests/nccl/gpu_check.sh stage [build-dir] [stage-dir]
+#       On a development machine (no GPU needed; the CUDA toolkit must be at
+#       /usr/local/cuda): configures build-dir (default build-gpu) with
+#       -DPRISM_NCCL_CUDA=ON, fails unless CMake reports "NCCL plugin
+#       CUDA=ON", builds the plugin, its tests and nccl_plugin_perf, and
+#       copies them, stripped, with every shared library they load that is
+#       not glibc's or the compiler runtime's (libabsl_*, libibverbs, libnl),
+#       into stage-dir (default build-gpu/gpu-stage: ignored by git, so the
+#       device tool must be told to carry it).
+#   tests/nccl/gpu_check.sh run [stage-dir]
+#       On the GPU machine, from the repository root; needs only the driver
+#       and bash/coreutils. Each step prints PASS/FAIL; the last line is
+#       "gpu_check: ALL PASS" or "gpu_check: FAILED" (exit status 0 / 1):
+#        1. the staged binaries find every library (ldd);
+#        2. nccl_config_test and nccl_gpu_test (staging logic, fake GPU);
+#        3. nccl_plugin_test (the mini-NCCL driver over the Prism udp data
+#           path, 300 rounds) -- its GPU-support test must now see a device
+#           and log "ptrSupport HOST|CUDA|DMABUF";
+#        4. the same test with CUDA_VISIBLE_DEVICES=-1 must fall back to
+#           host memory only;
+#        5. nccl_plugin_perf with CUDA device buffers on both sides
+#           (cudaMalloc, registered as NCCL_PTR_CUDA, staged through pinned
+#           host mirrors), every message checked byte by byte, on the Prism
+#           udp and the INTERIM tcp data paths, then host buffers for
+#           comparison (MB/s printed, not judged).
+#       Under a minute on a 16-core machine; each program has a timeout.
+#   tests/nccl/gpu_check.sh [build-dir]
+#       Both halves on one machine that has the GPU and the build packages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-B=${1:-build-gpu}
-fail=0
-step() { echo "== $*"; }
-ok() { echo "PASS: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
 
-command -v nvidia-smi >/dev/null && nvidia-smi -L
-step "configure + build ($B)"
-cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPRISM_BUILD_BENCH=OFF -DPRISM_NCCL_CUDA=ON >"$B.configure.log" 2>&1 ||
-  { cat "$B.configure.log"; exit 1; }
-grep -q "NCCL plugin CUDA=ON" "$B.configure.log" ||
-  { grep "NCCL plugin CUDA" "$B.configure.log"; bad "CUDA toolkit not found"; exit 1; }
-cmake --build "$B" -j "$(nproc)" --target prism_nccl_tests nccl_plugin_perf ||
-  { bad "build"; exit 1; }
-ok "built with CUDA"
+die() { echo "FAIL: $*"; echo "gpu_check: FAILED"; exit 1; }
 
-step "ctest -L nccl"
-if (cd "$B" && ctest -L nccl --output-on-failure); then ok "ctest -L nccl"; else bad "ctest -L nccl"; fi
-
-step "GPU support line"
-out=$(cd "$B" && NCCL_DEBUG=INFO ./bin/nccl_plugin_test \
-        --gtest_filter=NcclAbi.GpuSupportMatchesItsLogLine 2>&1)
-echo "$out" | grep -E "ptrSupport|CUDA" | head -3
-if echo "$out" | grep -q "ptrSupport HOST|CUDA|DMABUF"; then ok "device found"; else bad "no usable device seen by the plugin"; fi
-
-export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PRISM_ADDRS=127.0.0.1 PRISM_PATHS=64 PRISM_LINK_MTU=9000 PRISM_UDP_TX_MODE=sockets
-for dp in udp tcp; do
-  for mem in cuda host; do
-    step "driver: $dp data path, $mem buffers, verified"
-    cuda=0; [ "$mem" = cuda ] && cuda=1
-    if PRISM_DATAPATH=$dp PRISM_NCCL_PERF_VERIFY=1 PRISM_NCCL_PERF_CUDA=$cuda \
-         timeout 300 "$B/bin/nccl_plugin_perf" 1048576 400 32; then
-      ok "$dp/$mem"
-    else
-      bad "$dp/$mem"
-    fi
+stage() {
+  local b=${1:-build-gpu} s=${2:-}
+  [ -n "$s" ] || s=$b/gpu-stage
+  echo "== configure + build ($b)"
+  mkdir -p "$b" || die "mkdir $b"
+  local log=$b/gpu_check.configure.log
+  cmake -S . -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPRISM_NCCL_CUDA=ON >"$log" 2>&1 || { cat "$log"; die "configure"; }
+  grep -q "NCCL plugin CUDA=ON" "$log" ||
+    { grep "NCCL plugin CUDA" "$log"; die "CUDA toolkit not found"; }
+  cmake --build "$b" -j "$(nproc)" --target prism_nccl_tests nccl_plugin_perf ||
+    die "build"
+  echo "PASS: built with CUDA"
+  rm -rf "$s" && mkdir -p "$s/bin" "$s/lib" || die "mkdir $s"
+  local f
+  for f in nccl_config_test nccl_gpu_test nccl_plugin_test nccl_plugin_perf; do
+    cp "$b/bin/$f" "$s/bin/" || die "no $b/bin/$f"
   done
-done
-[ $fail -eq 0 ] && echo "gpu_check: ALL PASS" || echo "gpu_check: FAILED"
-exit $fail
+  cp "$b/lib/libnccl-net-prism.so" "$s/lib/" || die "no plugin"
+  # Shared libraries from this machine's packages; glibc and the compiler
+  # runtime (libstdc++, libgcc_s) are the GPU machine's own, which are newer.
+  ldd "$s"/bin/* "$s"/lib/*.so 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
+    sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
+    while read -r f; do cp -L "$f" "$s/lib/"; done
+  strip --strip-debug "$s"/bin/* "$s"/lib/*
+  echo "PASS: staged in $s ($(du -sh "$s" | cut -f1)); on the GPU machine:" \
+    "tests/nccl/gpu_check.sh run $s"
+}
+
+run() {
+  local s=${1:-build-gpu/gpu-stage} fail=0
+  ok() { echo "PASS: $*"; }
+  bad() { echo "FAIL: $*"; fail=1; }
+  [ -x "$s/bin/nccl_plugin_test" ] || die "no staged binaries in $s (run: tests/nccl/gpu_check.sh stage)"
+  command -v nvidia-smi >/dev/null && nvidia-smi -L
+  export LD_LIBRARY_PATH="$PWD/$s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "== 1. libraries"
+  local missing
+  missing=$(ldd "$s"/bin/* "$s"/lib/libnccl-net-prism.so 2>&1 | grep -E "not found|GLIBC_.*not" | sort -u)
+  if [ -z "$missing" ]; then ok "every library found"; else echo "$missing"; bad "libraries"; fi
+
+  echo "== 2. config and staging logic (fake GPU runtime)"
+  for t in nccl_config_test nccl_gpu_test; do
+    if timeout 120 "$s/bin/$t" --gtest_brief=1; then ok "$t"; else bad "$t"; fi
+  done
+
+  echo "== 3. plugin test with the GPU visible"
+  local out
+  out=$(PRISM_NCCL_TEST_ROUNDS=300 NCCL_DEBUG=INFO timeout 300 \
+        "$s/bin/nccl_plugin_test" --gtest_brief=1 2>&1)
+  local rc=$?
+  echo "$out" | grep -E "ptrSupport|FAILED|PASSED" | head -5
+  if [ $rc -eq 0 ]; then ok "nccl_plugin_test"; else echo "$out" | tail -30; bad "nccl_plugin_test"; fi
+  if echo "$out" | grep -q "ptrSupport HOST|CUDA|DMABUF"; then
+    ok "the plugin sees a device"
+  else
+    bad "no usable device seen by the plugin"
+  fi
+
+  echo "== 4. CUDA_VISIBLE_DEVICES=-1 falls back to host memory"
+  if CUDA_VISIBLE_DEVICES=-1 PRISM_NCCL_EXPECT_HOST_ONLY=1 timeout 60 \
+       "$s/bin/nccl_plugin_test" --gtest_brief=1 \
+       --gtest_filter=NcclAbi.GpuSupportMatchesItsLogLine; then
+    ok "host-only fallback"
+  else
+    bad "host-only fallback"
+  fi
+
+  echo "== 5. mini-NCCL driver, device buffers, every byte verified"
+  local dp mem cuda
+  for dp in udp tcp; do
+    for mem in cuda host; do
+      cuda=0; [ "$mem" = cuda ] && cuda=1
+      if PRISM_ADDRS=127.0.0.1 PRISM_PATHS=64 PRISM_LINK_MTU=9000 \
+           PRISM_UDP_TX_MODE=sockets PRISM_DATAPATH=$dp \
+           PRISM_NCCL_PERF_VERIFY=1 PRISM_NCCL_PERF_CUDA=$cuda \
+           timeout 120 "$s/bin/nccl_plugin_perf" 1048576 400 32; then
+        ok "$dp/$mem buffers"
+      else
+        bad "$dp/$mem buffers"
+      fi
+    done
+  done
+  if [ $fail -eq 0 ]; then echo "gpu_check: ALL PASS"; else echo "gpu_check: FAILED"; fi
+  return $fail
+}
+
+case "${1:-}" in
+  stage) shift; stage "$@" ;;
+  run) shift; run "$@"; exit $? ;;
+  *) b=${1:-build-gpu}; stage "$b" && run "$b/gpu-stage"; exit $? ;;
+esac

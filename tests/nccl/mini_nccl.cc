@@ -1,6 +1,7 @@
 #include "tests/nccl/mini_nccl.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
@@ -103,6 +104,28 @@ int64_t CheckPattern(const uint8_t* p, uint64_t len, uint64_t seed,
     }
   }
   return -1;
+}
+
+bool ReadAll(int fd, void* p, size_t n) {
+  auto* b = static_cast<uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t r = read(fd, b, n);
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteAll(int fd, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t w = write(fd, b, n);
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
 }
 
 }  // namespace prism::nccl_test

@@ -11,6 +11,7 @@
 #ifndef PRISM_TESTS_NCCL_MINI_NCCL_H_
 #define PRISM_TESTS_NCCL_MINI_NCCL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -61,6 +62,11 @@ void FillPattern(uint8_t* dst, uint64_t len, uint64_t seed, uint64_t round,
 // Offset of the first wrong byte, or -1 when all `len` bytes match.
 int64_t CheckPattern(const uint8_t* p, uint64_t len, uint64_t seed,
                      uint64_t round, uint32_t index);
+
+// Blocking read/write of exactly `n` bytes on a pipe or socket; false on an
+// error or end of file.
+bool ReadAll(int fd, void* p, size_t n);
+bool WriteAll(int fd, const void* p, size_t n);
 
 }  // namespace prism::nccl_test
 

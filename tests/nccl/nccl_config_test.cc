@@ -16,6 +16,21 @@ EnvGetter Env(std::map<std::string, std::string>* m) {
   };
 }
 
+// Each (variable, value) of `bad`, set on top of `base`, must fail
+// LoadConfig with a message that names the variable.
+template <size_t N>
+void ExpectEachRejectedByName(
+    const std::map<std::string, std::string>& base,
+    const std::pair<const char*, const char*> (&bad)[N]) {
+  for (const auto& [k, v] : bad) {
+    std::map<std::string, std::string> e = base;
+    e[k] = v;
+    auto c = LoadConfig(Env(&e));
+    ASSERT_FALSE(c.ok()) << k << "=" << v;
+    EXPECT_NE(c.status().message().find(k), std::string::npos) << c.status();
+  }
+}
+
 TEST(NcclConfig, ExplicitAddresses) {
   std::map<std::string, std::string> e = {
       {"PRISM_ADDRS", "127.0.0.1, 127.0.0.2,::1"},
@@ -56,13 +71,7 @@ TEST(NcclConfig, BadValuesNameTheVariable) {
       {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
       {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
       {"PRISM_LATENCY_US", "1e3"}};
-  for (const auto& [k, v] : bad) {
-    std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"}};
-    e[k] = v;
-    auto c = LoadConfig(Env(&e));
-    ASSERT_FALSE(c.ok()) << k << "=" << v;
-    EXPECT_NE(c.status().message().find(k), std::string::npos) << c.status();
-  }
+  ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
 }
 
 TEST(NcclConfig, NoMatchingInterfaceIsNotFound) {
@@ -114,13 +123,7 @@ TEST(NcclConfig, EngineAndDatapathKnobs) {
       {"PRISM_UDP_GSO", "2"},          {"PRISM_UDP_GRO", "yes"},
       {"PRISM_UDP_RX_IN_PLACE", "-1"}, {"PRISM_SPIN_US", "-2"},
       {"PRISM_RTO_MIN_US", "0"},       {"PRISM_PROBE_US", "1e3"}};
-  for (const auto& [k, v] : bad) {
-    std::map<std::string, std::string> b = e;
-    b[k] = v;
-    auto r = LoadConfig(Env(&b));
-    ASSERT_FALSE(r.ok()) << k << "=" << v;
-    EXPECT_NE(r.status().message().find(k), std::string::npos) << r.status();
-  }
+  ExpectEachRejectedByName(e, bad);
 }
 
 TEST(NcclConfig, VerbsDevicesQpsAndMode) {
@@ -157,13 +160,7 @@ TEST(NcclConfig, VerbsDevicesQpsAndMode) {
       {"PRISM_IB_QPS", "50"},
       {"PRISM_IB_MODE", "ud"},
       {"PRISM_IB_DEVICE", "a,b,c"}};
-  for (const auto& [k, v] : bad) {
-    std::map<std::string, std::string> b = e;
-    b[k] = v;
-    auto r = LoadConfig(Env(&b));
-    ASSERT_FALSE(r.ok()) << k << "=" << v;
-    EXPECT_NE(r.status().message().find(k), std::string::npos) << r.status();
-  }
+  ExpectEachRejectedByName(e, bad);
 }
 
 }  // namespace

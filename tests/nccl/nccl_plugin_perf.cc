@@ -43,6 +43,7 @@ namespace {
 
 using prism::nccl_test::LoadNet;
 using prism::nccl_test::Net;
+using prism::nccl_test::ReadAll;
 using prism::nccl_test::TestLogger;
 
 int Die(const char* what) {
@@ -103,17 +104,6 @@ double CpuSeconds(int who) {
   getrusage(who, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-bool ReadAll(int fd, void* p, size_t n) {
-  auto* b = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= r;
-  }
-  return true;
 }
 
 }  // namespace

@@ -134,6 +134,22 @@ void* Irecv(void* rc, int n, void** data, size_t* sizes, int* tags,
   return req;
 }
 
+// Registers `sbuf` on p's send comm and `rbuf` on its recv comm (host).
+void RegisterHost(const Pair& p, std::vector<uint8_t>* sbuf,
+                  std::vector<uint8_t>* rbuf, void** smh, void** rmh) {
+  ASSERT_EQ(
+      N()->reg_mr(p.send, sbuf->data(), sbuf->size(), kPrismNcclPtrHost, smh),
+      kOk);
+  ASSERT_EQ(
+      N()->reg_mr(p.recv, rbuf->data(), rbuf->size(), kPrismNcclPtrHost, rmh),
+      kOk);
+}
+
+void DeregisterBoth(const Pair& p, void* smh, void* rmh) {
+  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
+  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+}
+
 // Tests both requests (either may be NULL = already done) until done; returns
 // the first non-success result.
 int WaitBoth(void* sreq, int* ssizes, int* sres, void* rreq, int* rsizes,
@@ -368,12 +384,7 @@ TEST(NcclConn, OneThreadBasics) {
   std::vector<uint8_t> sbuf(1 << 20), rbuf(1 << 20);
   void* smh = nullptr;
   void* rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   // No receive posted: isend says "try again" with a NULL request.
   void* req = reinterpret_cast<void*>(0x1);
   ASSERT_EQ(N()->isend(p.send, sbuf.data(), 100, 7, smh, nullptr, &req), kOk);
@@ -497,8 +508,7 @@ TEST(NcclConn, OneThreadBasics) {
   EXPECT_EQ(N()->iflush(p.recv, 1, &rdata, &fsize, &rmh, &freq), kOk);
   EXPECT_EQ(freq, nullptr);
 
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -517,12 +527,7 @@ TEST(NcclConn, CtsTravelsThroughPrism) {
   std::vector<uint8_t> sbuf(kOut * kLen), rbuf(kOut * kLen);
   void* smh = nullptr;
   void* rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   constexpr int kRounds = 3;
   for (int round = 0; round < kRounds; ++round) {
     void* rreqs[kOut];
@@ -553,8 +558,7 @@ TEST(NcclConn, CtsTravelsThroughPrism) {
       ASSERT_EQ(CheckPattern(rbuf.data() + i * kLen, len, 9, round, i), -1);
     }
   }
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   const size_t before = LogSnapshot().size();
   ClosePair(&p);
   const std::vector<LogLine> log = LogSnapshot();
@@ -588,12 +592,7 @@ TEST(NcclConn, OversizeSendFailsOnBothSides) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(1, &p));
   std::vector<uint8_t> sbuf(4096), rbuf(4096, 0x77);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   void* d = rbuf.data();
   size_t s = 100;
   int t = 3;
@@ -607,8 +606,7 @@ TEST(NcclConn, OversizeSendFailsOnBothSides) {
   EXPECT_NE(sres, kOk);
   EXPECT_NE(rres, kOk);
   for (uint8_t b : rbuf) ASSERT_EQ(b, 0x77);  // nothing written
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -620,12 +618,7 @@ TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
   std::vector<uint8_t> sbuf(64 * 4096), rbuf(64 * 4096, 0x33);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   int sres = kOk, rres = kOk;
 
   // 32 receives outstanding (NCCL_NET_MAX_REQUESTS): the 33rd says "try
@@ -709,8 +702,7 @@ TEST(NcclConn, TryAgainAndRecoveryAfterOversize) {
     EXPECT_EQ(rs[0], 4000);
     EXPECT_EQ(CheckPattern(rbuf.data(), 4000, 6, 1, 0), -1);
   }
-  EXPECT_EQ(N()->dereg_mr(p.send, smh), kOk);
-  EXPECT_EQ(N()->dereg_mr(p.recv, rmh), kOk);
+  DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
 }
 
@@ -749,12 +741,7 @@ TEST(NcclConn, CloseWithRequestsInFlight) {
   ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
   std::vector<uint8_t> sbuf(8 << 20), rbuf(8 << 20);
   void *smh = nullptr, *rmh = nullptr;
-  ASSERT_EQ(
-      N()->reg_mr(p.send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &smh),
-      kOk);
-  ASSERT_EQ(
-      N()->reg_mr(p.recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &rmh),
-      kOk);
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
   // Eight 1 MiB messages posted, none tested: more than the socket buffers.
   for (int i = 0; i < 8; ++i) {
     void* d = rbuf.data() + (i << 20);
@@ -963,27 +950,6 @@ bool RunReceiver(void* rc, uint8_t* buf, void* mh, uint64_t seed, int rounds,
   return true;
 }
 
-bool WriteAll(int fd, const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = write(fd, b, n);
-    if (w <= 0) return false;
-    b += w;
-    n -= w;
-  }
-  return true;
-}
-bool ReadAll(int fd, void* p, size_t n) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= r;
-  }
-  return true;
-}
-
 int RoundsFromEnv() {
   const char* v = getenv("PRISM_NCCL_TEST_ROUNDS");
   return v != nullptr ? atoi(v) : 2000;
@@ -1169,6 +1135,46 @@ TEST(NcclConn, TwoProcessesRandomTraffic) {
   for (int fd : {p2c[0], p2c[1], c2p[0], c2p[1], res[0]}) close(fd);
 }
 
+// One connection and one posted message through an older table: listens on
+// device 0, connects and accepts until both are up, registers `sbuf` and
+// `rbuf` and posts a receive of rbuf's size, then the send of `len` bytes of
+// sbuf (retried until the receiver's CTS is in). `connect(handle, &sc)`,
+// `irecv(rc, &rdata, &tag, &rmh, &rreq)` and `isend(sc, data, len, tag, mh,
+// &sreq)` adapt the version's signatures (the v11 table's test/close slots
+// serve every version).
+struct OldAbiMessage {
+  void *sc = nullptr, *rc = nullptr;
+  void *smh = nullptr, *rmh = nullptr;
+  void *sreq = nullptr, *rreq = nullptr;
+};
+template <typename NetT, typename ConnectFn, typename IrecvFn, typename IsendFn>
+void ConnectAndPostOne(const NetT* n, Clock::time_point start,
+                       std::vector<uint8_t>* sbuf, std::vector<uint8_t>* rbuf,
+                       int len, int tag, ConnectFn connect, IrecvFn irecv,
+                       IsendFn isend, OldAbiMessage* m) {
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(n->listen(0, handle, &lc), kOk);
+  while (!m->sc || !m->rc) {
+    if (!m->sc) {
+      ASSERT_EQ(connect(handle, &m->sc), kOk);
+    }
+    if (!m->rc) {
+      ASSERT_EQ(n->accept(lc, &m->rc, nullptr), kOk);
+    }
+    ASSERT_FALSE(Expired(start, 10));
+  }
+  ASSERT_EQ(n->close_listen(lc), kOk);
+  ASSERT_EQ(n->reg_mr(m->sc, sbuf->data(), sbuf->size(), 1, &m->smh), kOk);
+  ASSERT_EQ(n->reg_mr(m->rc, rbuf->data(), rbuf->size(), 1, &m->rmh), kOk);
+  void* rdata = rbuf->data();
+  ASSERT_EQ(irecv(m->rc, &rdata, &tag, &m->rmh, &m->rreq), kOk);
+  while (!m->sreq) {
+    ASSERT_EQ(isend(m->sc, sbuf->data(), len, tag, m->smh, &m->sreq), kOk);
+    ASSERT_FALSE(Expired(start, 10));
+  }
+}
+
 TEST(NcclAbi, OlderTableVersions) {
   LoadOrDie();
   InitCtx();
@@ -1177,16 +1183,11 @@ TEST(NcclAbi, OlderTableVersions) {
     SCOPED_TRACE("v" + std::to_string(v));
     const void* t = FindTable(g_net, v);
     ASSERT_NE(t, nullptr);
-    char handle[kPrismNcclHandleMaxSize];
-    void* lc = nullptr;
-    void *sc = nullptr, *rc = nullptr;
     int ndev = 0;
     std::vector<uint8_t> sbuf(8192), rbuf(8192);
     FillPattern(sbuf.data(), 5000, 9, v, 0);
-    void *smh = nullptr, *rmh = nullptr;
-    void *sreq = nullptr, *rreq = nullptr;
-    void* rdata = rbuf.data();
-    int tag = 5;
+    OldAbiMessage m;
+    const int tag = 5;
     const auto start = Clock::now();
     if (v == 8) {
       const auto* n = static_cast<const PrismNcclNetV8*>(t);
@@ -1199,25 +1200,17 @@ TEST(NcclAbi, OlderTableVersions) {
       EXPECT_EQ(p.net_device_type, 0);
       EXPECT_EQ(p.net_device_version, 0);
       EXPECT_NE(p.ptr_support & kPrismNcclPtrHost, 0);
-      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
-      while (!sc || !rc) {
-        if (!sc) {
-          ASSERT_EQ(n->connect(0, handle, &sc, nullptr), kOk);
-        }
-        if (!rc) {
-          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
-        }
-        ASSERT_FALSE(Expired(start, 10));
-      }
-      ASSERT_EQ(n->close_listen(lc), kOk);
-      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
-      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
-      int rsize = 8192;
-      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, &rreq), kOk);
-      while (!sreq) {
-        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, &sreq), kOk);
-        ASSERT_FALSE(Expired(start, 10));
-      }
+      ASSERT_NO_FATAL_FAILURE(ConnectAndPostOne(
+          n, start, &sbuf, &rbuf, 5000, tag,
+          [&](void* h, void** sc) { return n->connect(0, h, sc, nullptr); },
+          [&](void* rc, void** data, int* tg, void** mh, void** req) {
+            int rsize = 8192;
+            return n->irecv(rc, 1, data, &rsize, tg, mh, req);
+          },
+          [&](void* sc, void* data, int len, int tg, void* mh, void** req) {
+            return n->isend(sc, data, len, tg, mh, req);
+          },
+          &m));
     } else if (v == 9) {
       const auto* n = static_cast<const PrismNcclNetV9*>(t);
       ASSERT_EQ(n->init(TestLogger), kOk);
@@ -1226,25 +1219,17 @@ TEST(NcclAbi, OlderTableVersions) {
       ASSERT_EQ(n->get_properties(0, &p), kOk);
       EXPECT_EQ(p.max_recvs, 8);
       EXPECT_EQ(p.vprops.ndevs, 1);
-      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
-      while (!sc || !rc) {
-        if (!sc) {
-          ASSERT_EQ(n->connect(0, handle, &sc, nullptr), kOk);
-        }
-        if (!rc) {
-          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
-        }
-        ASSERT_FALSE(Expired(start, 10));
-      }
-      ASSERT_EQ(n->close_listen(lc), kOk);
-      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
-      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
-      size_t rsize = 8192;
-      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, &rreq), kOk);
-      while (!sreq) {
-        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, &sreq), kOk);
-        ASSERT_FALSE(Expired(start, 10));
-      }
+      ASSERT_NO_FATAL_FAILURE(ConnectAndPostOne(
+          n, start, &sbuf, &rbuf, 5000, tag,
+          [&](void* h, void** sc) { return n->connect(0, h, sc, nullptr); },
+          [&](void* rc, void** data, int* tg, void** mh, void** req) {
+            size_t rsize = 8192;
+            return n->irecv(rc, 1, data, &rsize, tg, mh, req);
+          },
+          [&](void* sc, void* data, int len, int tg, void* mh, void** req) {
+            return n->isend(sc, data, len, tg, mh, req);
+          },
+          &m));
     } else {
       const auto* n = static_cast<const PrismNcclNetV10*>(t);
       ASSERT_EQ(n->init(TestLogger, nullptr), kOk);
@@ -1252,39 +1237,31 @@ TEST(NcclAbi, OlderTableVersions) {
       PrismNcclPropertiesV10 p;
       ASSERT_EQ(n->get_properties(0, &p), kOk);
       EXPECT_EQ(p.max_recvs, 8);
-      ASSERT_EQ(n->listen(0, handle, &lc), kOk);
       PrismNcclCommConfig cfg{-1};
-      while (!sc || !rc) {
-        if (!sc) {
-          ASSERT_EQ(n->connect(0, &cfg, handle, &sc, nullptr), kOk);
-        }
-        if (!rc) {
-          ASSERT_EQ(n->accept(lc, &rc, nullptr), kOk);
-        }
-        ASSERT_FALSE(Expired(start, 10));
-      }
-      ASSERT_EQ(n->close_listen(lc), kOk);
-      ASSERT_EQ(n->reg_mr(sc, sbuf.data(), sbuf.size(), 1, &smh), kOk);
-      ASSERT_EQ(n->reg_mr(rc, rbuf.data(), rbuf.size(), 1, &rmh), kOk);
-      size_t rsize = 8192;
-      ASSERT_EQ(n->irecv(rc, 1, &rdata, &rsize, &tag, &rmh, nullptr, &rreq),
-                kOk);
-      while (!sreq) {
-        ASSERT_EQ(n->isend(sc, sbuf.data(), 5000, tag, smh, nullptr, &sreq),
-                  kOk);
-        ASSERT_FALSE(Expired(start, 10));
-      }
+      ASSERT_NO_FATAL_FAILURE(ConnectAndPostOne(
+          n, start, &sbuf, &rbuf, 5000, tag,
+          [&](void* h, void** sc) {
+            return n->connect(0, &cfg, h, sc, nullptr);
+          },
+          [&](void* rc, void** data, int* tg, void** mh, void** req) {
+            size_t rsize = 8192;
+            return n->irecv(rc, 1, data, &rsize, tg, mh, nullptr, req);
+          },
+          [&](void* sc, void* data, int len, int tg, void* mh, void** req) {
+            return n->isend(sc, data, len, tg, mh, nullptr, req);
+          },
+          &m));
     }
     EXPECT_EQ(ndev, 2);
     // The test/close slots share the v11 functions.
     int sres, rres, sizes[8];
-    ASSERT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, sizes, &rres), kOk);
+    ASSERT_EQ(WaitBoth(m.sreq, nullptr, &sres, m.rreq, sizes, &rres), kOk);
     EXPECT_EQ(sizes[0], 5000);
     EXPECT_EQ(CheckPattern(rbuf.data(), 5000, 9, v, 0), -1);
-    EXPECT_EQ(N()->dereg_mr(sc, smh), kOk);
-    EXPECT_EQ(N()->dereg_mr(rc, rmh), kOk);
-    EXPECT_EQ(N()->close_send(sc), kOk);
-    EXPECT_EQ(N()->close_recv(rc), kOk);
+    EXPECT_EQ(N()->dereg_mr(m.sc, m.smh), kOk);
+    EXPECT_EQ(N()->dereg_mr(m.rc, m.rmh), kOk);
+    EXPECT_EQ(N()->close_send(m.sc), kOk);
+    EXPECT_EQ(N()->close_recv(m.rc), kOk);
   }
 }
 

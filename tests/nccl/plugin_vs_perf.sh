@@ -8,8 +8,10 @@
 #   GSO=1|0 and GRO=1|0 (default 1, prism_perf's defaults), RTO_MIN_US and
 #   PROBE_US (default 50 and 50: the plugin's engine defaults; prism_perf's
 #   own are 4000 and 1000), IN_PLACE=0|1 (default 0: receive in place,
-#   PRISM_UDP_RX_IN_PLACE / --in-place), IDLE_US (default 0: the driver sched_yields
-#   between idle polls as NCCL's proxy does; N: it sleeps N us instead).
+#   PRISM_UDP_RX_IN_PLACE / --in-place), IDLE_US (default 0: the drivers of
+#   the plugin and ep_poll rows sched_yield between idle polls as NCCL's
+#   proxy does; N: they sleep N us instead, which takes the idle spinning out
+#   of their CPU time; prism_perf blocks either way).
 #
 # Per run: MB/s (plugin: at the receiver; prism_perf: at the client) and the
 # CPU time of both processes together (perf stat task-clock, children
@@ -111,6 +113,7 @@ run_poll() {
     PRISM_LINK_MTU=9000 PRISM_UDP_TX_MODE="$TX_MODE" PRISM_UDP_GSO="$GSO" \
     PRISM_UDP_GRO="$GRO" PRISM_UDP_RX_IN_PLACE="$IN_PLACE" PRISM_RTO_MIN_US="$RTO_MIN_US" \
     PRISM_PROBE_US="$PROBE_US" PRISM_BASE_RTT_US=100 \
+    PRISM_NCCL_PERF_IDLE_US="$IDLE_US" \
     "$B/bin/endpoint_poll_perf" "$SIZE" "$MSGS" "$DEPTH" >"$tmp/eo" 2>&1 ||
     { cat "$tmp/eo"; exit 1; }
   mbs=$(sed -n 's/.*: \([0-9.]*\) MB\/s.*/\1/p' "$tmp/eo")

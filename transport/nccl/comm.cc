@@ -150,7 +150,20 @@ struct CommBase : SinkBase {
   uint64_t nonce = 0;
   Rng rng{1};
   int live_mrs = 0;
-  uint32_t test_polls = 0;  // test() calls that had to make progress
+  uint32_t test_polls = 0;  // isend/irecv/test calls that made progress
+
+  // Whether this call also reads the side channel (a system call). On the
+  // Prism data paths it only carries rare events (a send error, the peer
+  // closing) -- the CTS and the data come through Prism -- so it is read on
+  // every kSideReadEvery-th isend/irecv/test call, saving a system call on
+  // the others (NCCL's proxy polls in a tight loop, so such an event is
+  // still seen within 64 polls, tens to hundreds of microseconds); on the
+  // INTERIM tcp path always.
+  static constexpr uint32_t kSideReadEvery = 64;
+  bool ReadSideNow() {
+    return mode == DataMode::kTcpInterim ||
+           (++test_polls % kSideReadEvery) == 0;
+  }
 
   // GPU memory (gpu.h): the runtime, a stream created by the first
   // NCCL_PTR_CUDA registration, and host mirrors whose deregMr came while
@@ -1662,10 +1675,8 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       r != kPrismNcclSuccess) {
     return r;
   }
-  // The CTS comes from the endpoint's completions on the Prism data paths;
-  // the side channel then only tells of the peer closing (read every 16th
-  // call, saving a system call on the others).
-  s->Progress(s->mode == DataMode::kTcpInterim || (++s->test_polls & 15) == 0);
+  // The CTS comes from the endpoint's completions on the Prism data paths.
+  s->Progress(s->ReadSideNow());
   if (s->failed) return s->failure;
   SendComm::CtsGroup& g = s->cts[s->next_send_seq % kMaxRequests];
   if (!g.valid || g.seq != s->next_send_seq) return kPrismNcclSuccess;
@@ -1797,7 +1808,7 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   Request& req = rc->reqs[rc->next_seq % kMaxRequests];
   if (req.in_use || rc->out_count == kMaxRequests ||
       rc->cts_busy[rc->next_seq % kMaxRequests]) {
-    rc->Progress();
+    rc->Progress(rc->ReadSideNow());
     return rc->failed ? rc->failure : kPrismNcclSuccess;  // try again
   }
   req.in_use = true;
@@ -1832,7 +1843,7 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   o.seq = req.seq;
   ++rc->out_count;
   ++rc->next_seq;
-  rc->Progress();
+  rc->Progress(rc->ReadSideNow());
   *request = &req;
   return kPrismNcclSuccess;
 }
@@ -1871,12 +1882,7 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
     return kPrismNcclInvalidArgument;
   }
   if (!r->done) {
-    // On the Prism data paths the side channel only carries rare events (a
-    // send error, the peer closing); the CTS comes through Prism: read it
-    // on every 16th poll, saving a system call on the others (NCCL's proxy
-    // polls test() in a tight loop).
-    const bool read_side =
-        c->mode == DataMode::kTcpInterim || (++c->test_polls & 15) == 0;
+    const bool read_side = c->ReadSideNow();
     if (c->kind == CommKind::kSend) {
       static_cast<SendComm*>(c)->Progress(read_side);
     } else {
