@@ -65,7 +65,8 @@ struct PathSelectorCounters {
   uint64_t recycled = 0;        // "reps": picks served from the clean-EV cache
   uint64_t bad_input = 0;       // out-of-range path or plane arguments
   uint64_t plane_down_feedback = 0;  // ECN/trim/loss on a down plane, ignored
-  uint64_t slow_rtt = 0;  // clean ACKs taken as ECN for their RTT (additive)
+  uint64_t slow_rtt = 0;    // clean ACKs taken as ECN for their RTT (additive)
+  uint64_t slow_skips = 0;  // known-slow paths put in SKIP after a use
 };
 
 class PathSelector {
@@ -84,6 +85,17 @@ class PathSelector {
   virtual PathState state(PathId path) const = 0;
   virtual uint16_t num_paths() const = 0;
   virtual const char* name() const = 0;
+  // Additive: a clean ACK that is not its SACK's trigger (so carries no
+  // echoed timestamp), for a packet sent once on `path`, `delay` after it
+  // was sent (its RTT plus the receiver's SACK delay: an upper bound). The
+  // engine reports such an ACK here instead of as a plain kGood when the
+  // delay is well above the connection's RTT: a slow path's packets are
+  // rarely a SACK's trigger, and this is how their RTT is seen at all. The
+  // sample updates the path's own RTT, not the connection's typical RTT
+  // (only slow ones are reported). Default: a plain kGood.
+  virtual void OnAckDelay(PathId path, Time now, Time /*delay*/) {
+    OnFeedback(path, PathFeedback::kGood, now, 0);
+  }
   // Additive (issue 4): counters, usable-path count (GOOD on an up plane)
   // and plane status. Defaults keep older implementations compiling.
   virtual PathSelectorCounters counters() const { return {}; }

@@ -79,6 +79,15 @@ struct Args {
   bool tlp = true;
   int cpu = -1;  // loop thread pinning
   int spin_us = -1;
+  // Longest WaitCompletions sleep of the posting thread. A completion wakes
+  // it at once, so this only bounds the idle wake-ups: with 200 us, a
+  // window-limited run under QEMU TCG (RTT 50-200 ms) wakes the thread
+  // thousands of times a second (docs/verbs.md "Profile inside the VM").
+  int wait_us = 200;
+  // Receive-buffer slots (message-sized) the server registers; 0: tx depth,
+  // at most 64 (with more messages in flight than slots, two of them write
+  // the same slot at once, as ib_write_bw's single buffer does).
+  uint64_t remote_slots = 0;
   std::string bind = "::";
   std::string device;  // verbs
   uint16_t qps = 8;    // verbs data QPs
@@ -123,6 +132,10 @@ void Usage() {
       "  --cpu=N                 pin the event-loop thread to CPU N\n"
       "  --spin=US               poll US after the last work before sleeping\n"
       "                          (-1: the datapath's default; udp 0)\n"
+      "  --wait-us=US            longest completion wait of the posting\n"
+      "                          thread (200; a completion ends it)\n"
+      "  --remote-slots=N        server receive buffer: N messages (0: the\n"
+      "                          TX depth, at most 64)\n"
       "  --zero-checksum         accept zero UDP checksums (uSID, sockets)\n"
       "  --bind=ADDR             side-channel listen address (::)\n"
       "  --path-stats            per-path counters\n"
@@ -147,6 +160,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kNoGso,
     kNoTlp,
     kSpin,
+    kWait,
+    kRemoteSlots,
     kCpu,
     kBind,
     kPathStats,
@@ -187,6 +202,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"no-tlp", no_argument, nullptr, kNoTlp},
       {"cpu", required_argument, nullptr, kCpu},
       {"spin", required_argument, nullptr, kSpin},
+      {"wait-us", required_argument, nullptr, kWait},
+      {"remote-slots", required_argument, nullptr, kRemoteSlots},
       {"bind", required_argument, nullptr, kBind},
       {"path-stats", no_argument, nullptr, kPathStats},
       {"json", no_argument, nullptr, kJson},
@@ -308,6 +325,15 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         if (!absl::SimpleAtoi(optarg, &a->spin_us) || a->spin_us < -1 ||
             a->spin_us > 1000000)
           return false;
+        break;
+      case kWait:
+        if (!absl::SimpleAtoi(optarg, &a->wait_us) || a->wait_us < 1 ||
+            a->wait_us > 1000000)
+          return false;
+        break;
+      case kRemoteSlots:
+        if (!num(optarg, &v) || v > 65536) return false;
+        a->remote_slots = v;
         break;
       case kCpu:
         if (!num(optarg, &v) || v > 1023) return false;
@@ -562,7 +588,10 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
       ++posted;
       ++outstanding;
     }
-    size_t n = ep.WaitCompletions(c, 64, 200 * prism::kMicrosecond);
+    Time wait = a.wait_us * prism::kMicrosecond;
+    if (!stop && end != prism::kTimeInfinite)
+      wait = std::max<Time>(prism::kMicrosecond, std::min(wait, end - now));
+    size_t n = ep.WaitCompletions(c, 64, wait);
     for (size_t i = 0; i < n; ++i) {
       if (c[i].type != prism::CompletionType::kWrite) continue;
       --outstanding;
@@ -742,7 +771,9 @@ uint64_t RemoteBufferBytes(const Args& a) {
   // Enough slots for tx_depth messages, capped at 256 MiB (slots are reused,
   // as ib_write_bw does).
   const uint64_t cap = 256ull << 20;
-  const uint64_t want = a.size * std::min<uint64_t>(a.tx_depth, 64);
+  const uint64_t want =
+      a.size * (a.remote_slots > 0 ? a.remote_slots
+                                   : std::min<uint64_t>(a.tx_depth, 64));
   return std::max<uint64_t>(a.size, std::min(want, std::max(cap, a.size)));
 }
 

@@ -252,14 +252,25 @@ void MultipathSelector::Retire(uint16_t p, Time now) {
     SetState(s, PathState::kGood, 0);
     ++counters_.floor_releases;
   }
-  SetState(p, PathState::kAssumedBad, now + probe_interval_);
   Path& x = paths_[p];
   if (x.level < kMaxSkipLevel) ++x.level;
+  SetState(p, PathState::kAssumedBad, now + ProbeDelay(p));
   ++counters_.retirements;
 }
 
 void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
                                    Time rtt) {
+  Apply(path, fb, now, rtt, /*typical_sample=*/true);
+}
+
+void MultipathSelector::OnAckDelay(PathId path, Time now, Time delay) {
+  // The path's own sample, but not one for the typical RTT: the engine
+  // reports only delays that look slow, so they would pull it up.
+  Apply(path, PathFeedback::kGood, now, delay, /*typical_sample=*/false);
+}
+
+void MultipathSelector::Apply(PathId path, PathFeedback fb, Time now, Time rtt,
+                              bool typical_sample) {
   if (path >= num_paths_) {
     ++counters_.bad_input;
     return;
@@ -274,7 +285,10 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
     return;
   }
   Time slow_passes = 0;  // a slow-RTT sample: passes it is worth
-  if (rtt > 0) {
+  // A probe's RTT is not this path's data RTT: probes travel at control
+  // priority, ahead of the data queue that makes a path slow, so a slow
+  // path's probe comes back as fast as any. Only data samples count.
+  if (rtt > 0 && fb != PathFeedback::kProbeOk) {
     // A clean ACK far slower than the connection's typical RTT is this
     // path's congestion sign where the fabric did not mark (a slow or
     // degraded link, a deep queue below the ECN threshold): ECN for the
@@ -290,7 +304,7 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
       // A path k times slower than typical (marked or not) sits out about
       // k passes, so its use falls with its RTT (as a clean-EV cache's
       // does on its own).
-      slow_passes = std::min<Time>(2 * rtt / typical_rtt_, kMaxSlowPasses);
+      slow_passes = SlowPasses(rtt);
     }
     x.srtt = x.srtt == 0 ? rtt : x.srtt + (rtt - x.srtt) / 8;
     // The typical RTT is what the connection's ordinary paths show: a
@@ -299,10 +313,13 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
     // out of order and trigger SACKs at once) cannot drag the reference up
     // to their own RTT and hide themselves. A real rise on every path still
     // moves it, by up to 1/8 per sample.
-    const Time capped =
-        typical_rtt_ == 0 ? rtt : std::min(rtt, kSlowRttFactor * typical_rtt_);
-    typical_rtt_ =
-        typical_rtt_ == 0 ? rtt : typical_rtt_ + (capped - typical_rtt_) / 8;
+    if (typical_sample) {
+      const Time capped = typical_rtt_ == 0
+                              ? rtt
+                              : std::min(rtt, kSlowRttFactor * typical_rtt_);
+      typical_rtt_ =
+          typical_rtt_ == 0 ? rtt : typical_rtt_ + (capped - typical_rtt_) / 8;
+    }
   }
   if (policy_ == Policy::kReps && fb != PathFeedback::kProbeOk) {
     // A clean ACK on a GOOD path puts its EV back in circulation; any other
@@ -347,8 +364,7 @@ void MultipathSelector::OnFeedback(PathId path, PathFeedback fb, Time now,
         // out rtt / typical passes, as a slow sample would have it.
         Time passes = x.level >= 2 ? Time{1} << (x.level - 1) : 0;
         if (slow(path)) {
-          passes = std::max(passes, std::min<Time>(2 * x.srtt / typical_rtt_,
-                                                   kMaxSlowPasses));
+          passes = std::max(passes, SlowPasses(x.srtt));
         }
         if (passes > 0) {
           SetState(path, PathState::kSkip, passes);
@@ -412,11 +428,22 @@ PathState MultipathSelector::state(PathId path) const {
 
 // ---- probing ---------------------------------------------------------------
 
+Time MultipathSelector::ProbeDelay(uint16_t p) const {
+  // Only a path known to be slow backs off: its probe is answered at once
+  // (control priority) and the next data on it is late again. A path lost
+  // to random loss or a failure is probed at the configured interval (a
+  // backoff for every retired path cost random-loss 1% 0.918 -> 0.881).
+  if (!slow(p)) return probe_interval_;
+  const uint8_t level = paths_[p].level;
+  const int shift = std::min<int>(level > 0 ? level - 1 : 0, kMaxProbeBackoff);
+  return probe_interval_ << shift;
+}
+
 int MultipathSelector::NextProbe(Time now) {
   const uint16_t p = probe_list_.head;
   if (p == kNil || paths_[p].due > now) return -1;
   ListRemove(probe_list_, p);
-  paths_[p].due = now + probe_interval_;
+  paths_[p].due = now + ProbeDelay(p);
   ProbeInsert(p);
   ++counters_.probes_sent;
   return p;
@@ -530,6 +557,10 @@ void MultipathSelector::RepsPush(uint16_t p) {
 }
 
 int MultipathSelector::NextPath(Time /*now*/) {
+  if (sit_out_ != kNil) {
+    SitOutIfSlow(sit_out_);
+    sit_out_ = kNil;
+  }
   if (policy_ == Policy::kReps) {
     while (reps_count_ > 0) {
       const uint16_t p = reps_ring_[reps_head_];
@@ -583,7 +614,21 @@ int MultipathSelector::NextPath(Time /*now*/) {
       break;
   }
   ++counters_.picks;
+  // Applied at the next pick, so a returned path is always GOOD.
+  sit_out_ = p;
   return p;
+}
+
+void MultipathSelector::SitOutIfSlow(uint16_t p) {
+  // A GOOD path known to be slow (its own srtt over kSlowRttFactor x the
+  // typical RTT) sits out 2 x srtt / typical passes after each use, as
+  // after a slow sample: most of its acks carry no RTT sample (only a
+  // SACK's trigger does), so without this it would be used on every pass
+  // between two samples. Not below the floor.
+  Path& x = paths_[p];
+  if (x.state != PathState::kGood || !slow(p) || !CanExclude()) return;
+  SetState(p, PathState::kSkip, SlowPasses(x.srtt));
+  ++counters_.slow_skips;
 }
 
 // flatten: NextPath and its helpers are inlined into the loop (the batch's

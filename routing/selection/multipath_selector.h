@@ -8,9 +8,16 @@
 //   SKIP --passed over 2^level times by the policy--> GOOD
 //        (level: consecutive congestion of that path, see Path::level;
 //         one ECN after clean ACKs = one pass = MRC's "one rotation")
+//   GOOD --used, while known slow (srtt > kSlowRttFactor x typical)-->
+//        SKIP for 2 x srtt / typical passes (at the next NextPath call)
 //   GOOD/SKIP --kLost/kTimeout--> ASSUMED_BAD       (probe due after
-//                                                    probe_interval)
-//   ASSUMED_BAD --kProbeOk--> GOOD
+//                                                    probe_interval, x
+//                                                    2^(level-1) <= 16 for a
+//                                                    known-slow path)
+//   ASSUMED_BAD --kProbeOk--> GOOD (or SKIP: retired again, or slow)
+// RTT samples: OnFeedback's rtt (a SACK trigger's echo) feeds the path's
+// srtt and the typical RTT; OnAckDelay's only the path's; kProbeOk's
+// neither (probes jump the data queue).
 //   DENIED: from configuration; ignores all feedback, never used or probed.
 // A plane that is down (SetPlaneUp(plane, false)) makes all of its paths
 // unusable and unprobed without touching their own states; state() reports
@@ -38,6 +45,7 @@
 #ifndef PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
 #define PRISM_ROUTING_SELECTION_MULTIPATH_SELECTOR_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -65,6 +73,9 @@ class MultipathSelector final : public PathSelector {
   // Such a slow sample puts the path in SKIP for max(2^level, rtt / typical
   // RTT) passes, at most this many.
   static constexpr Time kMaxSlowPasses = 64;
+  // A path retired again and again (skip level L) is probed every
+  // probe_interval x 2^(L-1), at most this many doublings.
+  static constexpr int kMaxProbeBackoff = 4;
   // "p2c": one pick in this many skips the comparison (exploration).
   static constexpr uint32_t kP2cExploreEvery = 16;
   // Bytes of reps per-connection state beyond the per-path and per-plane
@@ -77,6 +88,7 @@ class MultipathSelector final : public PathSelector {
 
   int NextPath(Time now) override;
   void OnFeedback(PathId path, PathFeedback fb, Time now, Time rtt) override;
+  void OnAckDelay(PathId path, Time now, Time delay) override;
   // The single calls in a loop, without virtual dispatch.
   size_t NextPaths(Time now, PathId* out, size_t n) override;
   void OnFeedbackBatch(const PathId* paths, size_t n, PathFeedback fb,
@@ -160,6 +172,19 @@ class MultipathSelector final : public PathSelector {
   // Moves path p to state s, keeping counts and lists consistent.
   void SetState(uint16_t p, PathState s, Time due);
   void Retire(uint16_t p, Time now);
+  // OnFeedback's body; typical_sample: rtt also feeds typical_rtt_.
+  void Apply(PathId path, PathFeedback fb, Time now, Time rtt,
+             bool typical_sample);
+  // Passes a path with RTT `rtt` sits out: 2 x rtt / typical RTT, at most
+  // kMaxSlowPasses. REQUIRES: typical_rtt_ > 0.
+  Time SlowPasses(Time rtt) const {
+    return std::min<Time>(kSlowRttFactor * rtt / typical_rtt_, kMaxSlowPasses);
+  }
+  // After a use of p: a GOOD path known to be slow goes to SKIP for
+  // SlowPasses(its srtt) (not below the floor).
+  void SitOutIfSlow(uint16_t p);
+  // probe_interval x 2^(level - 1), at most x 2^kMaxProbeBackoff.
+  Time ProbeDelay(uint16_t p) const;
 
   void ListRemove(List& l, uint16_t p);
   void ListAppend(List& l, uint16_t p);
@@ -198,6 +223,8 @@ class MultipathSelector final : public PathSelector {
   uint8_t reps_count_ = 0;
   uint32_t reps_owed_total_ = 0;  // sum of planes_[].owed
   uint32_t p2c_picks_ = 0;
+  // The last path returned by NextPath, for SitOutIfSlow at the next call.
+  uint16_t sit_out_ = kNil;
   // p2c: EWMA (gain 1/8) of every RTT sample of the connection; a path with
   // no sample of its own compares as this typical RTT (0 before any sample).
   Time typical_rtt_ = 0;

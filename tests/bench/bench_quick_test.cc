@@ -137,9 +137,10 @@ TEST(BenchQuick, RandomLoss) {
       Num(T(Scenario(res, "loss-0.01"), "prism"), "goodput_fraction");
   EXPECT_GE(p3, 0.90);  // the bar; 0.977 at seed 1
   EXPECT_GE(p2, 0.80);  // bar: 0.50; 0.915 since the engine's path timeout
-  // 5% is beyond the bars; a floor under today's 0.705.
+  // 5% is beyond the bars; a floor under today's 0.652 (0.634
+  // before the tail-loss probe resent one packet instead of the flight).
   EXPECT_GE(Num(T(Scenario(res, "loss-0.05"), "prism"), "goodput_fraction"),
-            0.60);
+            0.62);
   EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.001"), "prism"), "completed"));
   EXPECT_TRUE(Bool(T(Scenario(res, "loss-0.01"), "prism"), "completed"));
   // Go-back-N collapses as loss grows, and far below Prism at 1%.
@@ -202,10 +203,10 @@ TEST(BenchQuick, LinkFlaps) {
   if (Strict()) {
     EXPECT_LE(lost, removed + 0.05);
   } else {
-    EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.241";
+    EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.236";
   }
-  EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.27 at seed 1
-  EXPECT_LE(Num(p, "timeouts"), 120);  // 79 at seed 1 (~1100 before the fix)
+  EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.32 at seed 1
+  EXPECT_LE(Num(p, "timeouts"), 120);  // 89 at seed 1 (~1100 before the fix)
 }
 
 TEST(BenchQuick, T1Reboot) {

@@ -7,7 +7,7 @@
 //   within 1 ms and keep it; the bottleneck queueing delay stays near NSCC's
 //   target (mean <= 2x, p99 <= 4x the target queueing delay);
 // - a T0 uplink cut to 10% carries at most 2x its capacity share of the
-//   uplink packets (per-port counters of the fabric);
+//   uplink packets (per-port counters of the fabric), on each of 4 seeds;
 // - trimming versus drop-tail on the same incast: with trimming the tail
 //   flow completion time is lower and no retransmission timeout fires.
 // Every run also keeps the simulator's invariants (bytes exactly once,
@@ -302,70 +302,91 @@ TEST(CcSimTest, EightFlowsConvergeToFairShareNearTargetDelay) {
 }
 
 // ---------------------------------------------------------------------------
+// Share of the T0 0 uplink packets (data, retransmissions and probes: every
+// packet the port sent, over the whole run from t = 0, the degradation's
+// start) that went into the degraded uplink (T1 0).
+double DegradedShare(Simulator& sim, uint32_t k, Value* per) {
+  const routing::Topology& topo = sim.topology();
+  const Fabric& fab = sim.fabric();
+  uint64_t total = 0, degraded = 0;
+  for (uint32_t t1 = 0; t1 < k; ++t1) {
+    const uint32_t link = topo.fabric_link(0, 0, t1, 0);
+    // The T0 0 -> T1 direction of the link.
+    uint32_t port = fab.link_port(link, 0);
+    if (fab.ports()[port].from != topo.link(link).a ||
+        topo.node(topo.link(link).a).kind != routing::NodeKind::kT0) {
+      port = fab.link_port(link, 1);
+    }
+    EXPECT_EQ(topo.node(fab.ports()[port].from).kind, routing::NodeKind::kT0);
+    const uint64_t tx = fab.ports()[port].c.tx_packets;
+    per->Push(Value::Int(static_cast<int64_t>(tx)));
+    total += tx;
+    if (t1 == 0) degraded = tx;
+  }
+  EXPECT_GT(total, 0u);
+  return total == 0
+             ? 1.0
+             : static_cast<double>(degraded) / static_cast<double>(total);
+}
+
 TEST(CcSimTest, DegradedUplinkCarriesAtMostTwiceItsCapacityShare) {
-  const ScenarioConfig sc = Load("degraded_link.json");
-  const uint32_t k = sc.topology.t1_per_plane;
+  const ScenarioConfig base = Load("degraded_link.json");
+  const uint32_t k = base.topology.t1_per_plane;
   const double fraction = 0.1;
   const double cap_share = fraction / (fraction + (k - 1));
+  // Four seeds (the scenario's and the next three): one seed's share moves
+  // with event order and path hashing (a same-time reordering once moved
+  // rotation's from 0.073 to 0.081), so the bar is held on the worst seed.
+  constexpr int kSeeds = 4;
   std::vector<RunResult> results;
   Value acc = Value::Object();
   acc.Set("capacity_share", Value::Number(cap_share));
-  for (const TransportConfig& tc : sc.transports) {
-    std::unique_ptr<Simulator> sim = RunOne(sc, tc);
-    ASSERT_NE(sim, nullptr);
-    const RunResult& r = sim->result();
-    results.push_back(r);
-    const routing::Topology& topo = sim->topology();
-    const Fabric& fab = sim->fabric();
-    uint64_t total = 0, degraded = 0;
-    Value per = Value::Array();
-    for (uint32_t t1 = 0; t1 < k; ++t1) {
-      const uint32_t link = topo.fabric_link(0, 0, t1, 0);
-      // The T0 0 -> T1 direction of the link.
-      uint32_t port = fab.link_port(link, 0);
-      if (fab.ports()[port].from != topo.link(link).a ||
-          topo.node(topo.link(link).a).kind != routing::NodeKind::kT0) {
-        port = fab.link_port(link, 1);
-      }
-      ASSERT_EQ(topo.node(fab.ports()[port].from).kind, routing::NodeKind::kT0);
-      const uint64_t tx = fab.ports()[port].c.tx_packets;
-      per.Push(Value::Int(static_cast<int64_t>(tx)));
-      total += tx;
-      if (t1 == 0) degraded = tx;
-    }
-    ASSERT_GT(total, 0u);
-    const double share =
-        static_cast<double>(degraded) / static_cast<double>(total);
+  for (const TransportConfig& tc : base.transports) {
     Value o = Value::Object();
-    o.Set("path_policy", Value::String(tc.path_policy));
-    o.Set("uplink_tx_packets", std::move(per));
-    o.Set("degraded_share", Value::Number(share));
-    o.Set("share_over_capacity_share", Value::Number(share / cap_share));
-    o.Set("completed", Value::Bool(r.completed));
-    o.Set("end_time_us",
-          Value::Number(static_cast<double>(r.end_time) / kMicrosecond));
-    o.Set("meets_bar", Value::Bool(share <= 2 * cap_share));
-    acc.Set(tc.name, std::move(o));
-    EXPECT_TRUE(r.completed) << tc.name;
-    // reps steers away from the slow uplink and must meet the bar; rotation
-    // (SKIP for 2 x rtt / typical passes after a slow sample, slow paths
-    // kept from being timed out before their own RTT) and p2c come close
-    // but miss it today (2.26x and 2.21x, reported; 3.74x and 3.44x before),
-    // so without strict mode they are held at regression floors just above
-    // the measured shares (the oblivious share is 25%).
-    if (Strict() || tc.path_policy == "reps") {
-      EXPECT_LE(share, 2 * cap_share)
-          << tc.name << " (" << tc.path_policy << ") sends " << share
-          << " of uplink packets into a link with " << cap_share
-          << " of the capacity";
-    } else if (tc.path_policy == "p2c") {
-      EXPECT_LE(share, 0.08) << tc.name;  // measured 0.0713
-    } else {
-      EXPECT_LE(share, 0.08) << tc.name;  // rotation: measured 0.0729
+    Value shares = Value::Array();
+    Value seeds = Value::Array();
+    double worst = 0, sum = 0;
+    for (int i = 0; i < kSeeds; ++i) {
+      ScenarioConfig sc = base;
+      sc.seed = base.seed + static_cast<uint64_t>(i);
+      std::unique_ptr<Simulator> sim = RunOne(sc, tc);
+      ASSERT_NE(sim, nullptr);
+      const RunResult& r = sim->result();
+      if (i == 0) results.push_back(r);
+      Value per = Value::Array();
+      const double share = DegradedShare(*sim, k, &per);
+      Value one = Value::Object();
+      one.Set("seed", Value::Int(static_cast<int64_t>(sc.seed)));
+      one.Set("uplink_tx_packets", std::move(per));
+      one.Set("degraded_share", Value::Number(share));
+      one.Set("end_time_us",
+              Value::Number(static_cast<double>(r.end_time) / kMicrosecond));
+      one.Set("completed", Value::Bool(r.completed));
+      seeds.Push(std::move(one));
+      shares.Push(Value::Number(share));
+      worst = std::max(worst, share);
+      sum += share;
+      EXPECT_TRUE(r.completed) << tc.name << " seed " << sc.seed;
     }
+    o.Set("path_policy", Value::String(tc.path_policy));
+    o.Set("seeds", std::move(seeds));
+    o.Set("degraded_share_per_seed", std::move(shares));
+    o.Set("degraded_share", Value::Number(worst));
+    o.Set("degraded_share_mean", Value::Number(sum / kSeeds));
+    o.Set("share_over_capacity_share", Value::Number(worst / cap_share));
+    o.Set("meets_bar", Value::Bool(worst <= 2 * cap_share));
+    acc.Set(tc.name, std::move(o));
+    // Every policy meets the bar on every seed (seeds 1-4: rotation
+    // 1.61-1.78x, p2c 1.64-1.95x, reps 0.88-0.98x of the capacity share;
+    // docs/congestion.md, "Degraded path").
+    EXPECT_LE(worst, 2 * cap_share)
+        << tc.name << " (" << tc.path_policy << ") sends up to " << worst
+        << " of uplink packets into a link with " << cap_share
+        << " of the capacity";
   }
-  acc.Set("bar", Value::String("degraded_share <= 2 x capacity_share"));
-  WriteSummary(sc, results, std::move(acc));
+  acc.Set("bar", Value::String("degraded_share (worst of 4 seeds) <= 2 x "
+                               "capacity_share"));
+  WriteSummary(base, results, std::move(acc));
 }
 
 // ---------------------------------------------------------------------------

@@ -253,6 +253,82 @@ TEST(Engine, TailLossIsResentByAProbeAfterAboutTwoRttsNotTheRto) {
             true);
 }
 
+// A flight of 8 on 8 paths at t = 0; the first 4 arrive and are acked at
+// 2 us, the last 4 do not (nothing sent after them was acked: no path
+// timeout). Returns the packets and the probe's time.
+std::vector<Cap> TailOfFourMissing(Pair& p, Time* probe_at) {
+  EXPECT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  EXPECT_EQ(pk.size(), 8u);
+  for (size_t i = 0; i < 4; ++i) Deliver(*p.b, 1000, pk[i]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  *probe_at = p.a->NextEventTime();
+  return pk;
+}
+
+TEST(Engine, TailLossProbeResendsOneTransmissionNotTheFlight) {
+  Pair p;
+  Time t;
+  auto pk = TailOfFourMissing(p, &t);
+  ASSERT_EQ(p.a->connection_stats(p.ca)->inflight_bytes, 4u * 4096);
+  // RFC 8985: the probe is one packet (the oldest unacked), not every
+  // transmission older than the PTO.
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[4].pkt.data.psn);
+  auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.tail_loss_probes, 1u);
+  EXPECT_EQ(st.inflight_bytes, 4u * 4096);  // the other three stay in flight
+  // The probe's SACK comes back: the three sent before it and still
+  // unacked are lost (path timeout), resent at once, not at the RTO.
+  Deliver(*p.b, t + 1000, re[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 5000, c);
+  auto re2 = OfType(Poll(*p.a, t + 5000), wire::PacketType::kData);
+  ASSERT_EQ(re2.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(re2[i].pkt.data.psn, pk[5 + i].pkt.data.psn);
+  }
+  st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.path_timeouts, 3u);
+  EXPECT_EQ(st.rto_events, 0u);
+  EXPECT_EQ(st.tail_loss_probes, 1u);
+  // Their paths failed while the probe's delivered: retired; so is the
+  // probed packet's (the probe's copy came back alone: the original was
+  // lost, not late).
+  for (size_t i = 4; i < 8; ++i) {
+    EXPECT_EQ(p.a->path_stats(p.ca, pk[i].path)->retired, 1u);
+  }
+  for (auto& c : re2) Deliver(*p.b, t + 6000, c);
+  for (auto& c : PollAcks(*p.b, t + 6000)) Deliver(*p.a, t + 10000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(p.src.data(), p.dst.data(), 8 * 4096), 0);
+}
+
+TEST(Engine, TailLossProbeOnADelayedFlightCostsOnePacket) {
+  // The tail was only late (a stalled host): the probe resends one packet,
+  // the originals' SACKs come back before the probe's, nothing else is
+  // resent and no path is retired.
+  Pair p;
+  Time t;
+  auto pk = TailOfFourMissing(p, &t);
+  auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  for (size_t i = 4; i < 8; ++i) Deliver(*p.b, t + 500, pk[i]);
+  Deliver(*p.b, t + 1000, re[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 5000, c);
+  EXPECT_TRUE(OfType(Poll(*p.a, t + 5000), wire::PacketType::kData).empty());
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.retransmitted_packets, 1u);
+  EXPECT_EQ(st.path_timeouts, 0u);
+  EXPECT_EQ(st.paths_retired, 0u);
+  EXPECT_EQ(st.inflight_bytes, 0u);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+}
+
 TEST(Engine, TailLossProbeFiresAtMostTwicePerStallThenTheRto) {
   ConnectionOptions o = Pair::Defaults();
   o.probe_interval = 10 * kSecond;

@@ -3,6 +3,7 @@
 // distribution properties.
 #include "routing/path_selector.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -262,6 +263,111 @@ TEST(StateMachineTest, SlowPathRestoredByAProbeSitsOutItsRtt) {
   EXPECT_EQ(s->counters().restores, 1u);
   EXPECT_EQ(Histogram(*s, 3 * 6)[1],
             0);  // (8 passes: srtt 44 us after the probe)
+}
+
+TEST(StateMachineTest, ProbeRttIsNotThePathsRtt) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  s->OnFeedback(0, PathFeedback::kGood, 0, 10 * kUs);  // typical 10 us
+  s->OnFeedback(1, PathFeedback::kGood, 0, 15 * kUs);  // srtt 15 us
+  s->OnFeedback(1, PathFeedback::kTimeout, 1, 0);
+  // The probe went at control priority, ahead of the data queue: its 2 us
+  // moves neither the path's srtt nor the typical RTT.
+  s->OnFeedback(1, PathFeedback::kProbeOk, 2, 2 * kUs);
+  auto* m = static_cast<MultipathSelector*>(s.get());
+  EXPECT_EQ(m->srtt(1), 15 * kUs);
+  EXPECT_EQ(m->srtt(2), 0);
+  s->OnFeedback(2, PathFeedback::kGood, 3, 25 * kUs);  // > 2 x 10.6 us
+  EXPECT_EQ(s->counters().slow_rtt, 1u);
+}
+
+TEST(StateMachineTest, KnownSlowGoodPathSitsOutAfterEachUse) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  auto* m = static_cast<MultipathSelector*>(s.get());
+  for (PathId p : {0, 1, 3}) s->OnFeedback(p, PathFeedback::kGood, 0, 10 * kUs);
+  // Path 2 was sampled slow (40 us: 8 passes of SKIP) ...
+  s->OnFeedback(2, PathFeedback::kGood, 0, 40 * kUs);
+  ASSERT_TRUE(m->slow(2));
+  // ... and from then on its acks carry no RTT (not SACK triggers): it is
+  // still known slow, so each use is followed by 2 x srtt / typical passes
+  // of SKIP instead of a use on every pass.
+  for (int i = 0; i < 20; ++i) {
+    s->OnFeedbackBatch(std::array<PathId, 1>{2}.data(), 1, PathFeedback::kGood,
+                       0);
+  }
+  EXPECT_EQ(m->srtt(2), 40 * kUs);
+  // typical RTT 11.25 us (the 40 us sample counted as 2 x 10): 7 passes
+  // after each use. A cycle is 7 rotations of the other three paths and one
+  // of all four: 25 picks, one of them on path 2 (one in 4 without this).
+  const std::vector<int> h = Histogram(*s, 400);
+  EXPECT_GE(h[2], 13);
+  EXPECT_LE(h[2], 17);
+  EXPECT_GE(s->counters().slow_skips, 12u);
+  EXPECT_GE(h[0] + h[1] + h[3], 3 * 128);  // the others share the rest
+}
+
+TEST(StateMachineTest, AckDelaySamplesThePathButNotTheTypicalRtt) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    auto s = Make(Cfg(8, 1, policy));
+    auto* m = static_cast<MultipathSelector*>(s.get());
+    s->OnFeedback(0, PathFeedback::kGood, 0, 10 * kUs);  // typical 10 us
+    // Non-trigger acks of path 3 that took 100 us: slow, so it is skipped
+    // in proportion (as for a slow trigger sample) ...
+    for (int i = 0; i < 30; ++i) s->OnAckDelay(3, i, 100 * kUs);
+    EXPECT_EQ(m->srtt(3), 100 * kUs) << policy;
+    EXPECT_TRUE(m->slow(3)) << policy;
+    EXPECT_EQ(s->state(3), PathState::kSkip) << policy;
+    EXPECT_EQ(s->counters().slow_rtt, 30u) << policy;
+    // ... but the typical RTT stays what the trigger samples said: a 25 us
+    // trigger sample on another path is still slow (it would not be against
+    // a typical RTT dragged up by 30 samples).
+    s->OnFeedback(5, PathFeedback::kGood, 31, 25 * kUs);
+    EXPECT_EQ(s->counters().slow_rtt, 31u) << policy;
+    // A delay that is not slow is a plain clean ack.
+    s->OnAckDelay(1, 32, 12 * kUs);
+    EXPECT_EQ(s->state(1), PathState::kGood) << policy;
+    EXPECT_EQ(s->counters().slow_rtt, 31u) << policy;
+    // Out of range: counted, ignored.
+    s->OnAckDelay(8, 33, 100 * kUs);
+    EXPECT_EQ(s->counters().bad_input, 1u) << policy;
+  }
+}
+
+TEST(StateMachineTest, KnownSlowPathKeepsTheFloor) {
+  // min_active 4 of 4: no path may be excluded, slow or not.
+  auto s = Make(Cfg(4, 1, "rotation", 4));
+  for (PathId p : {0, 1, 3}) s->OnFeedback(p, PathFeedback::kGood, 0, 10 * kUs);
+  s->OnFeedback(2, PathFeedback::kGood, 0, 40 * kUs);
+  EXPECT_EQ(Histogram(*s, 40)[2], 10);
+  EXPECT_EQ(s->counters().slow_skips, 0u);
+}
+
+TEST(StateMachineTest, ProbesBackOffForAPathRetiredAgainAndAgain) {
+  auto s = Make(Cfg(4, 1, "rotation"));
+  for (PathId p : {0, 2, 3}) s->OnFeedback(p, PathFeedback::kGood, 0, 10 * kUs);
+  s->OnFeedback(1, PathFeedback::kGood, 0, 40 * kUs);  // slow: level 1
+  Time t = 1;
+  // A known-slow path is probed every probe_interval x 2^(level - 1), at
+  // most x 16: its probe is answered at once, its data is late again.
+  const Time expect[] = {100, 200, 400, 800, 800};
+  for (int round = 0; round < 5; ++round) {
+    s->OnFeedback(1, PathFeedback::kTimeout, t, 0);
+    EXPECT_EQ(s->NextProbeTime(), t + expect[round] * kUs) << round;
+    // Not answered: the next probe is one backed-off interval later.
+    t = s->NextProbeTime();
+    EXPECT_EQ(s->NextProbe(t), 1);
+    EXPECT_EQ(s->NextProbeTime(), t + expect[round] * kUs) << round;
+    s->OnFeedback(1, PathFeedback::kProbeOk, t, 0);
+    ASSERT_EQ(s->state(1), PathState::kSkip) << round;  // slow: via SKIP
+  }
+  // A path that is not known slow is probed at the configured interval,
+  // however often it was retired (random loss, a failure).
+  for (int round = 0; round < 4; ++round) {
+    s->OnFeedback(2, PathFeedback::kLost, t, 0);
+    EXPECT_EQ(s->NextProbeTime(), t + 50 * kUs) << round;
+    t = s->NextProbeTime();
+    EXPECT_EQ(s->NextProbe(t), 2);
+    s->OnFeedback(2, PathFeedback::kProbeOk, t, 0);
+  }
 }
 
 TEST(StateMachineTest, PathRetiredAgainReturnsThroughSkip) {

@@ -5,7 +5,12 @@
 # API, server and client processes over a TCP side channel) on the same
 # soft-RoCE device, same message size, in the same VM run. Prints METRIC lines and the ratio; asserts nothing about
 # speed (TCG jitter), only that both ran. Exit 77 outside the VM.
+# ib_write_bw: `-d DEV -x GID -F -s 65536 -n COUNT` (client and server), so
+# its defaults: 1 RC QP, tx depth 128 (128 x 64 KiB = 8 MiB in flight), CQ
+# moderation 100 (one signalled WR per 100), post list 1, no inline (64 KiB
+# is above the inline limit), plain RDMA WRITE (no receive completion).
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
 PPERF=${3:-}
@@ -13,12 +18,7 @@ SIZE=${SIZE:-65536}; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
 # GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).
-GIDX=-1
-for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-  i=${g##*/}
-  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
-  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
-done
+GIDX=$(vm_roce_gid $DEV)
 [ $GIDX -ge 0 ] || { echo "FAIL: no RoCE v2 IPv4 GID on $DEV"; exit 1; }
 # ib_write_bw runs before and after every Prism run; each ratio uses the mean
 # of its two neighbours (the host is shared, its speed drifts).
@@ -50,27 +50,35 @@ for CHUNK in ${CHUNKS:-32768 4096}; do
 done
 # prism_perf --datapath verbs: the Endpoint API (event-loop thread, blob
 # exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (32
-# KiB WRITEs), and verbs_perf's engine options (base RTT 2 ms, RTO in
-# [100 ms, 2 s], congestion "fixed") but a window of 1.5 x 10 Gb/s x 2 ms =
-# 3.75 MB (57 messages; with verbs_perf's 37.5 MB the queue, and so the RTT
-# and the RTOs of the first burst, grew; docs/verbs.md). Under TCG the RTT
-# with 128 x 64 KiB in flight is 50-200 ms: NSCC with --base-rtt 500 read
-# that as congestion and shrank the window to one message, and an RTO
-# ceiling (the engine's 100 ms) at or below the RTT fired spurious RTOs
-# (docs/verbs.md "Through the Endpoint API").
-if [ -n "$PPERF" ]; then
+# KiB WRITEs), verbs_perf's timers (base RTT 2 ms, RTO ceiling 2 s,
+# congestion "fixed"; vm_perf_opts.sh says why), two windows:
+#   fair   VM_PP_OPTS_FAIR: 128 x 64 KiB = 8 MiB in flight, as ib_write_bw
+#          (tx depth 128); see vm_perf_opts.sh. The ratio METRIC of record.
+#   3.75MB VM_PP_OPTS: a window of 57 messages (the runs before 2026-12-02
+#          19:50; kept for continuity).
+# ib_write_bw runs after each; every ratio uses the ib_write_bw runs just
+# before and after it. PRISM_VERBS_STATS=1: the client's datapath counters
+# (tx_fallback = chunks sent whole over the control QP because the peer's
+# region advertisement had not arrived yet, tx_closes, completions_held).
+run_pp() { # tag options...
+  local tag=$1; shift
   IB0=$IB
-  PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 --cc fixed --rate 10 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+  PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $*"
   "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
-  timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
+  PRISM_VERBS_STATS=1 timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
   wait $ppid; src=$?
   cat /tmp/pperf.client; tail -5 /tmp/pperf.server
-  [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: prism_perf --datapath verbs (client rc=$crc server rc=$src)"; cat /tmp/pperf.server; exit 1; }
+  [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: prism_perf --datapath verbs $tag (client rc=$crc server rc=$src)"; cat /tmp/pperf.server; exit 1; }
   PR=$(grep -o '"MBps": *[0-9.]*' /tmp/pperf.client | grep -o '[0-9.]*$')
   [ -n "$PR" ] || { echo "FAIL: no MBps in prism_perf --json output"; exit 1; }
   run_ib
-  echo "METRIC prism_perf_verbs_MBps $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API)"
-  grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed 's/^/METRIC prism_perf_verbs_engine /; s/$/\n/'
-  echo "METRIC prism_perf_verbs_vs_ib_write_bw $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
+  echo "METRIC prism_perf_verbs_MBps$tag $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API, $*)"
+  grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_engine$tag /; s/\$/\n/"
+  grep -o 'tx_fallback=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
+  echo "METRIC prism_perf_verbs_vs_ib_write_bw$tag $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
+}
+if [ -n "$PPERF" ]; then
+  run_pp "" $VM_PP_OPTS_FAIR
+  run_pp _w3750k $VM_PP_OPTS
 fi

@@ -13,15 +13,11 @@
 # busy_s includes process start-up and connection set-up, so read the
 # figures relative to each other (same VM run), not as absolute costs.
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 VPERF=${1:?verbs_perf}; PPERF=${2:?prism_perf}
 DEV=${PRISM_RXE_DEV:-rxe_lo}; SIZE=65536; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV"; exit 77; }
-GIDX=-1
-for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-  i=${g##*/}
-  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
-  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
-done
+GIDX=$(vm_roce_gid $DEV)
 HZ=$(getconf CLK_TCK)
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 idle() { awk '/^cpu /{print $5+$6}' /proc/stat; }
@@ -45,7 +41,7 @@ run_vp() {
   report verbs_perf "$t0" "$b0" "$i0" "$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vp)"
 }
 run_pp() {
-  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 --cc fixed --rate 10 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000 ${PP_EXTRA:-}"
+  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $VM_PP_OPTS ${PP_EXTRA:-}"
   local t0 b0 i0; t0=$(date +%s.%N); b0=$(busy); i0=$(idle)
   PRISM_VERBS_STATS=1 "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pps 2>&1 & local ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done

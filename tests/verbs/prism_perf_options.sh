@@ -14,16 +14,15 @@
 #   F  verbs_perf's options: --cc fixed --rate 100 --base-rtt 2000
 #      --rto-min 100000 --rto-max 2000000 (compare_bw.sh now)
 #   H  F with --rate 10 (window 3.75 MB)
+#   W  VM_PP_OPTS_FAIR (compare_bw.sh now: 8 MiB in flight)
+#   X  W with --wait-us 200 (prism_perf's default completion wait)
+#   Y  W with --remote-slots 64 (prism_perf's default receive buffer)
 set -u
+source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PPERF=${1:?prism_perf binary}; shift
 DEV=${PRISM_RXE_DEV:-rxe_lo}; SIZE=65536; COUNT=${COUNT:-500}
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV"; exit 77; }
-GIDX=-1
-for g in /sys/class/infiniband/$DEV/ports/1/gids/*; do
-  i=${g##*/}
-  t=$(cat /sys/class/infiniband/$DEV/ports/1/gid_attrs/types/$i 2>/dev/null)
-  case "$(cat $g)" in 0000:0000:0000:0000:0000:ffff:*) [ "$t" = "RoCE v2" ] && { GIDX=$i; break; };; esac
-done
+GIDX=$(vm_roce_gid $DEV)
 port=18515
 run_ib() {
   port=$((port+1))
@@ -39,14 +38,15 @@ run_pp() {
   local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $*"
   "$PPERF" $PP -n $COUNT -p $pp > /tmp/pps 2>&1 & local ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :$pp" | grep -q . && break; sleep 0.1; done
-  timeout 70 "$PPERF" $PP -n $COUNT -p $pp --json 127.0.0.1 > /tmp/ppc 2>&1; local crc=$?
+  PRISM_VERBS_STATS=1 timeout 70 "$PPERF" $PP -n $COUNT -p $pp --json 127.0.0.1 > /tmp/ppc 2>&1; local crc=$?
   sleep 1; kill $ppid 2>/dev/null; wait $ppid
   echo "=== $name: $* (client rc=$crc)"
   tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes)"' | tr -d '\n '; echo
+  grep -o 'tx_fallback=[0-9]*' /tmp/ppc | sed "s/^/METRIC prism_perf_datapath_$name /"
   echo "METRIC prism_perf_$name $(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
 }
 A="--rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
-F="--cc fixed --rate 100 --base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+F="--cc fixed --rate 100 $VM_TIMER_OPTS"
 run_ib
 [ $# -gt 0 ] || set -- A G F
 for v in "$@"; do
@@ -58,6 +58,9 @@ for v in "$@"; do
     F) run_pp F $F ;;
     G) run_pp G $A --rto-max 2000000 ;;
     H) run_pp H $F --rate 10 ;;
+    W) run_pp W $VM_PP_OPTS_FAIR ;;
+    X) run_pp X $VM_PP_OPTS_FAIR --wait-us 200 ;;
+    Y) run_pp Y $VM_PP_OPTS_FAIR --remote-slots 64 ;;
     *) echo "unknown variant $v"; continue ;;
   esac
   run_ib

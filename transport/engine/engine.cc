@@ -134,6 +134,7 @@ constexpr uint32_t kDupThresh = 3;
 constexpr size_t kCtrlRing = 1024;
 constexpr int kMaxBackoff = 16;
 constexpr uint8_t kMaxTlp = 2;        // tail-loss probes per stall
+constexpr uint32_t kTlpPackets = 1;   // transmissions resent per probe
 constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
 
@@ -319,10 +320,20 @@ struct Conn {
   uint64_t cwnd = 0;
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
-  Time last_progress = 0;       // last time a SACK acked something new
-  Time rack_sent = 0;           // latest send time of a transmission acked
-  uint8_t tlp_fired = 0;        // tail-loss probes since then
-  bool any_acked_sent = false;  // rack_sent is valid
+  Time last_progress = 0;  // last time a SACK acked something new
+  Time rack_sent = 0;      // latest send time of a transmission acked
+  uint8_t tlp_fired = 0;   // tail-loss probes since then
+  uint8_t tlp_credit = 0;  // retransmissions the probe may send beyond cwnd
+  Time tlp_at = 0;         // when the latest tail-loss probe fired
+  Time tlp_stall_at = 0;   // when the stall's first probe fired
+  Time tlp_rack = 0;       // the latest probe time answered by an ack of a
+                           // transmission sent at or after it (0: none)
+  // The probe's PSN and the path of the transmission it replaced, while the
+  // blame for that path waits for the probe's answer (OnSack).
+  uint64_t tlp_psn = 0;
+  uint16_t tlp_orig_path = 0;
+  bool tlp_blame = false;
+  bool any_acked_sent = false;            // rack_sent is valid
   Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
   Time next_send_time = 0;
   bool no_path = false;
@@ -349,6 +360,11 @@ struct Conn {
   uint32_t last_rkey = 0;
   uint32_t last_region = kNil;
   uint64_t last_region_gen = 0;
+  // A BAD_KEY / BAD_RANGE failure held until the end of the batch (packets
+  // of the connection read in place are still ahead in it).
+  bool fail_deferred = false;
+  absl::StatusCode deferred_code = absl::StatusCode::kOk;
+  uint32_t deferred_culprit = 0;
 
   // --- control queue (grows by doubling up to ctrl_size)
   std::vector<CtrlItem> ctrl;
@@ -385,7 +401,9 @@ struct Conn {
     if (!opt.tail_loss_probe || tlp_fired >= kMaxTlp || all_head == kNil) {
       return kTimeInfinite;
     }
-    return std::max(last_progress, slots[all_head].sent_time) + Pto();
+    // Re-armed by a probe: the next one a PTO after it, not at once (the
+    // flight's next-oldest transmission is as old as the probed one).
+    return std::max({last_progress, slots[all_head].sent_time, tlp_at}) + Pto();
   }
   // Age at which a packet is lost by path timeout once a packet sent after
   // it on its plane was acked: srtt + max(4 rttvar, srtt / 4) + the SACK
@@ -415,12 +433,16 @@ struct Conn {
     const Time ps = paths[path].srtt;
     return ps > 2 * srtt ? 2 * ps + opt.base_rtt / 4 : 0;
   }
-  // When the RTO fires for the oldest transmission: the backed-off RTO, or
-  // later when its path is known to be slow (SlowPathGrace).
+  // When the RTO fires for the oldest transmission (or the latest tail-loss
+  // probe, if later): the backed-off RTO, or later when its path is known
+  // to be slow (SlowPathGrace).
   // REQUIRES: all_head != kNil.
   Time RtoTime() const {
     const TxSlot& h = slots[all_head];
-    return h.sent_time + std::max(Rto(), SlowPathGrace(h.path));
+    // A tail-loss probe re-arms it (RFC 8985 7.3): the probed flight's
+    // head stays as old as it was.
+    return std::max(h.sent_time, tlp_at) +
+           std::max(Rto(), SlowPathGrace(h.path));
   }
   // True when a transmission sent after `s` on another path of its plane was
   // acked (the planes' NIC port queues differ in depth: a later packet on an
@@ -429,13 +451,28 @@ struct Conn {
   bool SentBeforeLatestAcked(const TxSlot& s) const {
     return s.sent_time < plane_rack_sent[plane_of[s.path]];
   }
+  // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
+  // PathLossTimeout() after it was sent once a later transmission on its
+  // plane was acked; or, when it was sent before a tail-loss probe that was
+  // answered (tlp_rack), srtt + the SACK delay after it was sent (RFC 8985:
+  // the probe's ack lets RACK mark the rest of the flight; the probe left a
+  // PTO without progress after the flight's head, so what is still unacked
+  // when it comes back was not merely queued behind it, on any plane).
+  Time LossDeadline(const TxSlot& s) const {
+    Time t = kTimeInfinite;
+    if (SentBeforeLatestAcked(s)) t = s.sent_time + PathLossTimeout(s.path);
+    if (s.sent_time < tlp_rack) {
+      const Time rack =
+          std::max(srtt + opt.base_rtt / 4, SlowPathGrace(s.path));
+      t = std::min(t, s.sent_time + rack);
+    }
+    return t;
+  }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
   Time PathLossTime() const {
-    if (all_head == kNil || !SentBeforeLatestAcked(slots[all_head])) {
-      return kTimeInfinite;
-    }
-    return slots[all_head].sent_time + PathLossTimeout(slots[all_head].path);
+    if (all_head == kNil) return kTimeInfinite;
+    return LossDeadline(slots[all_head]);
   }
   // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
   Time Rto() const {
@@ -500,6 +537,21 @@ struct Conn {
     rx_msgs.swap(grown);
     rx_msg_mask = static_cast<uint32_t>(n - 1);
   }
+};
+
+// A DATA header resolved by RxDestination since the last OnReceive: its
+// bytes and decoded fields (OnReceive matches the packet read in place to
+// it and does not decode it again) and where its payload went (nullptr:
+// not in place).
+struct RxClaim {
+  ConnId conn;
+  uint64_t psn;
+  uint64_t base_addr;
+  uint8_t* dst;
+  uint32_t plen;
+  bool has_imm;
+  wire::DataHeader h;
+  uint8_t raw[wire::kDataHeaderSize];
 };
 
 }  // namespace
@@ -782,7 +834,10 @@ class Engine::Impl {
   // -------------------------------------------------------------- receive
   // Header checksums are computed for a chunk of the burst at once
   // (interleaved CRC32C chains, wire::HeaderCrcs), then each packet is
-  // decoded and handled in order, exactly as one at a time.
+  // decoded and handled in order, exactly as one at a time. A split packet
+  // whose payload was read in place after RxDestination is matched to that
+  // claim and not decoded nor checksummed again (its header bytes are
+  // compared with those RxDestination decoded).
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     constexpr size_t kChunk = 16;
@@ -790,12 +845,17 @@ class Engine::Impl {
     size_t span[kChunk];
     uint32_t crc[kChunk];
     uint8_t slot[kChunk];  // index into hdr/crc, or kChunk: not precomputed
+    const RxClaim* claim[kChunk];
+    in_batch_ = nclaims_ > 0;
+    claim_next_ = claim_done_ = 0;
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
       size_t m = 0;
       for (size_t j = 0; j < k; ++j) {
         const RxPacket& rx = pkts[i + j];
-        const size_t sp = wire::HeaderCrcSpan(rx.data, rx.len);
+        claim[j] = in_batch_ ? MatchClaim(rx) : nullptr;
+        const size_t sp =
+            claim[j] != nullptr ? 0 : wire::HeaderCrcSpan(rx.data, rx.len);
         slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
         if (sp != 0) {
           hdr[m] = rx.data;
@@ -804,20 +864,59 @@ class Engine::Impl {
       }
       wire::HeaderCrcs(hdr, span, m, crc);
       for (size_t j = 0; j < k; ++j) {
-        ReceiveOne(now, pkts[i + j],
-                   slot[j] < kChunk ? &crc[slot[j]] : nullptr);
+        ReceiveOne(now, pkts[i + j], slot[j] < kChunk ? &crc[slot[j]] : nullptr,
+                   claim[j]);
       }
     }
+    // Connection failures held back while packets of the connection read in
+    // place were still ahead in the batch (see OnNack).
+    for (Conn* c : deferred_fail_) {
+      if (!c->failed && c->connected)
+        FlushWrites(c, absl::StatusCode::kAborted, c->deferred_code,
+                    c->deferred_culprit);
+      c->fail_deferred = false;
+      Touch(c);
+    }
+    deferred_fail_.clear();
+    in_batch_ = false;
     nclaims_ = 0;  // RxDestination claims live until the next OnReceive
     claims_full_ = false;
   }
 
-  // Receive in place (Engine::RxDestination): the checks of OnData, read
-  // only, plus the claims of this batch (packets resolved since the last
-  // OnReceive, not yet seen by OnData).
+  // The claim of a split packet whose payload RxDestination resolved and
+  // the datapath read in place: same header bytes, payload at the resolved
+  // address. Claims are made in the order packets are handed over, so the
+  // search goes forward from the last match; nullptr when none matches (the
+  // packet is then decoded as any other).
+  const RxClaim* MatchClaim(const RxPacket& rx) {
+    if (rx.payload == nullptr || rx.len != wire::kDataHeaderSize)
+      return nullptr;
+    for (size_t i = claim_next_; i < nclaims_; ++i) {
+      const RxClaim& k = claims_[i];
+      if (k.dst == rx.payload && k.plen == rx.payload_len &&
+          memcmp(k.raw, rx.data, wire::kDataHeaderSize) == 0) {
+        claim_next_ = i + 1;
+        return &k;
+      }
+    }
+    return nullptr;
+  }
+
+  // Whether a packet of `c` read in place is still ahead in this batch.
+  bool InPlaceAhead(const Conn* c) const {
+    if (!in_batch_) return false;
+    for (size_t i = claim_done_; i < nclaims_; ++i)
+      if (claims_[i].conn == c->id && claims_[i].dst != nullptr) return true;
+    return false;
+  }
+
+  // Receive in place (Engine::RxDestination): the acceptance rules of
+  // OnData (AcceptData, the same function), read only, against the
+  // connection state plus the claims of this batch (packets resolved since
+  // the last OnReceive, not yet seen by OnData).
   uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
                          size_t payload_len) {
-    if (placer_ != &memcpy_placer_ || payload_len == 0 || claims_full_ ||
+    if (placer_ != &memcpy_placer_ || claims_full_ ||
         hdr_len != wire::kDataHeaderSize || payload_len > 0xFFFF)
       return nullptr;
     // Decode the header alone: DecodeSplit checks the declared payload
@@ -849,49 +948,32 @@ class Engine::Impl {
       const RxClaim& k = claims_[i];
       if (k.conn != h.dst_conn) continue;
       if (k.psn == psn) conflict = true;
-      if (k.msn == h.msn) {
+      if (k.h.msn == h.msn) {
         claimed += k.plen;
-        if (k.msg_len != h.msg_len || k.base_addr != base_addr ||
-            k.has_imm != has_imm || (has_imm && k.imm != h.immediate))
+        if (k.h.msg_len != h.msg_len || k.base_addr != base_addr ||
+            k.has_imm != has_imm || (has_imm && k.h.immediate != h.immediate))
           conflict = true;
       }
     }
-    // Claimed whatever the outcome: a packet refused now (e.g. beyond the
-    // window) may still be accepted by OnData after earlier ones moved it.
-    claims_[nclaims_++] =
-        RxClaim{h.dst_conn, psn,         h.msn,         h.msg_len,
-                base_addr,  h.immediate, h.payload_len, has_imm};
-    if (conflict) return nullptr;
-    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths)
+    // Claimed whatever the outcome (zero-length packets too): a packet
+    // refused now (e.g. beyond the window) may still be accepted by OnData
+    // after earlier ones moved it, and must not be overtaken unseen.
+    RxClaim& k = claims_[nclaims_++];
+    k.conn = h.dst_conn;
+    k.psn = psn;
+    k.base_addr = base_addr;
+    k.plen = h.payload_len;
+    k.has_imm = has_imm;
+    k.dst = nullptr;
+    k.h = h;
+    memcpy(k.raw, hdr, wire::kDataHeaderSize);
+    if (conflict || payload_len == 0) return nullptr;
+    RxAccept a;
+    if (AcceptData(c, h, psn, /*trimmed=*/false, /*payload=*/nullptr, claimed,
+                   &a) != RxVerdict::kAccept)
       return nullptr;
-    auto it = by_rkey_.find(h.rkey);
-    if (it == by_rkey_.end()) return nullptr;
-    const Region& r = regions_[it->second];
-    if (!r.live || (r.mr.access & kAccessRemoteWrite) == 0) return nullptr;
-    const uint64_t mlen = h.msg_len;
-    if (h.remote_addr < h.msg_offset || base_addr < r.mr.addr ||
-        mlen > r.mr.length || base_addr - r.mr.addr > r.mr.length - mlen)
-      return nullptr;
-    // Payload checksums are verified on bytes that have not landed yet.
-    if ((h.flags & wire::kFlagPayloadCrc) != 0 || c->rx_crc_required)
-      return nullptr;
-    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return nullptr;
-    if ((c->rx_bits[(psn >> 6) & c->rx_word_mask] >> (psn & 63)) & 1)
-      return nullptr;
-    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
-    if (md < 0 || md >= static_cast<int32_t>(c->win)) return nullptr;
-    uint64_t received = 0;
-    if (static_cast<uint64_t>(md) < c->rx_msgs.size()) {
-      const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-      if (m.active) {
-        if (m.msn != h.msn || m.len != h.msg_len || m.base_addr != base_addr ||
-            m.has_imm != has_imm || (has_imm && m.imm != h.immediate))
-          return nullptr;
-        received = m.received;
-      }
-    }
-    if (received + claimed + h.payload_len > mlen) return nullptr;
-    return r.base + (h.remote_addr - r.mr.addr);
+    k.dst = a.dst;
+    return a.dst;
   }
 
   // ------------------------------------------------------------- transmit
@@ -986,7 +1068,7 @@ class Engine::Impl {
 
   // Marks a connection's cached NextEventTime share stale (anything that may
   // have changed its timers, queues or sender state calls this).
-  void Touch(Conn* c) {
+  __attribute__((always_inline)) void Touch(Conn* c) {
     next_valid_ = false;
     Sched& q = sched_[c->pos];
     if (q.dirty) return;
@@ -1236,10 +1318,21 @@ class Engine::Impl {
 
   // ----------------------------------------------------------- receive
   // `hdr_crc`: the header checksum computed by OnReceive, or nullptr.
-  void ReceiveOne(Time now, const RxPacket& rx, const uint32_t* hdr_crc) {
+  // `claim`: the RxDestination claim of a packet read in place (its header
+  // already decoded and checked there), or nullptr.
+  void ReceiveOne(Time now, const RxPacket& rx, const uint32_t* hdr_crc,
+                  const RxClaim* claim) {
     ++stats_.rx_packets;
     wire::DecodeError e;
-    if (hdr_crc != nullptr) {
+    if (claim != nullptr) {
+      claim_done_ = static_cast<size_t>(claim - claims_.data()) + 1;
+      pkt_.type = wire::PacketType::kData;
+      pkt_.data = claim->h;
+      pkt_.payload = rx.payload;
+      pkt_.payload_len = rx.payload_len;
+      pkt_.trimmed = false;
+      e = wire::DecodeError::kOk;
+    } else if (hdr_crc != nullptr) {
       e = rx.payload != nullptr
               ? wire::DecodeSplitWithCrc(rx.data, rx.len, rx.payload,
                                          rx.payload_len, *hdr_crc, &pkt_)
@@ -1409,46 +1502,57 @@ class Engine::Impl {
     ++c->st.tx_nacks;
   }
 
-  void OnData(Time now, Conn* c, const RxPacket& rx) {
-    const wire::DataHeader& h = pkt_.data;
-    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths) {
-      ++stats_.rx_drop_malformed;
-      return;
-    }
-    c->last_heard = now;
-    const bool trimmed = pkt_.trimmed || rx.trimmed;
-    const uint64_t psn = Ext(c->rcv_nxt, h.psn);
-    if (trimmed) {
-      ++c->st.rx_trimmed;
-      if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win ||
-          (c->rx_bits[(psn >> 6) & (c->rx_word_mask)] >> (psn & 63)) & 1) {
-        // Already have it (or cannot have it): just re-acknowledge.
-        ++stats_.rx_duplicates;
-        NoteAck(now, c, h, psn, rx.ecn_ce, true);
-        return;
-      }
-      QueueNack(c, h, psn, wire::NackReason::kTrimmed, rx.ecn_ce);
-      return;
-    }
-    // Key, access and range.
-    uint32_t ridx;
+  // The receive-side acceptance rules of a DATA packet: the checks that
+  // keep a stray write out. One function, called by OnData and by
+  // RxDestination (receive in place), so the two cannot drift apart. Read
+  // only. The first rule that fails decides the verdict (and so the
+  // counter and NACK OnData gives), in this order: fields (payload length,
+  // path id), trimmed, key and access, range, payload checksum, PSN window
+  // and duplicate bit, message slot and fields, bytes left in the message.
+  // `payload`: the payload bytes, or nullptr when they have not arrived yet
+  // (receive in place: a checksum then cannot be checked: kNeedPayload).
+  // `claimed`: bytes of this message resolved in place by earlier packets
+  // of the batch, not yet counted in RxMsg::received.
+  enum class RxVerdict : uint8_t {
+    kAccept,
+    kMalformed,    // fields out of range: dropped, nothing else
+    kTrimmed,      // handled by OnData (NACK or re-ack)
+    kBadKey,       // NACK BAD_KEY
+    kBadRange,     // NACK BAD_RANGE
+    kNeedPayload,  // payload checksum, bytes not received yet
+    kCorrupt,      // NACK CORRUPT
+    kDuplicate,    // re-acknowledged
+    kOutOfWindow,  // NACK OUT_OF_WINDOW
+    kMsgMismatch,  // message fields disagree or too many bytes: dropped
+  };
+  struct RxAccept {
+    uint32_t ridx = kNil;
+    bool cached = false;  // region from the connection's one-entry cache
+    uint64_t base_addr = 0;
+    bool has_imm = false;
+    bool has_slot = false;  // false: the message ring must grow first
+    uint32_t word = 0;      // the PSN's word in rx_bits
+    uint8_t* dst = nullptr;
+  };
+  __attribute__((always_inline)) RxVerdict AcceptData(
+      const Conn* c, const wire::DataHeader& h, uint64_t psn, bool trimmed,
+      const uint8_t* payload, uint64_t claimed, RxAccept* a) const {
+    if (h.payload_len > c->remote_mtu || h.path_id >= c->num_paths)
+      return RxVerdict::kMalformed;
+    if (trimmed) return RxVerdict::kTrimmed;
+    // Key and access (by_rkey_ holds live regions only).
     if (c->last_region != kNil && c->last_rkey == h.rkey &&
         c->last_region_gen == region_gen_) {
-      ridx = c->last_region;
+      a->ridx = c->last_region;
+      a->cached = true;
     } else {
       auto it = by_rkey_.find(h.rkey);
       if (it == by_rkey_.end() ||
-          (regions_[it->second].mr.access & kAccessRemoteWrite) == 0) {
-        ++stats_.rx_drop_bad_key;
-        QueueNack(c, h, psn, wire::NackReason::kBadKey, rx.ecn_ce);
-        return;
-      }
-      ridx = it->second;
-      c->last_rkey = h.rkey;
-      c->last_region = ridx;
-      c->last_region_gen = region_gen_;
+          (regions_[it->second].mr.access & kAccessRemoteWrite) == 0)
+        return RxVerdict::kBadKey;
+      a->ridx = it->second;
     }
-    const Region& r = regions_[ridx];
+    const Region& r = regions_[a->ridx];
     const uint64_t plen = h.payload_len;
     // The whole message [remote_addr - msg_offset, +msg_len) must lie in the
     // region (the decoder guarantees msg_offset + payload_len <= msg_len, so
@@ -1456,65 +1560,108 @@ class Engine::Impl {
     const uint64_t mlen = h.msg_len;
     if (h.remote_addr < h.msg_offset ||
         h.remote_addr - h.msg_offset < r.mr.addr || mlen > r.mr.length ||
-        h.remote_addr - h.msg_offset - r.mr.addr > r.mr.length - mlen) {
-      ++stats_.rx_drop_bad_range;
-      QueueNack(c, h, psn, wire::NackReason::kBadRange, rx.ecn_ce);
-      return;
-    }
+        h.remote_addr - h.msg_offset - r.mr.addr > r.mr.length - mlen)
+      return RxVerdict::kBadRange;
     // Payload integrity.
     const bool has_crc = (h.flags & wire::kFlagPayloadCrc) != 0;
     if (plen > 0 && (has_crc || c->rx_crc_required)) {
-      if (!has_crc || wire::Crc32c(pkt_.payload, plen) != h.payload_crc) {
-        ++stats_.rx_drop_payload_corrupt;
-        QueueNack(c, h, psn, wire::NackReason::kCorrupt, rx.ecn_ce);
-        return;
-      }
+      if (payload == nullptr) return RxVerdict::kNeedPayload;
+      if (!has_crc || wire::Crc32c(payload, plen) != h.payload_crc)
+        return RxVerdict::kCorrupt;
     }
     // PSN window and duplicates.
-    if (psn < c->rcv_nxt) {
-      ++stats_.rx_duplicates;
-      NoteAck(now, c, h, psn, rx.ecn_ce, true);
-      return;
-    }
-    if (psn >= c->rcv_nxt + c->win) {
-      ++stats_.rx_drop_out_of_window;
-      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
-      return;
-    }
-    uint64_t& word = c->rx_bits[(psn >> 6) & (c->rx_word_mask)];
-    const uint64_t bit = uint64_t{1} << (psn & 63);
-    if (word & bit) {
-      ++stats_.rx_duplicates;
-      NoteAck(now, c, h, psn, rx.ecn_ce, true);
-      return;
-    }
+    if (psn < c->rcv_nxt) return RxVerdict::kDuplicate;
+    if (psn >= c->rcv_nxt + c->win) return RxVerdict::kOutOfWindow;
+    a->word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
+    if ((c->rx_bits[a->word] >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
-    const uint64_t base_addr = h.remote_addr - h.msg_offset;
-    const bool has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
-    if (md < 0 || md >= static_cast<int32_t>(c->win)) {
-      ++stats_.rx_drop_out_of_window;
-      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
-      return;
+    a->base_addr = h.remote_addr - h.msg_offset;
+    a->has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
+    if (md < 0 || md >= static_cast<int32_t>(c->win))
+      return RxVerdict::kOutOfWindow;
+    uint64_t received = 0;
+    a->has_slot = static_cast<uint64_t>(md) < c->rx_msgs.size();
+    if (a->has_slot) {
+      const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+      if (m.active) {
+        if (m.msn != h.msn) return RxVerdict::kOutOfWindow;
+        if (m.len != h.msg_len || m.base_addr != a->base_addr ||
+            m.has_imm != a->has_imm || (a->has_imm && m.imm != h.immediate))
+          return RxVerdict::kMsgMismatch;
+        received = m.received;
+      }
     }
-    if (static_cast<uint64_t>(md) >= c->rx_msgs.size()) c->GrowRxMsgs(md);
-    RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-    if (m.active && m.msn != h.msn) {
-      ++stats_.rx_drop_out_of_window;
-      QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
-      return;
-    }
-    if (m.active &&
-        (m.len != h.msg_len || m.base_addr != base_addr ||
-         m.has_imm != has_imm || (has_imm && m.imm != h.immediate) ||
-         m.received + plen > m.len)) {
+    if (received + claimed + plen > mlen) return RxVerdict::kMsgMismatch;
+    a->dst = r.base + (h.remote_addr - r.mr.addr);
+    return RxVerdict::kAccept;
+  }
+
+  void OnData(Time now, Conn* c, const RxPacket& rx) {
+    const wire::DataHeader& h = pkt_.data;
+    const uint64_t psn = Ext(c->rcv_nxt, h.psn);
+    RxAccept a;
+    const RxVerdict v = AcceptData(c, h, psn, pkt_.trimmed || rx.trimmed,
+                                   pkt_.payload, /*claimed=*/0, &a);
+    if (v == RxVerdict::kMalformed) {
       ++stats_.rx_drop_malformed;
       return;
     }
+    c->last_heard = now;
+    switch (v) {
+      case RxVerdict::kAccept:
+        break;
+      case RxVerdict::kTrimmed:
+        ++c->st.rx_trimmed;
+        if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win ||
+            (c->rx_bits[(psn >> 6) & (c->rx_word_mask)] >> (psn & 63)) & 1) {
+          // Already have it (or cannot have it): just re-acknowledge.
+          ++stats_.rx_duplicates;
+          NoteAck(now, c, h, psn, rx.ecn_ce, true);
+          return;
+        }
+        QueueNack(c, h, psn, wire::NackReason::kTrimmed, rx.ecn_ce);
+        return;
+      case RxVerdict::kBadKey:
+        ++stats_.rx_drop_bad_key;
+        QueueNack(c, h, psn, wire::NackReason::kBadKey, rx.ecn_ce);
+        return;
+      case RxVerdict::kBadRange:
+        ++stats_.rx_drop_bad_range;
+        QueueNack(c, h, psn, wire::NackReason::kBadRange, rx.ecn_ce);
+        return;
+      case RxVerdict::kNeedPayload:  // payload present here: not reached
+      case RxVerdict::kCorrupt:
+        ++stats_.rx_drop_payload_corrupt;
+        QueueNack(c, h, psn, wire::NackReason::kCorrupt, rx.ecn_ce);
+        return;
+      case RxVerdict::kDuplicate:
+        ++stats_.rx_duplicates;
+        NoteAck(now, c, h, psn, rx.ecn_ce, true);
+        return;
+      case RxVerdict::kOutOfWindow:
+        ++stats_.rx_drop_out_of_window;
+        QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
+        return;
+      case RxVerdict::kMsgMismatch:
+      case RxVerdict::kMalformed:
+        ++stats_.rx_drop_malformed;
+        return;
+    }
+    if (!a.cached) {
+      c->last_rkey = h.rkey;
+      c->last_region = a.ridx;
+      c->last_region_gen = region_gen_;
+    }
+    const Region& r = regions_[a.ridx];
+    const uint64_t plen = h.payload_len;
+    if (!a.has_slot)
+      c->GrowRxMsgs(static_cast<uint32_t>(h.msn - c->rcv_msn_next));
+    RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
     // A payload already at its address (read in place after
     // RxDestination) is not copied again. The default placer is called
     // directly (final class: inlined).
-    uint8_t* const dst = r.base + (h.remote_addr - r.mr.addr);
+    uint8_t* const dst = a.dst;
     if (plen > 0 && pkt_.payload != dst &&
         !(placer_ == &memcpy_placer_
               ? memcpy_placer_.Place(dst, pkt_.payload,
@@ -1525,7 +1672,7 @@ class Engine::Impl {
       return;
     }
     // Accept.
-    word |= bit;
+    c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
     const bool gap = psn > c->rcv_high;
     if (psn >= c->rcv_high) {
       c->rcv_high = psn + 1;
@@ -1542,8 +1689,8 @@ class Engine::Impl {
       m.msn = h.msn;
       m.len = h.msg_len;
       m.received = 0;
-      m.base_addr = base_addr;
-      m.has_imm = has_imm;
+      m.base_addr = a.base_addr;
+      m.has_imm = a.has_imm;
       m.imm = h.immediate;
     }
     m.received += plen;
@@ -1661,9 +1808,19 @@ class Engine::Impl {
       c->any_acked_sent = true;
       Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
       if (s.sent_time > pr) pr = s.sent_time;
+      if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
+        c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
+      }
       if (!p.dirty) {
         p.dirty = true;
         c->dirty_paths.push_back(s.path);
+      }
+    }
+    if (c->tlp_blame) {
+      if (psn == c->tlp_psn) {
+        tlp_answered_ = this_copy;
+      } else if (s.sent_time < c->tlp_stall_at) {
+        ++tlp_old_acked_;
       }
     }
     // (kLost: acked before its retransmission left; the retx entry is
@@ -1671,6 +1828,7 @@ class Engine::Impl {
     s.state = kAcked;
     c->last_progress = now;
     c->tlp_fired = 0;
+    c->tlp_credit = 0;
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
@@ -1690,6 +1848,15 @@ class Engine::Impl {
           fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
+    } else if (s.tx_count == 1 && c->srtt > 0 &&
+               now - s.sent_time > 2 * c->srtt) {
+      // A clean ack without an echoed timestamp, for a packet sent once,
+      // that took over twice the connection's RTT: the selector gets its
+      // delay (an upper bound on its RTT), the only sample of a slow path
+      // whose packets are rarely a SACK's trigger. In order after the
+      // batched acks before it.
+      FlushGoodFeedback(c, now);
+      c->sel->OnAckDelay(s.path, now, now - s.sent_time);
     } else {
       // A clean ack without an RTT sample: batched (OnFeedbackBatch).
       if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
@@ -1739,6 +1906,22 @@ class Engine::Impl {
       }
     }
     FlushGoodFeedback(c, now);
+    if (c->tlp_blame && c->Slot(c->tlp_psn).state != kInFlight &&
+        c->Slot(c->tlp_psn).state != kLost) {
+      // The probe's PSN was acked by this SACK. Its path is blamed when
+      // the probe's own copy is what was acked and nothing else sent
+      // before the probe came with it: the original was lost, not late.
+      // (The receiver echoes the copy that triggered the SACK, so a stalled
+      // host that delivers the original and the probe together names the
+      // probe; the rest of that flight, acked in the same SACK, tells the
+      // stall apart.)
+      c->tlp_blame = false;
+      if (tlp_answered_ && tlp_old_acked_ == 0) {
+        RetireFeedback(c, c->tlp_orig_path, routing::PathFeedback::kLost, now);
+      }
+    }
+    tlp_answered_ = false;
+    tlp_old_acked_ = 0;
     // RTT from the echoed timestamp of the triggering transmission.
     if (rtt > 0) {
       UpdateRtt(c, rtt);
@@ -1804,10 +1987,7 @@ class Engine::Impl {
     while (c->all_head != kNil) {
       const uint32_t idx = c->all_head;
       const TxSlot& s = c->slots[idx];
-      if (!c->SentBeforeLatestAcked(s) ||
-          s.sent_time + c->PathLossTimeout(s.path) > now) {
-        break;
-      }
+      if (c->LossDeadline(s) > now) break;
       const uint16_t path = s.path;
       ++c->paths[path].st.lost_packets;
       ++c->st.path_timeouts;
@@ -1896,6 +2076,20 @@ class Engine::Impl {
         const absl::StatusCode code = h.reason == wire::NackReason::kBadKey
                                           ? absl::StatusCode::kPermissionDenied
                                           : absl::StatusCode::kOutOfRange;
+        if (InPlaceAhead(c)) {
+          // A packet of this connection later in the batch was already
+          // read in place (RxDestination accepted it against the live
+          // connection): failing now would drop it with its bytes written.
+          // The failure takes effect at the end of the batch, as if this
+          // NACK had come last.
+          if (!c->fail_deferred) {
+            c->fail_deferred = true;
+            c->deferred_code = code;
+            c->deferred_culprit = s.msn + 1;
+            deferred_fail_.push_back(c);
+          }
+          return;
+        }
         FlushWrites(c, absl::StatusCode::kAborted, code, s.msn + 1);
         return;
       }
@@ -1971,30 +2165,57 @@ class Engine::Impl {
     const Time rto_time = c->RtoTime();
     if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
-      // while data is in flight, well before the RTO. Every transmission
-      // older than a PTO is presumed lost and resent (on another path); the
-      // paths get kLost. At most kMaxTlp times per stall, then the RTO.
+      // while data is in flight, well before the RTO.
+      // - Transmissions older than a PTO with one sent after them acked
+      //   (overtaken across the connection) are lost on their paths: all
+      //   are resent (on other paths) and the paths get kLost, as in a
+      //   fabric failure the rest of the connection keeps delivering.
+      // - When none was overtaken, nothing says the fabric lost them (a
+      //   stalled receiver or host holds the whole flight): RFC 8985's
+      //   probe, the oldest transmission (kTlpPackets) resent alone, the
+      //   rest kept in flight. The SACK answering it tells what arrived;
+      //   what was sent before the stall's first probe and is still unacked
+      //   then is lost by path timeout (LossDeadline, tlp_rack), and the
+      //   probed packet's path is blamed only if the probe's copy came back
+      //   alone (OnSack, tlp_blame).
+      // At most kMaxTlp times per stall, then the RTO.
       const Time pto = c->Pto();
       congestion::AckEvent ev;  // the presumed losses, for the controller
       ev.now = now;
       while (c->all_head != kNil &&
-             c->slots[c->all_head].sent_time + pto <= now) {
+             c->slots[c->all_head].sent_time + pto <= now &&
+             c->slots[c->all_head].sent_time < c->rack_sent) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
-        const bool overtaken = Overtaken(c, c->slots[idx].sent_time);
         ++c->paths[path].st.lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
-        if (overtaken) {
-          RetireFeedback(c, path, routing::PathFeedback::kLost, now);
-        }
+        RetireFeedback(c, path, routing::PathFeedback::kLost, now);
       }
+      uint32_t probed = 0;
+      while (ev.lost == 0 && probed < kTlpPackets && c->all_head != kNil &&
+             c->slots[c->all_head].sent_time + pto <= now) {
+        ++probed;
+        const uint32_t idx = c->all_head;
+        const uint16_t path = c->slots[idx].path;
+        // Sent in the same burst as an acked one: blamed (kLost) once the
+        // probe's answer shows the original did not arrive.
+        c->tlp_blame = Overtaken(c, c->slots[idx].sent_time);
+        c->tlp_psn = PsnOfSlot(c, idx);
+        c->tlp_orig_path = path;
+        ++c->paths[path].st.lost_packets;
+        MarkLost(c, c->tlp_psn, false);
+      }
+      ev.lost += probed;
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
         c->cc->OnAck(ev);
         c->cwnd = c->cc->window_bytes();
       }
       ++c->tlp_fired;
+      if (c->tlp_fired == 1) c->tlp_stall_at = now;
+      c->tlp_at = now;
+      c->tlp_credit = static_cast<uint8_t>(probed);
       ++c->st.tail_loss_probes;
       c->no_path = false;
       return;
@@ -2042,6 +2263,7 @@ class Engine::Impl {
       const uint64_t psn = c->retx[c->retx_head % c->retx_size];
       const TxSlot& s = c->slots[psn & c->win_mask];
       if (psn < c->snd_una || s.state != kLost) return true;  // stale: pop
+      if (c->tlp_credit > 0) return true;  // a probe ignores the window
       const TxMsg& m = c->Msg(s.msn);
       len = std::min<uint32_t>(c->mtu, m.len - s.pkt_idx * c->mtu);
     } else {
@@ -2114,7 +2336,13 @@ class Engine::Impl {
       const TxMsg& m = c->Msg(msn);
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
-      if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd) break;
+      // A tail-loss probe goes out whatever the window (RFC 8985): the
+      // flight it probes still counts as in flight.
+      const bool probe = retx && c->tlp_credit > 0;
+      if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd &&
+          !probe) {
+        break;
+      }
       int path;
       if (path_pos < path_have) {
         path = path_buf[path_pos++];
@@ -2150,6 +2378,7 @@ class Engine::Impl {
       c->no_path = false;
       // Commit.
       if (retx) {
+        if (probe) --c->tlp_credit;
         ++c->retx_head;
         ++c->st.retransmitted_packets;
         c->st.retransmitted_bytes += len;
@@ -2350,21 +2579,23 @@ class Engine::Impl {
   static constexpr size_t kGoodFbBatch = 64;
   PathId good_fb_[kGoodFbBatch];
   size_t good_fb_n_ = 0;
+  // Within one OnSack with a probe's blame pending: whether the probe's own
+  // copy was acked, and how many other transmissions sent before the probe.
+  bool tlp_answered_ = false;
+  uint32_t tlp_old_acked_ = 0;
 
   // RxDestination claims since the last OnReceive.
-  struct RxClaim {
-    ConnId conn;
-    uint64_t psn;
-    uint32_t msn, msg_len;
-    uint64_t base_addr;
-    uint32_t imm;
-    uint32_t plen;
-    bool has_imm;
-  };
   static constexpr size_t kMaxRxClaims = 256;
   std::vector<RxClaim> claims_;  // kMaxRxClaims once RxDestination is used
   size_t nclaims_ = 0;
   bool claims_full_ = false;
+  // OnReceive of a batch with claims: the next claim to match (packets are
+  // matched a chunk ahead), the claims of packets already handled, and the
+  // connections whose failure waits for the end of the batch.
+  bool in_batch_ = false;
+  size_t claim_next_ = 0;
+  size_t claim_done_ = 0;
+  std::vector<Conn*> deferred_fail_;
   wire::Packet rxd_pkt_;  // RxDestination's decode scratch
 };
 

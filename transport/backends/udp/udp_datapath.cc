@@ -1040,7 +1040,11 @@ size_t UdpDatapath::RxInPlace(RxPacket* pkts, size_t n) {
       uint8_t* dst = nullptr;
       const size_t plen =
           static_cast<size_t>(len) > kHdr ? static_cast<size_t>(len) - kHdr : 0;
-      if (plen > 0 && static_cast<size_t>(len) <= m.rx_max_packet)
+      // Every datagram with a full DATA header is shown to the resolver,
+      // header-only ones too (it returns nullptr for them): the engine must
+      // see each DATA packet of the batch that can precede one it places.
+      if (static_cast<size_t>(len) >= kHdr &&
+          static_cast<size_t>(len) <= m.rx_max_packet)
         dst = resolver_->Resolve(m.peek, kHdr, plen);
       msghdr& mh = m.rmsgs[got].msg_hdr;
       mh.msg_name = &m.rsrc[got];

@@ -163,9 +163,11 @@ struct UdpOptions {
 
 // Where a received payload goes (receive in place). Implemented over
 // Engine::RxDestination, whose contract it has: `hdr` = the first hdr_len
-// bytes of the datagram, `payload_len` = its bytes after them; nullptr =
-// read it into a receive buffer. The packet is then handed out split with
-// `payload` = the returned address.
+// bytes of the datagram, `payload_len` = its bytes after them (0 for a
+// header-only datagram: every datagram of at least hdr_len bytes is shown,
+// so the engine knows each DATA packet that precedes one it places);
+// nullptr = read it into a receive buffer. The packet is then handed out
+// split with `payload` = the returned address.
 class RxResolver {
  public:
   virtual ~RxResolver() = default;

@@ -238,12 +238,19 @@ class Engine {
   // than the default (the bytes must be checked or moved by it). The caller
   // may then read exactly payload_len payload bytes to that address and
   // must hand the packet to the next OnReceive as a split RxPacket whose
-  // `payload` is that address (OnReceive does not copy it again).
-  // Every DATA header resolved since the last OnReceive is remembered (up
-  // to 256; nullptr after that until the next OnReceive), so within one
-  // batch a second copy of a PSN, a packet of a message whose fields
-  // disagree with another of the batch, or more bytes than the message
-  // holds, gets nullptr: nothing OnReceive would drop is ever written.
+  // `payload` is that address and whose header bytes are `hdr`'s (OnReceive
+  // then neither copies the payload again nor decodes or checksums the
+  // header a second time). The acceptance rules are those of OnReceive (one
+  // function). Every DATA header resolved since the last OnReceive is
+  // remembered (up to 256; nullptr after that until the next OnReceive),
+  // so within one batch a second copy of a PSN, a packet of a message whose
+  // fields disagree with another of the batch, or more bytes than the
+  // message holds, gets nullptr. The caller must pass every received
+  // datagram of at least hdr_len bytes, header-only DATA (payload_len 0,
+  // always nullptr) included, and make no other engine call before that
+  // OnReceive; a BAD_KEY / BAD_RANGE NACK earlier in the batch that fails
+  // the connection takes effect after the batch's packets read in place.
+  // So nothing read in place is dropped: no stray write, no lost byte.
   // Reads no clock; the result depends only on engine state and the batch.
   uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
                          size_t payload_len);
