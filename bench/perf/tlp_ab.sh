@@ -1,0 +1,42 @@
+#!/bin/bash
+# tlp_ab.sh BEFORE_PRISM_PERF AFTER_PRISM_PERF [PAIRS] [SECONDS]
+# A/B of two prism_perf binaries (e.g. before/after an engine change) on
+# one netns veth pair at MTU 9000 (tests/udp/netns_fabric.sh; needs root),
+# prism_perf's defaults (GSO + GRO, NSCC), runs alternated before/after.
+# Prints one line per run: Gb/s and the client's retransmitted packets,
+# tail-loss probes, RTOs and path retirements, with the load average.
+# Used for docs/benchmarks.md "Tail-loss probe: one packet, not the flight".
+set -u
+BEFORE=${1:?before binary} AFTER=${2:?after binary} PAIRS=${3:-4} D=${4:-3}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+if [ -z "${PRISM_NS_A:-}" ]; then
+  exec bash "$ROOT/tests/udp/netns_fabric.sh" 1 9000 "$0" "$BEFORE" "$AFTER" \
+    "$PAIRS" "$D"
+fi
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+run() {
+  local bin=$1 label=$2 port=$((30000 + RANDOM % 10000))
+  ip netns exec "$PRISM_NS_B" "$bin" -p $port -L fd77:0::2 --json \
+    > "$TMP/s.json" 2> "$TMP/s.err" &
+  local sp=$!
+  sleep 0.3
+  ip netns exec "$PRISM_NS_A" "$bin" -p $port -s 65536 -D "$D" \
+    -L fd77:0::1 --json fd77:0::2 > "$TMP/c.json" 2> "$TMP/c.err"
+  wait $sp
+  python3 - "$label" "$TMP/c.json" <<'PY'
+import json, sys
+try:
+    c = json.load(open(sys.argv[2]))
+except Exception as e:
+    print(sys.argv[1], 'failed:', e); sys.exit(0)
+load = open('/proc/loadavg').read().split()[0]
+print(f"{sys.argv[1]} gbps={c['gbps']:.3f} "
+      f"retransmitted={c.get('retransmitted_packets')} "
+      f"tlp={c.get('tail_loss_probes')} rto={c.get('rto_events')} "
+      f"retired={c.get('paths_retired')} load={load}")
+PY
+}
+for ((r = 0; r < PAIRS; r++)); do
+  run "$BEFORE" before
+  run "$AFTER" after
+done
