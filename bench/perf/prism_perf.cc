@@ -81,8 +81,8 @@ struct Args {
   int spin_us = -1;
   // Longest WaitCompletions sleep of the posting thread. A completion wakes
   // it at once, so this only bounds the idle wake-ups: with 200 us, a
-  // window-limited run under QEMU TCG (RTT 50-200 ms) wakes the thread
-  // thousands of times a second (docs/verbs.md "Profile inside the VM").
+  // window-limited run under QEMU TCG (RTT 40-460 ms) can wake the thread
+  // up to 5000 times a second (docs/verbs.md "Profile inside the VM").
   int wait_us = 200;
   // Receive-buffer slots (message-sized) the server registers; 0: tx depth,
   // at most 64 (with more messages in flight than slots, two of them write

@@ -114,6 +114,27 @@ class RxAccept : public ::testing::Test {
     return r;
   }
 
+  // B writes 100 bytes to A with a key A does not know; A drops it and
+  // queues a NACK BAD_KEY, which fails B's connection when it arrives (as
+  // an RC QP's remote access error).
+  void ForgedKeyWriteFromB() {
+    WriteRequest w;
+    w.local_addr = src_.data();
+    w.length = 100;
+    w.lkey = bsrc_.lkey;
+    w.remote_addr = 0x1000;
+    w.rkey = md_.rkey ^ 0x5555;
+    ASSERT_TRUE(b_->PostWrite(now_, cb_, w).ok());
+    TxPacket tx[16];
+    ASSERT_EQ(b_->PollTransmit(now_, tx, 16), 1u);
+    std::vector<uint8_t> bdata(tx[0].header, tx[0].header + tx[0].header_len);
+    bdata.insert(bdata.end(), tx[0].payload, tx[0].payload + tx[0].payload_len);
+    RxPacket r;
+    r.data = bdata.data();
+    r.len = static_cast<uint32_t>(bdata.size());
+    a_->OnReceive(now_, &r, 1);
+  }
+
   uint64_t Accepted() { return b_->connection_stats(cb_)->rx_data_packets; }
 
   Time now_ = kMillisecond;
@@ -199,23 +220,8 @@ TEST_F(RxAccept, RxDestinationResolvesExactlyWhatOnReceiveAccepts) {
 }
 
 TEST_F(RxAccept, ConnectionFailureWaitsForPacketsReadInPlace) {
-  // B writes to A with a key A does not know: A answers NACK BAD_KEY, which
-  // fails B's connection (as an RC QP's remote access error).
-  WriteRequest w;
-  w.local_addr = src_.data();
-  w.length = 100;
-  w.lkey = bsrc_.lkey;
-  w.remote_addr = 0x1000;
-  w.rkey = md_.rkey ^ 0x5555;
-  ASSERT_TRUE(b_->PostWrite(now_, cb_, w).ok());
-  TxPacket tx[16];
-  ASSERT_EQ(b_->PollTransmit(now_, tx, 16), 1u);
-  std::vector<uint8_t> bdata(tx[0].header, tx[0].header + tx[0].header_len);
-  bdata.insert(bdata.end(), tx[0].payload, tx[0].payload + tx[0].payload_len);
-  RxPacket r;
-  r.data = bdata.data();
-  r.len = static_cast<uint32_t>(bdata.size());
-  a_->OnReceive(now_, &r, 1);
+  // A answers B's forged-key WRITE with a NACK BAD_KEY.
+  ASSERT_NO_FATAL_FAILURE(ForgedKeyWriteFromB());
   EXPECT_EQ(a_->stats().rx_drop_bad_key, 1u);
   // A's WRITE to B; A's next burst carries the NACK first, then the DATA.
   std::vector<uint8_t> nack;
@@ -255,21 +261,7 @@ TEST_F(RxAccept, ConnectionFailureWaitsForPacketsReadInPlace) {
 TEST_F(RxAccept, FailureWithNothingReadInPlaceIsImmediate) {
   // The same NACK without in-place packets behind it fails the connection
   // at once: a DATA packet after it in the batch is dropped, not written.
-  WriteRequest w;
-  w.local_addr = src_.data();
-  w.length = 100;
-  w.lkey = bsrc_.lkey;
-  w.remote_addr = 0x1000;
-  w.rkey = md_.rkey ^ 0x5555;
-  ASSERT_TRUE(b_->PostWrite(now_, cb_, w).ok());
-  TxPacket tx[16];
-  ASSERT_EQ(b_->PollTransmit(now_, tx, 16), 1u);
-  std::vector<uint8_t> bdata(tx[0].header, tx[0].header + tx[0].header_len);
-  bdata.insert(bdata.end(), tx[0].payload, tx[0].payload + tx[0].payload_len);
-  RxPacket r;
-  r.data = bdata.data();
-  r.len = static_cast<uint32_t>(bdata.size());
-  a_->OnReceive(now_, &r, 1);
+  ASSERT_NO_FATAL_FAILURE(ForgedKeyWriteFromB());
   std::vector<uint8_t> nack;
   auto pk = Write(0, 500, &nack);
   ASSERT_EQ(pk.size(), 1u);

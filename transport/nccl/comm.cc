@@ -150,7 +150,7 @@ struct CommBase : SinkBase {
   uint64_t nonce = 0;
   Rng rng{1};
   int live_mrs = 0;
-  uint32_t test_polls = 0;  // isend/irecv/test calls that made progress
+  uint32_t test_polls = 0;  // polling isend/irecv/test calls (ReadSideNow)
 
   // Whether this call also reads the side channel (a system call). On the
   // Prism data paths it only carries rare events (a send error, the peer
