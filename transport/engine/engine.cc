@@ -453,18 +453,20 @@ struct Conn {
   }
   // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
   // PathLossTimeout() after it was sent once a later transmission on its
-  // plane was acked, or once it was sent before a tail-loss probe that was
-  // answered (tlp_rack: RFC 8985, the probe's ack lets RACK mark the rest of
-  // the flight, on any plane). The probe's ack does not shorten the deadline:
-  // a probe fired before the first RTT sample (2 base_rtt) on a queued fabric
-  // comes back over an emptier path while the flight is still queued, and
-  // srtt + the SACK delay then declared whole flights lost (256-host bench:
-  // 32,760 of 35,219 path timeouts, none a real loss; docs/benchmarks.md).
+  // plane was acked; or, when it was sent before a tail-loss probe that was
+  // answered (tlp_rack), srtt + the SACK delay after it was sent (RFC 8985:
+  // the probe's ack lets RACK mark the rest of the flight; the probe left a
+  // PTO without progress after the flight's head, so what is still unacked
+  // when it comes back was not merely queued behind it, on any plane).
   Time LossDeadline(const TxSlot& s) const {
-    if (SentBeforeLatestAcked(s) || s.sent_time < tlp_rack) {
-      return s.sent_time + PathLossTimeout(s.path);
+    Time t = kTimeInfinite;
+    if (SentBeforeLatestAcked(s)) t = s.sent_time + PathLossTimeout(s.path);
+    if (s.sent_time < tlp_rack) {
+      const Time rack =
+          std::max(srtt + opt.base_rtt / 4, SlowPathGrace(s.path));
+      t = std::min(t, s.sent_time + rack);
     }
-    return kTimeInfinite;
+    return t;
   }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
