@@ -6,7 +6,9 @@
 # Udp6SndbufErrors, Udp6InErrors, ...; ip -s link drops on the veths; tc
 # qdisc drops) plus prism_perf's datapath and engine counters (--json).
 # One line per run; a run with RTOs also prints every nonzero kernel delta.
-# Needs root (tests/udp/netns_fabric.sh).
+# Needs root (tests/udp/netns_fabric.sh). SERVER_WRAP / CLIENT_WRAP prefix
+# the server / client command (e.g. SERVER_WRAP="nice -n 19" starves the
+# receiver; "nice -n -15" on both favours them over the machine's load).
 set -u
 BIN=${1:?prism_perf binary} RUNS=${2:-10} D=${3:-3}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,12 +27,12 @@ snap() {  # snap TAG: kernel counters of both namespaces into $TMP/TAG.*
 }
 for ((r = 0; r < RUNS; r++)); do
   port=$((30000 + RANDOM % 10000))
-  ip netns exec "$PRISM_NS_B" "$BIN" -p $port -L fd77:0::2 --json \
+  ip netns exec "$PRISM_NS_B" ${SERVER_WRAP:-} "$BIN" -p $port -L fd77:0::2 --json \
     > "$TMP/s.json" 2> "$TMP/s.err" &
   sp=$!
   sleep 0.3
   snap pre
-  ip netns exec "$PRISM_NS_A" "$BIN" -p $port -s 65536 -D "$D" \
+  ip netns exec "$PRISM_NS_A" ${CLIENT_WRAP:-} "$BIN" -p $port -s 65536 -D "$D" \
     -L fd77:0::1 --json fd77:0::2 > "$TMP/c.json" 2> "$TMP/c.err"
   wait $sp
   snap post
