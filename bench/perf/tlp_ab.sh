@@ -3,8 +3,9 @@
 # A/B of two prism_perf binaries (e.g. before/after an engine change) on
 # one netns veth pair at MTU 9000 (tests/udp/netns_fabric.sh; needs root),
 # prism_perf's defaults (GSO + GRO, NSCC), runs alternated before/after.
-# Prints one line per run: Gb/s and the client's retransmitted packets,
-# tail-loss probes, RTOs and path retirements, with the load average.
+# Prints one line per run: Gb/s, Gbit per CPU-second (client + server),
+# the client's retransmitted packets, tail-loss probes, RTOs and path
+# retirements, with the load average.
 # Used for docs/benchmarks.md "Tail-loss probe: one packet, not the flight".
 set -u
 BEFORE=${1:?before binary} AFTER=${2:?after binary} PAIRS=${3:-4} D=${4:-3}
@@ -23,14 +24,22 @@ run() {
   ip netns exec "$PRISM_NS_A" "$bin" -p $port -s 65536 -D "$D" \
     -L fd77:0::1 --json fd77:0::2 > "$TMP/c.json" 2> "$TMP/c.err"
   wait $sp
-  python3 - "$label" "$TMP/c.json" <<'PY'
+  python3 - "$label" "$TMP/c.json" "$TMP/s.json" <<'PY'
 import json, sys
 try:
     c = json.load(open(sys.argv[2]))
 except Exception as e:
     print(sys.argv[1], 'failed:', e); sys.exit(0)
+try:
+    srv_cpu = json.load(open(sys.argv[3])).get('cpu_seconds', 0)
+except Exception:
+    srv_cpu = 0
+cpu = c.get('cpu_seconds', 0) + srv_cpu
 load = open('/proc/loadavg').read().split()[0]
-print(f"{sys.argv[1]} gbps={c['gbps']:.3f} "
+# gbit_per_cpu_s: payload bits moved per CPU-second of client + server,
+# steadier than gbps on a loaded machine.
+per_cpu = c['bytes'] * 8e-9 / cpu if cpu > 0 else 0
+print(f"{sys.argv[1]} gbps={c['gbps']:.3f} gbit_per_cpu_s={per_cpu:.3f} "
       f"retransmitted={c.get('retransmitted_packets')} "
       f"tlp={c.get('tail_loss_probes')} rto={c.get('rto_events')} "
       f"retired={c.get('paths_retired')} load={load}")

@@ -351,6 +351,38 @@ TEST(Engine, TailLossProbeFiresAtMostTwicePerStallThenTheRto) {
   EXPECT_EQ(st.rto_events, 2u);
 }
 
+TEST(Engine, TimeoutDoesNotBlameTheRestOfABurstWhoseLastPacketWasAcked) {
+  // One burst (a GSO send: eight packets on eight paths, one send time);
+  // only its last packet is acked, the other seven never arrive (a host
+  // dropping its receive queue, not the paths). Nothing was sent strictly
+  // after them and acked, so neither the probes nor the RTO may blame their
+  // paths: the packets are resent, no path is retired.
+  ConnectionOptions o = Pair::Defaults();
+  o.probe_interval = 10 * kSecond;
+  Pair p(o);
+  ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 8u);
+  Deliver(*p.b, 1000, pk[7]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 5000, c);
+  ASSERT_EQ(p.a->connection_stats(p.ca)->inflight_bytes, 7u * 4096);
+  // Two probes, then the RTO; everything they send is dropped too.
+  for (int i = 0; i < 8 && p.a->connection_stats(p.ca)->rto_events == 0; ++i) {
+    const Time t = p.a->NextEventTime();
+    ASSERT_LT(t, kSecond);
+    Poll(*p.a, t);
+  }
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.tail_loss_probes, 2u);
+  EXPECT_EQ(st.rto_events, 1u);
+  EXPECT_EQ(st.path_timeouts, 0u);
+  EXPECT_GE(st.retransmitted_packets, 7u);
+  EXPECT_EQ(st.paths_retired, 0u);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(p.a->path_stats(p.ca, pk[i].path)->retired, 0u) << i;
+  }
+}
+
 TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
   ConnectionOptions o = Pair::Defaults();
   o.tail_loss_probe = false;  // the RTO path is under test

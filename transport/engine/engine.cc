@@ -2000,13 +2000,17 @@ class Engine::Impl {
   }
 
   // A transmission that timed out (PTO or RTO) blames its path only if one
-  // sent no earlier (the same burst or later) was acked: then the fabric
-  // delivered those while this one was lost. When nothing sent after it was
-  // acked, the whole connection is slow (a slow receiver or host, a software
-  // NIC) or every path is down; the packet is resent either way, but no path is
-  // retired for it (per-path inference and probes still handle a dead path).
+  // sent strictly after it was acked: then the fabric delivered that one
+  // while this one was lost. One sent at the same time is no evidence (a GSO
+  // burst shares one send time; a host dropping part of its receive queue
+  // loses the burst's other packets on every path at once), the same rule as
+  // the path timeout's (SentBeforeLatestAcked). When nothing sent after it
+  // was acked, the whole connection is slow (a slow receiver or host, a
+  // software NIC) or every path is down; the packet is resent either way, but
+  // no path is retired for it (per-path inference and probes still handle a
+  // dead path).
   static bool Overtaken(const Conn* c, Time sent_time) {
-    return c->any_acked_sent && sent_time <= c->rack_sent;
+    return c->any_acked_sent && sent_time < c->rack_sent;
   }
 
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
@@ -2198,9 +2202,13 @@ class Engine::Impl {
         ++probed;
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
-        // Sent in the same burst as an acked one: blamed (kLost) once the
-        // probe's answer shows the original did not arrive.
-        c->tlp_blame = Overtaken(c, c->slots[idx].sent_time);
+        // Sent in the same burst as an acked one (or earlier): blamed
+        // (kLost) once the probe's answer shows the original did not
+        // arrive. Same-burst is enough here, unlike Overtaken: the probe's
+        // copy, sent strictly later and acked alone, is the later evidence
+        // (a dead path under bursty traffic is found this way).
+        c->tlp_blame =
+            c->any_acked_sent && c->slots[idx].sent_time <= c->rack_sent;
         c->tlp_psn = PsnOfSlot(c, idx);
         c->tlp_orig_path = path;
         ++c->paths[path].st.lost_packets;
