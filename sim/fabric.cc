@@ -422,6 +422,34 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
   }
 }
 
+Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
+                              const SimPacket* p, uint32_t* dead_port) const {
+  if (!p->srv6 || p->usid_len == 0 || src >= hosts_ || dst >= hosts_ ||
+      plane >= planes_) {
+    return -1;
+  }
+  Time since = -1;
+  auto dead = [&](uint32_t id) {
+    const Port& pt = ports_[id];
+    if (pt.up || (since >= 0 && pt.down_since >= since)) return;
+    since = pt.down_since;
+    if (dead_port != nullptr) *dead_port = id;
+  };
+  dead(host_port_[src * planes_ + plane]);
+  const std::vector<uint32_t>& by_usid = usid_to_node_[plane];
+  uint32_t cur = by_usid[p->usids[0]];
+  for (uint32_t i = 1; i < p->usid_len && cur != kNone; ++i) {
+    const uint32_t next = by_usid[p->usids[i]];
+    if (next == kNone) break;
+    const uint32_t port = NeighborPort(cur, next, 0);
+    if (port == kNone) break;
+    dead(port);
+    cur = next;
+  }
+  dead(host_down_port_[dst * planes_ + plane]);
+  return since;
+}
+
 void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
   --on_wire_;
   if (ports_[p->last_port].epoch != p->epoch) {
@@ -661,6 +689,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     if (up == pt.up) continue;
     pt.up = up;
     if (!up) {
+      pt.down_since = now;
       ++pt.epoch;
       Flush(id);
     } else if (pt.host_port) {

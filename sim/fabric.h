@@ -156,6 +156,7 @@ struct Port {
   uint32_t max_cq_bytes = 0;
   uint32_t link = 0;
   uint64_t nominal_bps = 0;
+  Time down_since = -1;  // when the port last went down (measurement only)
   PortCounters c;
 };
 
@@ -207,6 +208,14 @@ class Fabric {
   // choices from the digits of `choice` (mixed radix over group sizes).
   void BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane, uint32_t choice,
                     SimPacket* p) const;
+  // Measurement only (benchmarks; transports must not call it): -1 when
+  // every hop of p's SRv6 carrier from host src (NIC port on `plane`, the
+  // switches it names and their links, the last T0 -> dst link) is up now,
+  // else the earliest time one of its dead hops went down (and *dead_port,
+  // when not null, that hop's port). -1 for a packet without a carrier.
+  Time CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
+                        const SimPacket* p,
+                        uint32_t* dead_port = nullptr) const;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
   }

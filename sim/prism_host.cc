@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "prism/engine.h"
 #include "sim/baseline.h"
+#include "transport/base/bytes.h"
 #include "transport/wire/packet.h"
 
 namespace prism::sim {
@@ -95,6 +98,10 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
+  // Dead-path accounting of one sent packet (measurement only).
+  void CountDeadPath(const SimPacket* p, Time down_since, uint32_t dead_port,
+                     Time now);
+
   EventQueue& queue();
   void FlushRx(Time now);
   void Drain(Time now);
@@ -111,6 +118,17 @@ class PrismHost : public HostAgent, public TimerClient {
   uint64_t post_errors_ = 0;
   uint64_t conn_errors_ = 0;
   uint64_t spurious_ = 0;
+  // Dead-path accounting (TransportTotals::dead_path_*).
+  uint64_t dead_data_ = 0, dead_retx_ = 0, dead_probes_ = 0, dead_ctl_ = 0;
+  struct DeadUse {
+    Time since = 0, last = 0;
+  };
+  // (peer << 32 | path) -> the outage being used and its last DATA send.
+  absl::flat_hash_map<uint64_t, DeadUse> dead_use_;
+  std::vector<Time> dead_spans_;  // closed outages
+  // (peer, plane << 16 | T1 uSID, outage) and (dead port, outage).
+  absl::flat_hash_set<std::tuple<uint32_t, uint32_t, Time>> dead_groups_;
+  absl::flat_hash_set<std::pair<uint32_t, Time>> dead_hops_;
 };
 
 class PrismDriver : public TransportDriver {
@@ -356,7 +374,13 @@ void PrismHost::Pull(Time now) {
         fab.Drop(p, DropReason::kNoRoute);
         continue;
       }
-      if (srv6) fab.BuildCarrier(host_, t.peer, plane, t.path / planes, p);
+      if (srv6) {
+        fab.BuildCarrier(host_, t.peer, plane, t.path / planes, p);
+        uint32_t dead_port = 0;
+        const Time down =
+            fab.CarrierDownSince(host_, t.peer, plane, p, &dead_port);
+        if (down >= 0) CountDeadPath(p, down, dead_port, now);
+      }
       sim.Send(now, host_, p);
     }
     if (n < want) break;
@@ -373,6 +397,38 @@ void PrismHost::Pull(Time now) {
   }
 }
 
+void PrismHost::CountDeadPath(const SimPacket* p, Time down_since,
+                              uint32_t dead_port, Time now) {
+  if (p->header_len < wire::kCommonHeaderSize) return;
+  const auto type = static_cast<wire::PacketType>(p->header[3]);
+  if (type == wire::PacketType::kProbe) {
+    ++dead_probes_;
+    return;
+  }
+  if (type != wire::PacketType::kData || p->header_len < 54) {
+    ++dead_ctl_;
+    return;
+  }
+  if (Get16(p->header + 52) & wire::kFlagRetransmit) {
+    ++dead_retx_;
+  } else {
+    ++dead_data_;
+  }
+  const uint32_t group = (static_cast<uint32_t>(p->plane) << 16) |
+                         (p->usid_len > 1 ? p->usids[1] : 0);
+  dead_groups_.emplace(p->dst, group, down_since);
+  dead_hops_.emplace(dead_port, down_since);
+  const uint64_t key = (static_cast<uint64_t>(p->dst) << 32) | p->path;
+  auto [it, fresh] = dead_use_.try_emplace(key, DeadUse{down_since, now});
+  if (!fresh) {
+    if (it->second.since != down_since) {
+      dead_spans_.push_back(it->second.last - it->second.since);
+      it->second.since = down_since;
+    }
+    it->second.last = now;
+  }
+}
+
 void PrismHost::AddTotals(TransportTotals* t) const {
   for (ConnId c : conns) {
     absl::StatusOr<ConnectionStats> s = engine_.connection_stats(c);
@@ -385,6 +441,7 @@ void PrismHost::AddTotals(TransportTotals* t) const {
     t->path_timeouts += s->path_timeouts;
     t->paths_restored += s->paths_restored;
     t->probes += s->probes_sent;
+    t->tail_loss_probes += s->tail_loss_probes;
     t->trims_seen += s->rx_trimmed;
     t->ecn_echoes += s->ecn_echoes;
   }
@@ -395,6 +452,21 @@ void PrismHost::AddTotals(TransportTotals* t) const {
                         e.rx_drop_bad_key + e.rx_drop_bad_range +
                         e.rx_drop_out_of_window + e.rx_drop_placement;
   t->connection_errors += conn_errors_ + post_errors_;
+  t->dead_path_data += dead_data_;
+  t->dead_path_retransmissions += dead_retx_;
+  t->dead_path_probes += dead_probes_;
+  t->dead_path_control += dead_ctl_;
+  t->dead_route_group_outages += dead_groups_.size();
+  t->dead_hop_outages += dead_hops_.size();
+  t->dead_path_use_spans.insert(t->dead_path_use_spans.end(),
+                                dead_spans_.begin(), dead_spans_.end());
+  // Open outages in hash order: sort for a deterministic result.
+  const size_t open_from = t->dead_path_use_spans.size();
+  for (const auto& [key, u] : dead_use_) {
+    t->dead_path_use_spans.push_back(u.last - u.since);
+  }
+  std::sort(t->dead_path_use_spans.begin() + open_from,
+            t->dead_path_use_spans.end());
 }
 
 }  // namespace

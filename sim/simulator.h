@@ -132,6 +132,24 @@ struct TransportTotals {
   uint64_t receiver_discards = 0;
   uint64_t engine_rx_drops = 0;  // engine's rx_drop_* sum (Prism)
   uint64_t connection_errors = 0;
+  uint64_t tail_loss_probes = 0;  // Prism: PTO firings
+  // Measurement only (Prism with SRv6; the fabric's view, which the engine
+  // never sees): packets the sender put on a path whose carrier crossed a
+  // hop that was down at send time (Fabric::CarrierDownSince), by kind.
+  uint64_t dead_path_data = 0;             // DATA, first transmissions
+  uint64_t dead_path_retransmissions = 0;  // DATA with kFlagRetransmit
+  uint64_t dead_path_probes = 0;           // PROBE
+  uint64_t dead_path_control = 0;          // SACK, NACK, PROBE_ACK, others
+  // Per (sender, peer, path, outage) that got DATA while dead: time from
+  // the hop going down to the last DATA packet the sender put on the path
+  // during that outage (its size is the number of such path outages).
+  std::vector<Time> dead_path_use_spans;
+  // Distinct (sender, peer, route group, outage) and (sender, dead hop,
+  // outage) that got DATA while dead; route group = (plane, T1 of the
+  // carrier). DATA sends minus these bound what fate sharing per connection
+  // (route group) or per sending host (hop) could save.
+  uint64_t dead_route_group_outages = 0;
+  uint64_t dead_hop_outages = 0;
 };
 
 struct RunResult {

@@ -12,6 +12,7 @@
 // seconds, and prints the ib_write_bw table (plus MB/s). --json prints one
 // JSON object instead; --path-stats adds per-path counters.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -663,6 +664,36 @@ double CpuSeconds() {
          (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+// Involuntary context switches of this process so far (every thread).
+long Nivcsw() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nivcsw;
+}
+
+// Time this process's live threads spent runnable but waiting for a CPU
+// (/proc/self/task/*/schedstat, second field, ns), in ms; -1 if unknown.
+double RunDelayMs() {
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  unsigned long long total = 0;
+  bool any = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    FILE* f = fopen(
+        absl::StrCat("/proc/self/task/", e->d_name, "/schedstat").c_str(), "r");
+    if (f == nullptr) continue;
+    unsigned long long run = 0, wait = 0;
+    if (fscanf(f, "%llu %llu", &run, &wait) == 2) {
+      total += wait;
+      any = true;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return any ? total / 1e6 : -1;
+}
+
 void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
   prism::ConnectionStats cs;
   if (ep) {
@@ -719,6 +750,24 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
       }
       printf("]");
     }
+    // The datapath's and the engine's own counters (kernel drops, back-
+    // pressure, RTO and TLP detail), as text, for diagnosing a bad run.
+    printf(
+        ", \"dp_tx_packets\": %llu, \"dp_rx_packets\": %llu, "
+        "\"dp_tx_backpressure\": %llu, \"dp_tx_errors\": %llu, "
+        "\"dp_drops\": %llu, \"loop_stalls\": %llu, "
+        "\"loop_stall_ms\": %.3f, \"loop_max_gap_ms\": %.3f, "
+        "\"nivcsw\": %ld, \"run_delay_ms\": %.3f, "
+        "\"datapath_detail\": \"%s\", "
+        "\"engine\": \"%s\"",
+        static_cast<unsigned long long>(ds.tx_packets),
+        static_cast<unsigned long long>(ds.rx_packets),
+        static_cast<unsigned long long>(ds.tx_backpressure),
+        static_cast<unsigned long long>(ds.tx_errors),
+        static_cast<unsigned long long>(ds.drops),
+        static_cast<unsigned long long>(ds.loop_stalls),
+        ds.loop_stall_time / 1e9, ds.loop_max_gap / 1e9, Nivcsw(), RunDelayMs(),
+        ds.detail.c_str(), ep ? ep->stats().ToString().c_str() : "");
     printf("}\n");
     return;
   }

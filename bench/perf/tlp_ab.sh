@@ -5,7 +5,8 @@
 # prism_perf's defaults (GSO + GRO, NSCC), runs alternated before/after.
 # Prints one line per run: Gb/s, Gbit per CPU-second (client + server),
 # the client's retransmitted packets, tail-loss probes, RTOs and path
-# retirements, with the load average.
+# retirements, the server's duplicates and kernel drops, both loops' stall
+# time, with the load average.
 # Used for docs/benchmarks.md "Tail-loss probe: one packet, not the flight".
 set -u
 BEFORE=${1:?before binary} AFTER=${2:?after binary} PAIRS=${3:-4} D=${4:-3}
@@ -31,9 +32,15 @@ try:
 except Exception as e:
     print(sys.argv[1], 'failed:', e); sys.exit(0)
 try:
-    srv_cpu = json.load(open(sys.argv[3])).get('cpu_seconds', 0)
+    s = json.load(open(sys.argv[3]))
 except Exception:
-    srv_cpu = 0
+    s = {}
+srv_cpu = s.get('cpu_seconds', 0)
+import re
+def field(j, key, name):  # a counter from a detail string, '?' if absent
+    m = re.search(name + r'=(\d+)', j.get(key, ''))
+    return m.group(1) if m else '?'
+
 cpu = c.get('cpu_seconds', 0) + srv_cpu
 load = open('/proc/loadavg').read().split()[0]
 # gbit_per_cpu_s: payload bits moved per CPU-second of client + server,
@@ -42,7 +49,14 @@ per_cpu = c['bytes'] * 8e-9 / cpu if cpu > 0 else 0
 print(f"{sys.argv[1]} gbps={c['gbps']:.3f} gbit_per_cpu_s={per_cpu:.3f} "
       f"retransmitted={c.get('retransmitted_packets')} "
       f"tlp={c.get('tail_loss_probes')} rto={c.get('rto_events')} "
-      f"retired={c.get('paths_retired')} load={load}")
+      f"retired={c.get('paths_retired')} "
+      # Why (docs/runtime.md "Bad UDP runs"): duplicates at the server
+      # (retransmissions whose original had arrived), kernel socket drops,
+      # and each side's event-loop stall time (gaps > 2 ms) in ms.
+      f"dup={field(s, 'engine', 'rx_duplicates')} "
+      f"kdrops={field(s, 'datapath_detail', 'rx_kernel_drops')} "
+      f"stall_ms={c.get('loop_stall_ms')}/{s.get('loop_stall_ms')} "
+      f"load={load}")
 PY
 }
 for ((r = 0; r < PAIRS; r++)); do

@@ -189,6 +189,8 @@ std::vector<double> Fcts(const RunResult& r) {
   return v;
 }
 
+Value NumOrNull(bool ok, double x) { return ok ? Value::Number(x) : Value(); }
+
 // Figures every transport of every suite reports.
 Value Common(const RunResult& r) {
   Value o = Value::Object();
@@ -218,6 +220,47 @@ Value Common(const RunResult& r) {
   o.Set("probes", Value::Int(static_cast<int64_t>(t.probes)));
   o.Set("connection_errors",
         Value::Int(static_cast<int64_t>(t.connection_errors)));
+  o.Set("tail_loss_probes",
+        Value::Int(static_cast<int64_t>(t.tail_loss_probes)));
+  o.Set("path_timeouts", Value::Int(static_cast<int64_t>(t.path_timeouts)));
+  // Where failover loss goes (docs/benchmarks.md, "Failover accounting"):
+  // drops at dead hops, and (Prism) packets sent onto paths that were dead
+  // at send time, with how long each dead path kept getting DATA.
+  auto drop = [&](sim::DropReason d) {
+    return static_cast<int64_t>(r.drops[static_cast<size_t>(d)]);
+  };
+  o.Set("drops_dead_hop", Value::Int(drop(sim::DropReason::kLinkDown) +
+                                     drop(sim::DropReason::kSwitchDown) +
+                                     drop(sim::DropReason::kNicPortDown)));
+  o.Set("drops_in_flight_at_fault",
+        Value::Int(drop(sim::DropReason::kLinkDownInFlight)));
+  // The dead-path figures exist only for Prism (the simulator counts them in
+  // its Prism adapter); null for the baselines.
+  const bool prism = r.transport.rfind("prism", 0) == 0;
+  auto count = [&](uint64_t x) {
+    return prism ? Value::Int(static_cast<int64_t>(x)) : Value();
+  };
+  o.Set("dead_path_data_packets", count(t.dead_path_data));
+  o.Set("dead_path_retransmissions", count(t.dead_path_retransmissions));
+  o.Set("dead_path_probes", count(t.dead_path_probes));
+  o.Set("dead_path_control", count(t.dead_path_control));
+  {
+    std::vector<double> use;
+    use.reserve(t.dead_path_use_spans.size());
+    for (Time x : t.dead_path_use_spans)
+      use.push_back(static_cast<double>(x) / kUs);
+    o.Set("dead_path_outages", count(use.size()));
+    const double sends =
+        static_cast<double>(t.dead_path_data + t.dead_path_retransmissions);
+    o.Set("dead_path_sends_per_outage",
+          NumOrNull(prism, use.empty() ? 0 : sends / use.size()));
+    o.Set("dead_path_last_send_us_median",
+          NumOrNull(prism, Percentile(use, 0.5)));
+    o.Set("dead_path_last_send_us_p99",
+          NumOrNull(prism, Percentile(use, 0.99)));
+    o.Set("dead_route_group_outages", count(t.dead_route_group_outages));
+    o.Set("dead_hop_outages", count(t.dead_hop_outages));
+  }
   o.Set("invariants",
         Value::String(r.invariant_error.empty() ? "ok" : r.invariant_error));
   o.Set("wall_seconds", Value::Number(r.wall_seconds));
@@ -267,8 +310,6 @@ Value StringArray(std::initializer_list<const char*> keys) {
   for (const char* k : keys) a.Push(Value::String(k));
   return a;
 }
-
-Value NumOrNull(bool ok, double x) { return ok ? Value::Number(x) : Value(); }
 
 // --- port-loss -------------------------------------------------------------
 
@@ -603,7 +644,10 @@ absl::StatusOr<Value> LinkFlaps(const SuiteOptions& opt,
          StringArray({"completed", "flap_window_throughput_loss_fraction",
                       "flap_window_capacity_removed_fraction",
                       "throughput_loss_fraction", "capacity_removed_fraction",
-                      "fct_p99_vs_no_flaps", "connection_errors"}));
+                      "fct_p99_vs_no_flaps", "connection_errors",
+                      "dead_path_data_packets", "dead_path_retransmissions",
+                      "dead_path_sends_per_outage", "dead_route_group_outages",
+                      "dead_hop_outages", "timeouts"}));
   Value tr = Value::Object();
   for (size_t i = 0; i < rs->size(); ++i) {
     const RunResult& r = (*rs)[i];
@@ -739,7 +783,10 @@ absl::StatusOr<Value> T1Reboot(const SuiteOptions& opt,
   sj.Set("table_keys",
          StringArray({"completed", "step_time_us", "undisturbed_step_time_us",
                       "step_time_ratio", "throughput_loss_fraction",
-                      "capacity_removed_fraction", "connection_errors"}));
+                      "capacity_removed_fraction", "connection_errors",
+                      "dead_path_data_packets", "dead_path_retransmissions",
+                      "dead_path_sends_per_outage", "dead_route_group_outages",
+                      "dead_hop_outages", "timeouts"}));
   Value tr = Value::Object();
   for (size_t i = 0; i < rs->size(); ++i) {
     const RunResult& r = (*rs)[i];

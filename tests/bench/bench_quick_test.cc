@@ -207,6 +207,24 @@ TEST(BenchQuick, LinkFlaps) {
   }
   EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.32 at seed 1
   EXPECT_LE(Num(p, "timeouts"), 120);  // 89 at seed 1 (~1100 before the fix)
+  // Failover accounting (the fabric's view; docs/benchmarks.md): flaps put
+  // DATA on dead paths; every dead path outage that got DATA belongs to one
+  // route group of one connection and one dead hop of one sender, so the
+  // counts nest. At seed 1: 1536 + 190 sends onto 1726 path outages (1.00
+  // each), 1643 route-group outages, 316 hop outages.
+  const double sends =
+      Num(p, "dead_path_data_packets") + Num(p, "dead_path_retransmissions");
+  EXPECT_GT(sends, 0);
+  EXPECT_LE(sends, 2600) << "regression: more DATA onto dead paths";
+  EXPECT_GE(Num(p, "dead_path_outages"), Num(p, "dead_route_group_outages"));
+  EXPECT_GE(Num(p, "dead_route_group_outages"), Num(p, "dead_hop_outages"));
+  EXPECT_GT(Num(p, "dead_hop_outages"), 0);
+  EXPECT_GE(Num(p, "dead_path_sends_per_outage"), 1.0);
+  // A send onto a dead path happens while its hop is down (20 us).
+  EXPECT_LE(Num(p, "dead_path_last_send_us_p99"), Num(s, "flap_down_us"));
+  const json::Value* roce_dead = T(s, "roce").Find("dead_path_data_packets");
+  ASSERT_NE(roce_dead, nullptr);
+  EXPECT_TRUE(roce_dead->is_null());  // not measured for the baselines
 }
 
 TEST(BenchQuick, T1Reboot) {

@@ -65,7 +65,7 @@ class UdpAdapter : public DatapathAdapter, public udp::RxResolver {
     s->tx_backpressure = u.tx_backpressure;
     s->tx_errors = u.tx_errors;
     s->drops = u.tx_drop_unknown_peer + u.tx_drop_too_big + u.rx_truncated +
-               u.rx_errors;
+               u.rx_errors + u.rx_kernel_drops;
     s->detail = absl::StrCat(
         dp_->raw_mode() ? "mode=raw " : "mode=sockets ",
         "gso=", dp_->gso_enabled() ? 1 : 0, " gro=", dp_->gro_enabled() ? 1 : 0,
@@ -303,6 +303,9 @@ class EndpointImpl : public Endpoint {
     const LoopCounters c = loop_->counters();
     s.loop_iterations = c.iterations;
     s.loop_sleeps = c.sleeps;
+    s.loop_stalls = c.stalls;
+    s.loop_stall_time = c.stall_time;
+    s.loop_max_gap = c.max_gap;
     return s;
   }
   absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up) override {

@@ -144,6 +144,9 @@ LoopCounters EventLoop::counters() const {
   LoopCounters c;
   c.iterations = iterations_.load(std::memory_order_relaxed);
   c.sleeps = sleeps_.load(std::memory_order_relaxed);
+  c.stalls = stalls_.load(std::memory_order_relaxed);
+  c.stall_time = stall_time_.load(std::memory_order_relaxed);
+  c.max_gap = max_gap_.load(std::memory_order_relaxed);
   c.tx_deferred = tx_deferred_.load(std::memory_order_relaxed);
   c.writes_deferred = writes_deferred_.load(std::memory_order_relaxed);
   return c;
@@ -158,8 +161,19 @@ void EventLoop::ThreadMain() {
     pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
   }
   Time last_work = MonotonicNow();
+  Time prev = last_work;
   while (!stop_.load(std::memory_order_relaxed)) {
     const Time now = MonotonicNow();
+    const Time gap = now - prev;
+    prev = now;
+    if (gap > max_gap_.load(std::memory_order_relaxed))
+      max_gap_.store(gap, std::memory_order_relaxed);
+    if (gap > kStallGap) {
+      stalls_.store(stalls_.load(std::memory_order_relaxed) + 1,
+                    std::memory_order_relaxed);
+      stall_time_.store(stall_time_.load(std::memory_order_relaxed) + gap,
+                        std::memory_order_relaxed);
+    }
     iterations_.store(iterations_.load(std::memory_order_relaxed) + 1,
                       std::memory_order_relaxed);
     if (Iterate(now)) {

@@ -70,11 +70,20 @@ struct LoopCounters {
   uint64_t sleeps = 0;
   uint64_t tx_deferred = 0;      // packets offered again after back-pressure
   uint64_t writes_deferred = 0;  // PostWrite retried (engine queue full)
+  // Scheduling stalls: iterations that started more than kStallGap after
+  // the previous one (a planned sleep lasts at most max_sleep, 1 ms by
+  // default, so such a gap is the thread not running: descheduled, or one
+  // iteration that ran that long), their summed length and the longest gap.
+  uint64_t stalls = 0;
+  Time stall_time = 0;
+  Time max_gap = 0;
 };
 
 class EventLoop {
  public:
   static constexpr size_t kBurst = 32;
+  // An iteration gap longer than this counts as a stall (LoopCounters).
+  static constexpr Time kStallGap = 2 * kMillisecond;
   // Receive bursts per iteration at most (before the timers run).
   static constexpr int kRxRounds = 16;
   // Packets per transmit burst (64: long runs per socket for UDP GSO), and
@@ -154,7 +163,8 @@ class EventLoop {
   Completion comp_[kBurst];
 
   std::atomic<uint64_t> iterations_{0}, sleeps_{0}, tx_deferred_{0},
-      writes_deferred_{0};
+      writes_deferred_{0}, stalls_{0};
+  std::atomic<Time> stall_time_{0}, max_gap_{0};
 };
 
 }  // namespace prism::runtime

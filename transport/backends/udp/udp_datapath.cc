@@ -46,7 +46,7 @@ constexpr uint8_t kEcnCe = 0x3;
 constexpr size_t kMaxNetHeader = kIp6HeaderBytes + 8 +
                                  16 * (UdpDatapath::kMaxSrhSegments + 1) +
                                  kUdpHeaderBytes;
-constexpr size_t kRxControlBytes = 64;
+constexpr size_t kRxControlBytes = 128;  // TCLASS, UDP_GRO, RXQ_OVFL
 // Receive buffer per slot with GRO: the largest UDP payload over IPv6
 // (65535 - 8) rounded up.
 constexpr size_t kGroBufferBytes = 65536;
@@ -122,10 +122,13 @@ uint32_t FlowLabel(uint32_t peer, PathId path) {
 }
 
 // What a received datagram's control messages say: whether its traffic
-// class carries ECN CE, and its GRO segment size (0: not coalesced).
+// class carries ECN CE, its GRO segment size (0: not coalesced), and the
+// socket's cumulative drop count (SO_RXQ_OVFL; present once nonzero).
 struct RxAncillary {
   bool ecn_ce = false;
   uint32_t gro_segment = 0;
+  bool has_drops = false;
+  uint32_t drops = 0;
 };
 RxAncillary ParseRxAncillary(msghdr& mh) {
   RxAncillary a;
@@ -138,6 +141,11 @@ RxAncillary ParseRxAncillary(msghdr& mh) {
     } else if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
       memcpy(&v, CMSG_DATA(c), sizeof(int));
       if (v > 0) a.gro_segment = static_cast<uint32_t>(v);
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+      uint32_t d;
+      memcpy(&d, CMSG_DATA(c), sizeof(d));
+      a.has_drops = true;
+      a.drops = d;
     }
   }
   return a;
@@ -249,11 +257,13 @@ std::string UdpStats::ToString() const {
   return absl::StrFormat(
       "tx_packets=%d tx_bytes=%d tx_backpressure=%d tx_errors=%d "
       "tx_drop_unknown_peer=%d tx_drop_too_big=%d rx_packets=%d rx_bytes=%d "
-      "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d tx_syscalls=%d "
+      "rx_ecn_ce=%d rx_truncated=%d rx_errors=%d rx_kernel_drops=%d "
+      "tx_syscalls=%d "
       "rx_syscalls=%d tx_gso_batches=%d rx_gro_batches=%d rx_in_place=%d",
       tx_packets, tx_bytes, tx_backpressure, tx_errors, tx_drop_unknown_peer,
       tx_drop_too_big, rx_packets, rx_bytes, rx_ecn_ce, rx_truncated, rx_errors,
-      tx_syscalls, rx_syscalls, tx_gso_batches, rx_gro_batches, rx_in_place);
+      rx_kernel_drops, tx_syscalls, rx_syscalls, tx_gso_batches, rx_gro_batches,
+      rx_in_place);
 }
 
 // A precomputed route to a peer: the network header template raw mode
@@ -421,7 +431,11 @@ absl::Status UdpDatapath::Init(const UdpOptions& o) {
           }
         }
         SetBuffers(fd, o.socket_buffer_bytes);
+        // Kernel drops at this socket (receive buffer full) reported with
+        // each datagram, counted in rx_kernel_drops.
+        setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
         rx_fd_.push_back(fd);
+        rx_ovfl_.push_back(0);
         local.port = ntohs(sa.sin6_port);
       } else {
         const int b = 1 << 20;
@@ -610,6 +624,7 @@ UdpStats UdpDatapath::stats() const {
   s.rx_ecn_ce = ld(c_.rx_ecn_ce);
   s.rx_truncated = ld(c_.rx_truncated);
   s.rx_errors = ld(c_.rx_errors);
+  s.rx_kernel_drops = ld(c_.rx_kernel_drops);
   s.tx_syscalls = ld(c_.tx_syscalls);
   s.tx_gso_batches = ld(c_.tx_gso_batches);
   s.rx_gro_batches = ld(c_.rx_gro_batches);
@@ -1013,6 +1028,15 @@ absl::Status UdpDatapath::SetRxResolver(RxResolver* r) {
   return absl::OkStatus();
 }
 
+void UdpDatapath::NoteKernelDrops(size_t plane, uint32_t count) {
+  // The kernel's count is cumulative (and wraps at 2^32): add the growth.
+  const uint32_t grown = count - rx_ovfl_[plane];
+  if (grown != 0 && grown < (1u << 31)) {
+    Bump(c_.rx_kernel_drops, grown);
+    rx_ovfl_[plane] = count;
+  }
+}
+
 // Receive in place: per datagram, peek the header, resolve, then read the
 // header into slot `got`'s buffer and the payload to where the resolver
 // said (or the whole datagram into the buffer).
@@ -1024,7 +1048,8 @@ size_t UdpDatapath::RxInPlace(RxPacket* pkts, size_t n) {
   size_t got = 0;
   uint64_t bytes = 0, ce = 0, placed = 0;
   for (size_t k = 0; k < np && got < n && got < nb; ++k) {
-    const int fd = rx_fd_[(rx_next_plane_ + k) % np];
+    const size_t plane = (rx_next_plane_ + k) % np;
+    const int fd = rx_fd_[plane];
     while (got < n && got < nb) {
       uint8_t* buf = m.rbuf.data() + got * m.rbuf_size;
       iovec piov{m.peek, kHdr};
@@ -1071,7 +1096,9 @@ size_t UdpDatapath::RxInPlace(RxPacket* pkts, size_t n) {
         if (errno != EAGAIN && errno != EWOULDBLOCK) Bump(c_.rx_errors);
         break;
       }
-      const bool is_ce = ParseRxAncillary(mh).ecn_ce;
+      const RxAncillary anc = ParseRxAncillary(mh);
+      if (anc.has_drops) NoteKernelDrops(plane, anc.drops);
+      const bool is_ce = anc.ecn_ce;
       RxPacket& p = pkts[got];
       p = RxPacket{};
       p.data = buf;
@@ -1149,6 +1176,7 @@ size_t UdpDatapath::RxBurst(Time /*now*/, RxPacket* pkts, size_t n) {
       msghdr& mh = m.rmsgs[i].msg_hdr;
       const uint32_t len = m.rmsgs[i].msg_len;
       const RxAncillary anc = ParseRxAncillary(mh);
+      if (anc.has_drops) NoteKernelDrops(plane, anc.drops);
       const bool is_ce = anc.ecn_ce;
       uint32_t seg = anc.gro_segment;
       uint32_t use = len;

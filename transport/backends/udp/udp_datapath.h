@@ -187,6 +187,10 @@ struct UdpStats {
   uint64_t rx_ecn_ce = 0;
   uint64_t rx_truncated = 0;  // larger than a receive buffer (dropped)
   uint64_t rx_errors = 0;
+  // Datagrams the kernel dropped at our receive sockets (SO_RXQ_OVFL: the
+  // receive buffer full, or a bad checksum), as of the last datagram read;
+  // 0 where the kernel does not report it.
+  uint64_t rx_kernel_drops = 0;
   uint64_t tx_syscalls = 0;
   uint64_t rx_syscalls = 0;
   uint64_t tx_gso_batches = 0;  // UDP GSO messages (>= 2 packets each)
@@ -272,8 +276,11 @@ class UdpDatapath : public Datapath {
         tx_errors{0}, tx_drop_unknown_peer{0}, tx_drop_too_big{0},
         rx_packets{0}, rx_bytes{0}, rx_ecn_ce{0}, rx_truncated{0}, rx_errors{0},
         tx_syscalls{0}, rx_syscalls{0}, tx_gso_batches{0}, rx_gro_batches{0},
-        rx_in_place{0};
+        rx_in_place{0}, rx_kernel_drops{0};
   };
+  // Per plane: the receive socket's drop count last reported (SO_RXQ_OVFL).
+  std::vector<uint32_t> rx_ovfl_;
+  void NoteKernelDrops(size_t plane, uint32_t count);
   Counters c_;
 };
 

@@ -155,6 +155,12 @@ struct DatapathStats {
   uint64_t drops = 0;  // every other datapath drop, summed
   uint64_t loop_iterations = 0;
   uint64_t loop_sleeps = 0;
+  // Event-loop iterations that started more than 2 ms after the previous
+  // one (the loop thread not running: descheduled), their summed length
+  // and the longest gap between two iterations.
+  uint64_t loop_stalls = 0;
+  Time loop_stall_time = 0;
+  Time loop_max_gap = 0;
   std::string detail;  // the datapath's own counters, as text
 };
 
