@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,30 @@ struct CommBase : SinkBase {
   bool ReadSideNow() {
     return mode == DataMode::kTcpInterim ||
            (++test_polls % kSideReadEvery) == 0;
+  }
+
+  // The peer closed the side channel. On the Prism data paths a request of
+  // ours may still be on its way to completion then: the peer saw its own
+  // completion of our last transfer (and closed) before our endpoint's
+  // loop thread surfaced ours. So the comm fails only when nothing is
+  // outstanding (a normal teardown: quiet) or after kPeerCloseGrace with
+  // something still outstanding; on the INTERIM tcp path everything before
+  // the close has been read, so at once. CheckPeerClosed runs on every
+  // progress call.
+  static constexpr auto kPeerCloseGrace = std::chrono::milliseconds(500);
+  bool peer_closed = false;
+  std::chrono::steady_clock::time_point peer_closed_at{};
+  void PeerClosed() {
+    if (peer_closed) return;
+    peer_closed = true;
+    peer_closed_at = std::chrono::steady_clock::now();
+  }
+  void CheckPeerClosed() {
+    if (!peer_closed || failed) return;
+    if (mode == DataMode::kTcpInterim || !HasOutstanding() ||
+        std::chrono::steady_clock::now() - peer_closed_at > kPeerCloseGrace) {
+      Fail(kPrismNcclRemoteError, "peer closed the connection", 0);
+    }
   }
 
   // GPU memory (gpu.h): the runtime, a stream created by the first
@@ -653,10 +678,11 @@ struct SendComm : CommBase {
         }
       }
       if (io == Io::kAgain) return;
-      Fail(kPrismNcclRemoteError,
-           io == Io::kClosed ? "peer closed the connection"
-                             : "side channel receive failed",
-           err);
+      if (io == Io::kClosed) {
+        PeerClosed();
+        return;
+      }
+      Fail(kPrismNcclRemoteError, "side channel receive failed", err);
       return;
     }
   }
@@ -693,9 +719,11 @@ struct SendComm : CommBase {
     PostPending();
 #endif
     Flush();
-    if (!read_side) return;
-    ReadInput();
-    Flush();
+    if (read_side) {
+      ReadInput();
+      Flush();
+    }
+    CheckPeerClosed();
   }
 };
 
@@ -886,11 +914,12 @@ struct RecvComm : CommBase {
       const Io io = RecvSome(fd, static_cast<uint8_t*>(dst) + in_got,
                              want - in_got, &moved, &err);
       if (io == Io::kAgain) return false;
+      if (io == Io::kClosed) {
+        PeerClosed();
+        return false;
+      }
       if (io != Io::kOk) {
-        Fail(kPrismNcclRemoteError,
-             io == Io::kClosed ? "peer closed the connection"
-                               : "side channel receive failed",
-             err);
+        Fail(kPrismNcclRemoteError, "side channel receive failed", err);
         return false;
       }
       in_got += moved;
@@ -1008,6 +1037,7 @@ struct RecvComm : CommBase {
 #endif
     if (read_side) ReadInput();
     if (nstaging > 0) PollStaging();
+    CheckPeerClosed();
   }
 };
 
