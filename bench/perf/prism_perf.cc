@@ -671,6 +671,14 @@ long Nivcsw() {
   return ru.ru_nivcsw;
 }
 
+// Voluntary context switches of this process (every thread blocking: a
+// futex, epoll or poll sleep).
+long Nvcsw() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw;
+}
+
 // Time this process's live threads spent runnable but waiting for a CPU
 // (/proc/self/task/*/schedstat, second field, ns), in ms; -1 if unknown.
 double RunDelayMs() {
@@ -757,7 +765,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"dp_tx_backpressure\": %llu, \"dp_tx_errors\": %llu, "
         "\"dp_drops\": %llu, \"loop_stalls\": %llu, "
         "\"loop_stall_ms\": %.3f, \"loop_max_gap_ms\": %.3f, "
-        "\"nivcsw\": %ld, \"run_delay_ms\": %.3f, "
+        "\"loop_wakeups\": %llu, \"app_wakeups\": %llu, "
+        "\"nvcsw\": %ld, \"nivcsw\": %ld, \"run_delay_ms\": %.3f, "
         "\"datapath_detail\": \"%s\", "
         "\"engine\": \"%s\"",
         static_cast<unsigned long long>(ds.tx_packets),
@@ -766,8 +775,11 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(ds.tx_errors),
         static_cast<unsigned long long>(ds.drops),
         static_cast<unsigned long long>(ds.loop_stalls),
-        ds.loop_stall_time / 1e9, ds.loop_max_gap / 1e9, Nivcsw(), RunDelayMs(),
-        ds.detail.c_str(), ep ? ep->stats().ToString().c_str() : "");
+        ds.loop_stall_time / 1e9, ds.loop_max_gap / 1e9,
+        static_cast<unsigned long long>(ds.loop_wakeups),
+        static_cast<unsigned long long>(ds.app_wakeups), Nvcsw(), Nivcsw(),
+        RunDelayMs(), ds.detail.c_str(),
+        ep ? ep->stats().ToString().c_str() : "");
     printf("}\n");
     return;
   }

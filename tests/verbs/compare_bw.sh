@@ -59,7 +59,11 @@ done
 # ib_write_bw runs after each; every ratio uses the ib_write_bw runs just
 # before and after it. PRISM_VERBS_STATS=1: the client's datapath counters
 # (tx_fallback = chunks sent whole over the control QP because the peer's
-# region advertisement had not arrived yet, tx_closes, completions_held).
+# region advertisement had not arrived yet: 0 since the HELLO exchange;
+# tx_wait_ready = bursts that waited for the server's HELLO instead;
+# tx_closes, completions_held) and, from --json, the hand-offs between the
+# client's posting thread and its loop thread (loop_wakeups, app_wakeups)
+# and the client process's context switches (nvcsw, nivcsw).
 run_pp() { # tag options...
   local tag=$1; shift
   IB0=$IB
@@ -74,8 +78,8 @@ run_pp() { # tag options...
   [ -n "$PR" ] || { echo "FAIL: no MBps in prism_perf --json output"; exit 1; }
   run_ib
   echo "METRIC prism_perf_verbs_MBps$tag $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API, $*)"
-  grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_engine$tag /; s/\$/\n/"
-  grep -o 'tx_fallback=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
+  grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\|loop_wakeups\|app_wakeups\|nvcsw\|nivcsw\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_engine$tag /; s/\$/\n/"
+  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*\|ready_timeouts=[0-9]*\|tx_hellos=[0-9]*\|rx_hellos=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
   echo "METRIC prism_perf_verbs_vs_ib_write_bw$tag $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 }
 if [ -n "$PPERF" ]; then

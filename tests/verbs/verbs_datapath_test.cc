@@ -54,6 +54,13 @@ TEST(PeerInfoTest, RoundTripAndRejects) {
   ASSERT_TRUE(dc.ok()) << dc.status();
   EXPECT_TRUE(dc->message_close);
   EXPECT_EQ(dc->mode, p.mode);
+  EXPECT_FALSE(dc->hello);
+  p.hello = true;
+  auto dh = DecodePeerInfo(EncodePeerInfo(p));
+  ASSERT_TRUE(dh.ok()) << dh.status();
+  EXPECT_TRUE(dh->hello);
+  EXPECT_TRUE(dh->message_close);
+  EXPECT_EQ(dh->mode, p.mode);
   // Every truncation, a trailing byte, a bad magic and a bad mode fail.
   for (size_t n = 0; n < b.size(); ++n) {
     EXPECT_FALSE(DecodePeerInfo(b.substr(0, n)).ok()) << n;
@@ -724,6 +731,150 @@ StaleWriteResult RunStaleWrite(bool message_close) {
   printf("message_close=%d A: %s\nB: %s\n", message_close,
          r.a.ToString().c_str(), r.b.ToString().c_str());
   return r;
+}
+
+// Start-up (docs/verbs.md "Start-up: the HELLO exchange"). The receiver B
+// registers its buffer and connects first, as prism_perf's server does: its
+// region advertisement and HELLO reach A's control QP while that is still in
+// INIT, and are dropped there (RC resends them after a NAK or a timeout).
+// Then A connects and writes at once: its first burst runs before B has had
+// a chance to send anything else. The sprayed chunks must not go over the
+// control QP: they wait until B's answer to A's HELLO arrives (which RC
+// delivers after B's advertisement). `ready_wait` 0 is the behaviour before
+// HELLO; `mute_b`: B never sends or answers a HELLO, so A's bounded wait
+// runs out and the fallback (kept as the safety net) carries the data.
+struct StartupResult {
+  VerbsStats a, b;
+  bool b_advert_beat_first_burst = false;  // RC's retry timer was faster
+};
+
+StartupResult RunStartup(Time ready_wait, bool mute_b) {
+  StartupResult r;
+  VerbsOptions va, vb;
+  va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
+  va.ready_wait = ready_wait;
+  vb.debug_mute_hello = mute_b;
+  auto a = Side::Create(va, 61);
+  auto b = Side::Create(vb, 62);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return r;
+  Side& A = **a;
+  Side& B = **b;
+  EXPECT_TRUE(A.Open(SlowLinkOptions(8)).ok());
+  EXPECT_TRUE(B.Open(SlowLinkOptions(8)).ok());
+  constexpr size_t kMsgs = 8, kLen = 65536;
+  std::vector<uint8_t> src(kMsgs * kLen), dst(kMsgs * kLen, 0);
+  Fill(src, 7);
+  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
+  auto dmr = B.Register(dst.data(), dst.size(), kAccessRemoteWrite);
+  EXPECT_TRUE(smr.ok() && dmr.ok());
+  if (!smr.ok() || !dmr.ok()) return r;
+  auto ia = A.dp->LocalInfo(A.peer);
+  auto ib = B.dp->LocalInfo(B.peer);
+  EXPECT_TRUE(ia.ok() && ib.ok());
+  if (!ia.ok() || !ib.ok()) return r;
+  auto ra = DecodePeerInfo(EncodePeerInfo(*ia));
+  auto rb = DecodePeerInfo(EncodePeerInfo(*ib));
+  EXPECT_TRUE(ra.ok() && rb.ok());
+  if (!ra.ok() || !rb.ok()) return r;
+  EXPECT_TRUE(ra->hello && rb->hello);
+  EXPECT_TRUE(A.engine->Connect(A.conn, B.engine->LocalInfo(B.conn)).ok());
+  EXPECT_TRUE(B.engine->Connect(B.conn, A.engine->LocalInfo(A.conn)).ok());
+  // The WRITEs are queued in A's engine before A's queue pairs connect, so
+  // A's first burst follows its ConnectPeer at once.
+  for (size_t i = 0; i < kMsgs; ++i) {
+    WriteRequest w;
+    w.wr_id = i;
+    w.local_addr = src.data() + i * kLen;
+    w.length = kLen;
+    w.lkey = smr->lkey;
+    w.remote_addr = dmr->addr + i * kLen;
+    w.rkey = dmr->rkey;
+    w.has_immediate = true;
+    w.immediate = static_cast<uint32_t>(i);
+    EXPECT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
+  }
+  EXPECT_TRUE(B.dp->ConnectPeer(B.peer, *ra).ok());  // B's frames: dropped
+  EXPECT_TRUE(A.dp->ConnectPeer(A.peer, *rb).ok());
+  A.Pump();  // A's first burst, before B has run
+  const VerbsStats first = A.dp->stats();
+  r.b_advert_beat_first_burst =
+      first.tx_wait_ready == 0 && first.tx_fallback == 0 && first.tx_data > 0;
+  if (mute_b) {
+    // A alone, until its wait runs out (B's loop does not run, so nothing
+    // of B's but RC's own retry can reach A meanwhile).
+    const Time t0 = NowPs();
+    while (A.dp->stats().ready_timeouts == 0 && NowPs() - t0 < kSecond &&
+           A.dp->stats().tx_fallback == 0 && A.dp->stats().tx_data == 0) {
+      A.Pump();
+    }
+  }
+  auto count = [](const Side& s, CompletionType type) {
+    size_t c = 0;
+    for (const Completion& x : s.completions) c += x.type == type;
+    return c;
+  };
+  const bool finished = PumpUntil(A, B, [&] {
+    return count(A, CompletionType::kWrite) == kMsgs &&
+           count(B, CompletionType::kRecvImmediate) == kMsgs;
+  });
+  r.a = A.dp->stats();
+  r.b = B.dp->stats();
+  printf(
+      "ready_wait=%llu us mute_b=%d advert_beat_first_burst=%d\nA: %s\nB: %s\n",
+      static_cast<unsigned long long>(ready_wait / kMicrosecond), mute_b,
+      r.b_advert_beat_first_burst, r.a.ToString().c_str(),
+      r.b.ToString().c_str());
+  EXPECT_TRUE(finished) << "transfer did not finish (hang guard)";
+  for (const Completion& c : A.completions) {
+    EXPECT_EQ(c.status, absl::StatusCode::kOk);
+  }
+  EXPECT_EQ(src, dst);
+  return r;
+}
+
+TEST(StartupTest, DataWaitsForThePeersHelloInsteadOfFallingBack) {
+  REQUIRE_RDMA();
+  const StartupResult r = RunStartup(10 * kSecond, /*mute_b=*/false);
+  EXPECT_EQ(r.a.tx_fallback, 0u) << "chunks went over the control QP";
+  EXPECT_EQ(r.a.ready_timeouts, 0u);
+  EXPECT_GT(r.a.tx_data, 0u);
+  EXPECT_GE(r.a.rx_hellos, 1u);
+  EXPECT_GE(r.b.rx_hellos, 1u);
+  if (r.b_advert_beat_first_burst) {
+    printf(
+        "note: RC's retry brought B's advertisement before A's first "
+        "burst; the wait was not needed this time\n");
+  } else {
+    EXPECT_GE(r.a.tx_wait_ready, 1u) << "A's first burst did not wait";
+  }
+}
+
+// The race this fixes, without the wait: the first chunks go whole over the
+// control QP (unless RC's retry happened to be faster than A's first burst).
+TEST(StartupTest, WithoutTheWaitTheFirstChunksFallBack) {
+  REQUIRE_RDMA();
+  const StartupResult r = RunStartup(0, /*mute_b=*/false);
+  EXPECT_EQ(r.a.tx_wait_ready, 0u);
+  if (!r.b_advert_beat_first_burst) {
+    EXPECT_GT(r.a.tx_fallback, 0u) << "the race did not show";
+  }
+}
+
+// A peer that never sends its HELLO: the wait is bounded, the fallback
+// carries the data, and everything arrives.
+TEST(StartupTest, TheWaitIsBoundedAndTheFallbackRemains) {
+  REQUIRE_RDMA();
+  const StartupResult r = RunStartup(2 * kMillisecond, /*mute_b=*/true);
+  EXPECT_EQ(r.a.rx_hellos, 0u);
+  if (!r.b_advert_beat_first_burst && r.a.ready_timeouts == 1) {
+    EXPECT_GE(r.a.tx_wait_ready, 1u);
+    EXPECT_GT(r.a.tx_fallback, 0u);
+  } else {
+    printf(
+        "note: B's advertisement arrived (RC retry) before the wait ran "
+        "out\n");
+  }
 }
 
 // The hazard this guards against is real: without the close, B's

@@ -306,6 +306,8 @@ class EndpointImpl : public Endpoint {
     s.loop_stalls = c.stalls;
     s.loop_stall_time = c.stall_time;
     s.loop_max_gap = c.max_gap;
+    s.loop_wakeups = c.loop_wakeups;
+    s.app_wakeups = c.app_wakeups;
     return s;
   }
   absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up) override {

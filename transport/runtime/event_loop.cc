@@ -77,10 +77,13 @@ void EventLoop::Stop() {
 
 void EventLoop::Wake() {
   if (wake_fd_ < 0) return;
-  if (sleeping_.load()) {
+  // One eventfd write per sleep: submitters that find the loop still
+  // asleep after another one woke it skip the syscall.
+  if (sleeping_.load() && !wake_sent_.exchange(true)) {
     uint64_t one = 1;
     ssize_t r = write(wake_fd_, &one, sizeof(one));
     (void)r;
+    loop_wakeups_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -149,6 +152,8 @@ LoopCounters EventLoop::counters() const {
   c.max_gap = max_gap_.load(std::memory_order_relaxed);
   c.tx_deferred = tx_deferred_.load(std::memory_order_relaxed);
   c.writes_deferred = writes_deferred_.load(std::memory_order_relaxed);
+  c.loop_wakeups = loop_wakeups_.load(std::memory_order_relaxed);
+  c.app_wakeups = app_wakeups_.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -195,6 +200,7 @@ void EventLoop::Sleep(Time now) {
     opt_.arm_wait();
     if (Iterate(MonotonicNow())) return;
   }
+  wake_sent_.store(false);
   sleeping_.store(true);
   // Re-check after announcing the sleep (pairs with Wake()).
   bool work = has_cmds_.load() || queued_.load() > pending_.size();
@@ -216,8 +222,18 @@ void EventLoop::Sleep(Time now) {
   sleeping_.store(false);
 }
 
+bool EventLoop::PushCompletions(const Completion* c, size_t n) {
+  std::lock_guard<std::mutex> l(cq_mu_);
+  for (size_t i = 0; i < n; ++i) cq_.push_back(c[i]);
+  return cq_waiters_ > 0;
+}
+
 bool EventLoop::Iterate(Time now) {
   bool work = false;
+  // A thread blocked in Wait is notified once per iteration, after the
+  // lock is released (a waiter woken under the lock would block on it
+  // again: two context switches instead of one).
+  bool notify = false;
   // 1. Control calls.
   if (has_cmds_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> l(cmd_mu_);
@@ -264,9 +280,7 @@ bool EventLoop::Iterate(Time now) {
         c.conn = it->conn;
         c.wr_id = it->req.wr_id;
         c.byte_len = it->req.length;
-        std::lock_guard<std::mutex> l(cq_mu_);
-        cq_.push_back(c);
-        if (cq_waiters_) cq_cv_.notify_all();
+        notify |= PushCompletions(&c, 1);
       }
       it = pending_.erase(it);
       ++taken;
@@ -315,9 +329,7 @@ bool EventLoop::Iterate(Time now) {
     if (opt_.completion_filter != nullptr) {
       opt_.completion_filter->Offer(comp_, k);
     } else {
-      std::lock_guard<std::mutex> l(cq_mu_);
-      for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
-      if (cq_waiters_) cq_cv_.notify_all();
+      notify |= PushCompletions(comp_, k);
     }
     if (k < kBurst) break;
   }
@@ -328,11 +340,13 @@ bool EventLoop::Iterate(Time now) {
       const size_t k = opt_.completion_filter->Poll(comp_, kBurst);
       if (k == 0) break;
       work = true;
-      std::lock_guard<std::mutex> l(cq_mu_);
-      for (size_t i = 0; i < k; ++i) cq_.push_back(comp_[i]);
-      if (cq_waiters_) cq_cv_.notify_all();
+      notify |= PushCompletions(comp_, k);
       if (k < kBurst) break;
     }
+  }
+  if (notify) {
+    cq_cv_.notify_all();
+    app_wakeups_.fetch_add(1, std::memory_order_relaxed);
   }
   return work;
 }

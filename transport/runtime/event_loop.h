@@ -70,6 +70,12 @@ struct LoopCounters {
   uint64_t sleeps = 0;
   uint64_t tx_deferred = 0;      // packets offered again after back-pressure
   uint64_t writes_deferred = 0;  // PostWrite retried (engine queue full)
+  // Hand-offs between application threads and the loop thread: eventfd
+  // writes that woke the sleeping loop (Post, Run; at most one per sleep),
+  // and condition-variable notifications of threads blocked in Wait (at
+  // most one per iteration that queued completions).
+  uint64_t loop_wakeups = 0;
+  uint64_t app_wakeups = 0;
   // Scheduling stalls: iterations that started more than kStallGap after
   // the previous one (a planned sleep lasts at most max_sleep, 1 ms by
   // default, so such a gap is the thread not running: descheduled, or one
@@ -122,6 +128,9 @@ class EventLoop {
 
   void ThreadMain();
   bool Iterate(Time now);
+  // Queues completions; true when a thread waits in Wait (the caller
+  // notifies once, after the iteration, without holding cq_mu_).
+  bool PushCompletions(const Completion* c, size_t n);
   void Wake();
   void Sleep(Time now);
 
@@ -133,6 +142,7 @@ class EventLoop {
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_{false};
+  std::atomic<bool> wake_sent_{false};  // an eventfd write since the sleep
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
 
@@ -163,7 +173,7 @@ class EventLoop {
   Completion comp_[kBurst];
 
   std::atomic<uint64_t> iterations_{0}, sleeps_{0}, tx_deferred_{0},
-      writes_deferred_{0}, stalls_{0};
+      writes_deferred_{0}, stalls_{0}, loop_wakeups_{0}, app_wakeups_{0};
   std::atomic<Time> stall_time_{0}, max_gap_{0};
 };
 

@@ -32,6 +32,8 @@ constexpr size_t kDescBytes = kDescriptorBytes;
 constexpr size_t kRegionBytes = 32;
 constexpr size_t kRegionGoneBytes = 8;
 constexpr size_t kCloseBytes = 8;
+constexpr size_t kHelloBytes = 8;
+constexpr uint32_t kHelloAsk = 1;   // HELLO flags: please answer
 constexpr size_t kCloseWaits = 64;  // closes waiting for completions, per peer
 constexpr uint32_t kDataRecvBuf = 256;           // PROBE SENDs on data QPs
 constexpr uint32_t kCtrlBytes = 4u << 20;        // control buffers per pool
@@ -46,8 +48,10 @@ enum FrameType : uint8_t {
   kFrameRegion = 2,
   kFrameGone = 3,
   kFrameClose = 4,
+  kFrameHello = 5,
 };
 constexpr uint8_t kPeerInfoCloseBit = 0x80;  // in the mode byte
+constexpr uint8_t kPeerInfoHelloBit = 0x40;  // in the mode byte
 
 // Writes a control frame's 8-byte header: magic, version, type, item count,
 // reserved (docs/wire-format.md, verbs control frames).
@@ -190,6 +194,11 @@ struct Peer {
   std::deque<Completion> held_tx;  // kWrite, until closed_next passes it
   uint32_t peer_closed_next = 0;   // from the peer's CLOSE frames
   std::deque<Completion> held_rx;  // kRecvImmediate, until the peer closes
+  // start-up (docs/verbs.md "Start-up: the HELLO exchange")
+  bool peer_ready = true;       // a control SEND of the peer has arrived
+  bool hello_answered = false;  // the peer's HELLO got its answer
+  bool ready_waiting = false;   // DATA waits for peer_ready since ready_since
+  Time ready_since = 0;
 };
 
 struct PendingWrite {
@@ -224,7 +233,8 @@ std::string VerbsStats::ToString() const {
       "tx_fallback=%u tx_backpressure=%u tx_drop_dead_path=%u "
       "tx_drop_unknown_peer=%u tx_drop_device_lost=%u tx_drop_malformed=%u "
       "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
-      "close_waits=%u "
+      "close_waits=%u tx_wait_ready=%u tx_hellos=%u rx_hellos=%u "
+      "ready_timeouts=%u "
       "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
@@ -232,7 +242,8 @@ std::string VerbsStats::ToString() const {
       tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors, tx_fallback,
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
-      tx_closes, tx_drop_acked, close_waits, rx_data, rx_data_bytes, rx_ctrl,
+      tx_closes, tx_drop_acked, close_waits, tx_wait_ready, tx_hellos,
+      rx_hellos, ready_timeouts, rx_data, rx_data_bytes, rx_ctrl,
       rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
       rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
       qp_errors, async_events);
@@ -346,7 +357,8 @@ std::string EncodePeerInfo(const PeerInfo& info) {
   Put32(p + 0, kPeerInfoMagic);
   p[4] = 1;  // version
   p[5] = static_cast<uint8_t>(static_cast<uint8_t>(info.mode) |
-                              (info.message_close ? kPeerInfoCloseBit : 0));
+                              (info.message_close ? kPeerInfoCloseBit : 0) |
+                              (info.hello ? kPeerInfoHelloBit : 0));
   Put16(p + 6, static_cast<uint16_t>(info.data_qpns.size()));
   Put32(p + 8, info.path_mtu);
   Put32(p + 12, info.mtu_payload);
@@ -365,13 +377,15 @@ absl::StatusOr<PeerInfo> DecodePeerInfo(const std::string& bytes) {
     return absl::InvalidArgumentError("not a verbs PeerInfo (magic/version)");
   }
   PeerInfo info;
-  const uint8_t mode = p[5] & static_cast<uint8_t>(~kPeerInfoCloseBit);
+  const uint8_t mode =
+      p[5] & static_cast<uint8_t>(~(kPeerInfoCloseBit | kPeerInfoHelloBit));
   if (mode != static_cast<uint8_t>(DataQpMode::kUc) &&
       mode != static_cast<uint8_t>(DataQpMode::kRc)) {
     return absl::InvalidArgumentError("PeerInfo: bad mode");
   }
   info.mode = static_cast<DataQpMode>(mode);
   info.message_close = (p[5] & kPeerInfoCloseBit) != 0;
+  info.hello = (p[5] & kPeerInfoHelloBit) != 0;
   const uint16_t n = Get16(p + 6);
   if (n == 0 || bytes.size() != 40 + 4u * n) {
     return absl::InvalidArgumentError("PeerInfo: bad QP count or length");
@@ -783,6 +797,7 @@ class VerbsDatapath::Impl {
     i.ctrl_qpn = p->ctrl->qp_num;
     i.psn = psn_;
     i.message_close = o_.message_close;
+    i.hello = true;
     for (const DataQp& d : p->qps) i.data_qpns.push_back(d.qp->qp_num);
     return i;
   }
@@ -821,6 +836,17 @@ class VerbsDatapath::Impl {
         absl::Status a = SendRegionFrame(p, kFrameRegion, lr);
         if (!a.ok()) return a;
       }
+    }
+    // Start-up: the peer's control QP may not be ready to receive yet (it
+    // connects after us), in which case what we just posted is dropped there
+    // and RC resends it only after a timeout or a NAK. A HELLO after the
+    // advertisements: the peer answers it once, and its first control SEND
+    // to arrive here proves that its own advertisements (posted before its
+    // HELLO, in order on RC) have arrived. Until then DATA for a region it
+    // has not advertised waits (TxData, bounded by ready_wait).
+    if (r.hello) {
+      p->peer_ready = false;
+      if (!o_.debug_mute_hello) return SendHello(p, kHelloAsk);
     }
     return absl::OkStatus();
   }
@@ -927,7 +953,7 @@ class VerbsDatapath::Impl {
   struct RegionFrame {
     uint32_t peer = 0;  // id
     uint8_t type = 0;
-    uint32_t erkey = 0, vrkey = 0;
+    uint32_t erkey = 0, vrkey = 0;  // kFrameHello: erkey holds the flags
     uint64_t eaddr = 0, va = 0, length = 0;
   };
 
@@ -944,6 +970,20 @@ class VerbsDatapath::Impl {
       PollSendCq();
       if (!CtrlFull(p)) return PostRegionFrame(p, f);
     }
+    queued_frames_.push_back(f);
+    st_.tx_frames_queued.Add();
+    return absl::OkStatus();
+  }
+
+  // A HELLO frame (start-up), in order behind queued region frames. Does
+  // not poll the send CQ: it may run inside RxBurst.
+  absl::Status SendHello(Peer* p, uint32_t flags) {
+    RegionFrame f;
+    f.peer = p->id;
+    f.type = kFrameHello;
+    f.erkey = flags;
+    st_.tx_hellos.Add();
+    if (queued_frames_.empty() && !CtrlFull(p)) return PostRegionFrame(p, f);
     queued_frames_.push_back(f);
     st_.tx_frames_queued.Add();
     return absl::OkStatus();
@@ -976,6 +1016,10 @@ class VerbsDatapath::Impl {
       Put64(b + 24, f.va);
       Put64(b + 32, f.length);
       len += kRegionBytes;
+    } else if (f.type == kFrameHello) {
+      Put32(b + 8, f.erkey);
+      Put32(b + 12, 0);
+      len += kHelloBytes;
     } else {
       Put32(b + 8, f.erkey);
       Put32(b + 12, 0);
@@ -1030,9 +1074,12 @@ class VerbsDatapath::Impl {
 
   // ------------------------------------------------------------ transmit
 
-  enum class TxResult { kDone, kFull };
+  // kHold: DATA waits for the peer's HELLO (start-up); like kFull, the
+  // burst stops there and the driver offers the packet again.
+  enum class TxResult { kDone, kFull, kHold };
 
-  size_t TxBurst(const TxPacket* pkts, size_t n) {
+  size_t TxBurst(Time now, const TxPacket* pkts, size_t n) {
+    now_ = now;
     n = std::min(n, kMaxBurst);
     if (!health_.ok()) {
       st_.tx_drop_device_lost.Add(n);
@@ -1068,6 +1115,10 @@ class VerbsDatapath::Impl {
       }
       if (r == TxResult::kFull) {
         st_.tx_backpressure.Add();
+        break;
+      }
+      if (r == TxResult::kHold) {
+        st_.tx_wait_ready.Add();
         break;
       }
     }
@@ -1261,6 +1312,24 @@ class VerbsDatapath::Impl {
         lkey = lr->mr->lkey;
         have_src = true;
       }
+    }
+    if (rr == nullptr && !p->peer_ready && aligned && have_src) {
+      // Start-up: the peer's advertisements may still be on their way (its
+      // HELLO has not arrived). Wait, at most ready_wait, rather than send
+      // the data whole over the control QP.
+      if (!p->ready_waiting) {
+        p->ready_waiting = true;
+        p->ready_since = now_;
+      }
+      if (now_ - p->ready_since < o_.ready_wait) return TxResult::kHold;
+      p->peer_ready = true;  // give up waiting: the fallback below
+      st_.ready_timeouts.Add();
+      fprintf(stderr,
+              "prism verbs: %s peer %u: no control SEND from the peer within "
+              "%llu us of the first DATA; data for regions it has not "
+              "advertised goes over the control QP\n",
+              name_.c_str(), p->id,
+              static_cast<unsigned long long>(o_.ready_wait / kMicrosecond));
     }
     if (!in_range || !have_src || !aligned) {
       // The peer has not advertised the target (or it is out of range, or
@@ -1547,6 +1616,9 @@ class VerbsDatapath::Impl {
     const QpRef ref = it->second;
     Peer* p = peers_[ref.peer].get();
     if (is_ctrl) {
+      // RC delivers in order: whatever the peer posted on its control QP
+      // before this SEND (its region advertisements) has arrived.
+      p->peer_ready = true;
       uint8_t* b = &ctrl_bufs_[size_t{bi} * ctrl_buf_];
       HandleCtrl(p, b, wc.byte_len, pkts, out);
       return;
@@ -1586,6 +1658,7 @@ class VerbsDatapath::Impl {
     }
     auto it = qpn_.find(wc.qp_num);
     if (it == qpn_.end()) return false;
+    peers_[it->second.peer]->peer_ready = true;  // as in HandleRecv
     held_.push_back(Held{bi, wc.byte_len, it->second.peer,
                          rx_calls_ + o_.debug_defer_descriptors});
     return true;
@@ -1658,6 +1731,7 @@ class VerbsDatapath::Impl {
                         : type == kFrameRegion ? kRegionBytes
                         : type == kFrameGone   ? kRegionGoneBytes
                         : type == kFrameClose  ? kCloseBytes
+                        : type == kFrameHello  ? kHelloBytes
                                                : 0;
     if (b[2] != kCtrlVersion || item == 0 ||
         len != kFrameHeader + item * count) {
@@ -1685,6 +1759,18 @@ class VerbsDatapath::Impl {
         if (MsnBefore(p->peer_closed_next, next)) {
           p->peer_closed_next = next;
           if (!p->held_rx.empty()) release_dirty_ = true;
+        }
+      } else if (type == kFrameHello) {
+        const uint32_t flags = Get32(d);
+        if ((flags & ~kHelloAsk) != 0 || Get32(d + 4) != 0) {
+          st_.rx_drop_unknown.Add();
+          continue;
+        }
+        st_.rx_hellos.Add();
+        if ((flags & kHelloAsk) && !p->hello_answered && p->connected &&
+            p->ctrl_alive && !o_.debug_mute_hello) {
+          p->hello_answered = true;
+          if (!SendHello(p, 0).ok()) RetireCtrl(p, "post HELLO");
         }
       } else if (type == kFrameRegion) {
         RemoteRegion r;
@@ -2012,6 +2098,10 @@ class VerbsDatapath::Impl {
     s.tx_closes = st_.tx_closes.Get();
     s.tx_drop_acked = st_.tx_drop_acked.Get();
     s.close_waits = st_.close_waits.Get();
+    s.tx_wait_ready = st_.tx_wait_ready.Get();
+    s.tx_hellos = st_.tx_hellos.Get();
+    s.rx_hellos = st_.rx_hellos.Get();
+    s.ready_timeouts = st_.ready_timeouts.Get();
     s.rx_closes = st_.rx_closes.Get();
     s.rx_after_close = st_.rx_after_close.Get();
     s.completions_held = st_.completions_held.Get();
@@ -2093,6 +2183,7 @@ class VerbsDatapath::Impl {
   size_t pending_head_ = 0;
   size_t npending_ = 0;
   bool pending_dirty_ = false;
+  Time now_ = 0;  // of the current TxBurst
 
   // Message close.
   absl::flat_hash_map<ConnId, uint32_t> conn_peer_;  // lookups only
@@ -2111,10 +2202,11 @@ class VerbsDatapath::Impl {
     Counter tx_data, tx_data_bytes, tx_ctrl, tx_probe, tx_descriptors,
         tx_fallback, tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
         tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
-        tx_frames_queued, tx_closes, tx_drop_acked, close_waits, rx_data,
-        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
-        rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, rx_closes,
-        rx_after_close, completions_held, cq_errors, qp_errors, async_events;
+        tx_frames_queued, tx_closes, tx_drop_acked, close_waits, tx_wait_ready,
+        tx_hellos, rx_hellos, ready_timeouts, rx_data, rx_data_bytes, rx_ctrl,
+        rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
+        rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
+        qp_errors, async_events;
   } st_;
 };
 
@@ -2133,8 +2225,8 @@ VerbsDatapath::VerbsDatapath(std::unique_ptr<Impl> impl)
 VerbsDatapath::~VerbsDatapath() = default;
 
 size_t VerbsDatapath::mtu() const { return impl_->mtu(); }
-size_t VerbsDatapath::TxBurst(Time, const TxPacket* pkts, size_t n) {
-  return impl_->TxBurst(pkts, n);
+size_t VerbsDatapath::TxBurst(Time now, const TxPacket* pkts, size_t n) {
+  return impl_->TxBurst(now, pkts, n);
 }
 size_t VerbsDatapath::RxBurst(Time, RxPacket* pkts, size_t n) {
   return impl_->RxBurst(pkts, n);

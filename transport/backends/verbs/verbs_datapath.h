@@ -50,6 +50,14 @@
 //   until it closed M. The driver passes every engine completion through
 //   OfferCompletions() and hands the application what PollCompletions()
 //   returns (the Endpoint's loop does).
+// - Start-up (docs/verbs.md "Start-up: the HELLO exchange"): each side
+//   advertises its regions and then sends a HELLO on the control QP when it
+//   connects, and answers the peer's first HELLO once. The control QP is RC,
+//   so the first control SEND received from the peer proves that every
+//   advertisement it posted when connecting has arrived. Until then DATA
+//   for a region the peer has not advertised is held (TxBurst returns a
+//   prefix, counted in tx_wait_ready), at most VerbsOptions::ready_wait;
+//   after that it goes whole over the control QP as before (tx_fallback).
 //
 // Thread safety: one thread drives the datapath (TxBurst, RxBurst, peers,
 // memory). stats() may be called from any thread (relaxed atomics).
@@ -154,6 +162,15 @@ struct VerbsOptions {
   // a path whose packets are delayed in the NIC, so the engine resends them
   // elsewhere and the originals land late. -1: off.
   int debug_park_qp = -1;
+  // Start-up: how long DATA for a region the peer has not advertised waits
+  // for the peer's first control SEND (its HELLO, which follows its region
+  // advertisements on the RC control QP) before it is sent whole over the
+  // control QP instead (tx_fallback). Only for a peer that announces HELLO
+  // in its PeerInfo. 0: never wait (the behaviour before HELLO; tests).
+  Time ready_wait = 100 * kMillisecond;
+  // Tests only: do not answer the peer's HELLO (a peer whose control QP
+  // stays silent), so the bounded wait above runs out.
+  bool debug_mute_hello = false;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.
@@ -165,6 +182,7 @@ struct PeerInfo {
   uint32_t ctrl_qpn = 0;
   uint32_t psn = 0;            // starting PSN of every QP of this side
   bool message_close = false;  // this side sends CLOSE frames
+  bool hello = false;          // this side sends HELLO frames (start-up)
   std::vector<uint32_t> data_qpns;
 };
 
@@ -189,7 +207,14 @@ struct VerbsStats {
   uint64_t tx_closes = 0;         // CLOSE frames sent
   uint64_t tx_drop_acked = 0;     // DATA of an acknowledged message, not sent
   uint64_t close_waits = 0;       // closes that waited for local completions
-  uint64_t rx_data = 0;           // NIC-placed DATA handed to the engine
+  // Start-up: bursts cut short because DATA for a region the peer has not
+  // advertised waited for the peer's HELLO; HELLO frames sent / received;
+  // peers whose HELLO did not come within ready_wait (DATA then fell back).
+  uint64_t tx_wait_ready = 0;
+  uint64_t tx_hellos = 0;
+  uint64_t rx_hellos = 0;
+  uint64_t ready_timeouts = 0;
+  uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
   uint64_t rx_descriptors = 0;

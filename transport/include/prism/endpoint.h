@@ -161,6 +161,11 @@ struct DatapathStats {
   uint64_t loop_stalls = 0;
   Time loop_stall_time = 0;
   Time loop_max_gap = 0;
+  // Hand-offs between application threads and the loop thread: eventfd
+  // writes that woke the sleeping loop (PostWrite and control calls), and
+  // notifications of threads blocked in WaitCompletions.
+  uint64_t loop_wakeups = 0;
+  uint64_t app_wakeups = 0;
   std::string detail;  // the datapath's own counters, as text
 };
 
