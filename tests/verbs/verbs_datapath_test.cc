@@ -863,6 +863,7 @@ TEST(StartupTest, WithoutTheWaitTheFirstChunksFallBack) {
   REQUIRE_RDMA();
   const StartupResult r = RunStartup(0, /*mute_b=*/false);
   EXPECT_EQ(r.a.tx_wait_ready, 0u);
+  EXPECT_EQ(r.a.ready_timeouts, 0u);
   if (!r.b_advert_beat_first_burst) {
     EXPECT_GT(r.a.tx_fallback, 0u) << "the race did not show";
   }

@@ -1313,7 +1313,8 @@ class VerbsDatapath::Impl {
         have_src = true;
       }
     }
-    if (rr == nullptr && !p->peer_ready && aligned && have_src) {
+    if (rr == nullptr && !p->peer_ready && aligned && have_src &&
+        o_.ready_wait > 0) {
       // Start-up: the peer's advertisements may still be on their way (its
       // HELLO has not arrived). Wait, at most ready_wait, rather than send
       // the data whole over the control QP.
