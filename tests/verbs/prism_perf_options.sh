@@ -17,6 +17,9 @@
 #   W  VM_PP_OPTS_FAIR (compare_bw.sh now: 8 MiB in flight)
 #   X  W with --wait-us 200 (prism_perf's default completion wait)
 #   Y  W with --remote-slots 64 (prism_perf's default receive buffer)
+#   S  W with --remote-slots 2 (a 128 KiB receive buffer: the footprint of
+#      ib_write_bw, which writes every message into the same few buffers)
+#   Z  W with --spin 0 (the loops sleep at once when idle)
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PPERF=${1:?prism_perf binary}; shift
@@ -41,8 +44,8 @@ run_pp() {
   PRISM_VERBS_STATS=1 timeout 70 "$PPERF" $PP -n $COUNT -p $pp --json 127.0.0.1 > /tmp/ppc 2>&1; local crc=$?
   sleep 1; kill $ppid 2>/dev/null; wait $ppid
   echo "=== $name: $* (client rc=$crc)"
-  tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes)"' | tr -d '\n '; echo
-  grep -o 'tx_fallback=[0-9]*' /tmp/ppc | sed "s/^/METRIC prism_perf_datapath_$name /"
+  tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes|loop_wakeups|app_wakeups|nvcsw|nivcsw)"' | tr -d '\n '; echo
+  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*' /tmp/ppc | tr '\n' ' ' | sed "s/^/METRIC prism_perf_datapath_$name /"; echo
   echo "METRIC prism_perf_$name $(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
 }
 A="--rate 10 --base-rtt 500 --rto-min 20000 --probe-interval 20000"
@@ -61,6 +64,8 @@ for v in "$@"; do
     W) run_pp W $VM_PP_OPTS_FAIR ;;
     X) run_pp X $VM_PP_OPTS_FAIR --wait-us 200 ;;
     Y) run_pp Y $VM_PP_OPTS_FAIR --remote-slots 64 ;;
+    S) run_pp S $VM_PP_OPTS_FAIR --remote-slots 2 ;;
+    Z) run_pp Z $VM_PP_OPTS_FAIR --spin 0 ;;
     *) echo "unknown variant $v"; continue ;;
   esac
   run_ib
