@@ -51,7 +51,8 @@ class PrismHost : public HostAgent, public TimerClient {
         host_(host),
         engine_(MakeOptions(placer, seed, mtu, max_conns)),
         wake_(this, kWakeTag),
-        rx_timer_(this, kRxTag) {}
+        rx_timer_(this, kRxTag),
+        oracle_rng_(seed ^ 0x6f7261636c65ull) {}
 
   static EngineOptions MakeOptions(Placer* placer, uint64_t seed, uint32_t mtu,
                                    uint32_t max_conns) {
@@ -98,6 +99,12 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
+  // TransportConfig::oracle_reroute_after (what-if, off by default): moves
+  // p, whose carrier crosses `dead_port` (down since `down_since`), onto a
+  // live T1 of its plane once this host's first packet into that outage is
+  // old enough. Returns true when it did.
+  bool OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
+                     Time now);
   // Dead-path accounting of one sent packet (measurement only).
   void CountDeadPath(const SimPacket* p, Time down_since, uint32_t dead_port,
                      Time now);
@@ -129,6 +136,10 @@ class PrismHost : public HostAgent, public TimerClient {
   // (peer, plane << 16 | T1 uSID, outage) and (dead port, outage).
   absl::flat_hash_set<std::tuple<uint32_t, uint32_t, Time>> dead_groups_;
   absl::flat_hash_set<std::pair<uint32_t, Time>> dead_hops_;
+  // Oracle re-routing: (dead port, outage) -> this host's first packet into
+  // it; the generator picking the replacement T1.
+  absl::flat_hash_map<std::pair<uint32_t, Time>, Time> oracle_first_;
+  uint64_t oracle_rng_;
 };
 
 class PrismDriver : public TransportDriver {
@@ -379,7 +390,12 @@ void PrismHost::Pull(Time now) {
         uint32_t dead_port = 0;
         const Time down =
             fab.CarrierDownSince(host_, t.peer, plane, p, &dead_port);
-        if (down >= 0) CountDeadPath(p, down, dead_port, now);
+        if (down >= 0) {
+          CountDeadPath(p, down, dead_port, now);
+          if (d_->tc_.oracle_reroute_after >= 0) {
+            OracleReroute(p, dead_port, down, now);
+          }
+        }
       }
       sim.Send(now, host_, p);
     }
@@ -395,6 +411,30 @@ void PrismHost::Pull(Time now) {
     ++spurious_;
     wake_.Arm(queue(), now + 100 * kNanosecond);
   }
+}
+
+bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
+                              Time now) {
+  const auto it =
+      oracle_first_.try_emplace(std::make_pair(dead_port, down_since), now)
+          .first;
+  if (now - it->second < d_->tc_.oracle_reroute_after) return false;
+  Fabric& fab = d_->sim_->fabric();
+  const uint16_t plane = p->plane;
+  for (int k = 0; k < 64; ++k) {
+    oracle_rng_ += 0x9e3779b97f4a7c15ull;  // splitmix64
+    uint64_t z = oracle_rng_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    fab.BuildCarrier(host_, p->dst, plane, static_cast<uint32_t>(z >> 40), p);
+    if (fab.CarrierDownSince(host_, p->dst, plane, p, nullptr) < 0) {
+      return true;
+    }
+  }
+  // No live route found: the packet takes its own.
+  fab.BuildCarrier(host_, p->dst, plane, p->path / d_->sim_->planes(), p);
+  return false;
 }
 
 void PrismHost::CountDeadPath(const SimPacket* p, Time down_since,

@@ -52,6 +52,16 @@ struct TransportConfig {
   // the engine's per-connection memory for very large fabrics.
   uint32_t window_packets = 0;
   uint32_t max_messages = 0;
+  // What-if for diagnosis, not a transport feature (default off, < 0): with
+  // SRv6 forwarding, a packet the engine puts on a route through a hop that
+  // is down is re-routed by the simulator through a live T1 of the same
+  // plane (uniform, deterministic per host) once the host's first packet
+  // into that hop's outage is at least this old. 0: an oracle that loses no
+  // packet to a dead hop; d > 0: what a host-wide dead-hop table that learns
+  // d after its first packet into the outage, and tells the engine nothing
+  // else, could do. Bounds what dead-path avoidance can win
+  // (docs/benchmarks.md, link-flaps). JSON: oracle_reroute_after_us.
+  Time oracle_reroute_after = -1;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)

@@ -64,7 +64,12 @@ absl::StatusOr<std::vector<RunResult>> RunAll(const ScenarioConfig& sc,
                                               const SuiteOptions& opt,
                                               const std::string& label) {
   std::vector<RunResult> out;
-  for (const sim::TransportConfig& tc : sc.transports) {
+  for (sim::TransportConfig tc : sc.transports) {
+    if (!opt.only_transport.empty() && tc.name != opt.only_transport) continue;
+    if (tc.type == "prism" && opt.oracle_reroute_after_us >= 0) {
+      tc.oracle_reroute_after =
+          static_cast<Time>(opt.oracle_reroute_after_us * kMicrosecond);
+    }
     if (opt.on_run) opt.on_run(label, tc.name);
     sim::Simulator s(sc, tc);
     absl::Status st = s.Init();
@@ -703,6 +708,9 @@ absl::StatusOr<Value> LinkFlaps(const SuiteOptions& opt,
     o.Set("fct_p99_vs_no_flaps", Value::Number(p990 > 0 ? p99 / p990 : 0));
     o.Set("no_flaps_completed", Value::Bool(n.completed));
     o.Set("no_flaps_goodput_fraction", Value::Number(g0));
+    // The undisturbed run's own counters (retransmissions, path timeouts,
+    // ECN marks: what the all-to-all costs without any flap).
+    o.Set("no_flaps", Common(n));
     tr.Set(r.transport, o);
   }
   sj.Set("transports", tr);

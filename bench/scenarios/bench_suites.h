@@ -37,6 +37,12 @@ struct SuiteOptions {
   bool quick = false;
   uint64_t seed = 1;
   std::string out_dir;  // empty: write no CSV files
+  // Only the transport with this name (e.g. "prism"); empty: all. Figures
+  // comparing transports are then absent from the tables.
+  std::string only_transport;
+  // Sets sim::TransportConfig::oracle_reroute_after (in us) for every Prism
+  // transport: a what-if bound for diagnosis, never a result; < 0: off.
+  double oracle_reroute_after_us = -1;
   // Called before each transport run (scenario, transport); may be empty.
   std::function<void(const std::string&, const std::string&)> on_run;
 };

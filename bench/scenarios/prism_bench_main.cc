@@ -2,7 +2,12 @@
 // against the roce and multiqp baselines on the simulator.
 //
 //   prism_bench SUITE [--quick] --out DIR [--seed N] [--no-plot] [--quiet]
+//               [--only TRANSPORT] [--oracle-reroute-after-us D]
 //   prism_bench --list
+//
+// --only runs one transport (e.g. prism) of each scenario; the oracle flag
+// is a what-if for diagnosis (sim::TransportConfig::oracle_reroute_after),
+// never a result.
 //
 // Writes DIR/SUITE.json (docs/benchmarks.md lists every figure), the goodput
 // time series DIR/SUITE/<scenario>.csv and, when python3-matplotlib is
@@ -33,7 +38,9 @@ int Usage() {
   }
   std::fprintf(stderr,
                "usage: prism_bench SUITE [--quick] --out DIR [--seed N] "
-               "[--no-plot] [--quiet]\n  SUITE: %s\n",
+               "[--no-plot] [--quiet]\n"
+               "       [--only TRANSPORT] [--oracle-reroute-after-us D]\n"
+               "  SUITE: %s\n",
                names.c_str());
   return 2;
 }
@@ -53,6 +60,13 @@ int main(int argc, char** argv) {
     } else if (a == "--seed" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &opt.seed)) {
         std::fprintf(stderr, "prism_bench: bad --seed '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (a == "--only" && i + 1 < argc) {
+      opt.only_transport = argv[++i];
+    } else if (a == "--oracle-reroute-after-us" && i + 1 < argc) {
+      if (!absl::SimpleAtod(argv[++i], &opt.oracle_reroute_after_us)) {
+        std::fprintf(stderr, "prism_bench: bad --oracle-reroute-after-us\n");
         return 2;
       }
     } else if (a == "--no-plot") {
