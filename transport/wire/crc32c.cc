@@ -169,12 +169,41 @@ __attribute__((target("sse4.2"))) void HardwareZero4At4x4(
   out[3] = ~rd;
 }
 
+// HardwareZero4At4x4 for 64-byte buffers (the DATA header, most of a
+// burst), with the loop unrolled: eight crc32 per chain, no loop counter.
+__attribute__((target("sse4.2"))) void HardwareZero4At4x4Len64(
+    const uint8_t* const* p, uint32_t* out) {
+  const uint8_t* a = p[0];
+  const uint8_t* b = p[1];
+  const uint8_t* c = p[2];
+  const uint8_t* d = p[3];
+  uint64_t ca = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(a) & 0xFFFFFFFFull);
+  uint64_t cb = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(b) & 0xFFFFFFFFull);
+  uint64_t cc = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(c) & 0xFFFFFFFFull);
+  uint64_t cd = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(d) & 0xFFFFFFFFull);
+#pragma GCC unroll 7
+  for (size_t i = 8; i < 64; i += 8) {
+    ca = _mm_crc32_u64(ca, Load64Le(a + i));
+    cb = _mm_crc32_u64(cb, Load64Le(b + i));
+    cc = _mm_crc32_u64(cc, Load64Le(c + i));
+    cd = _mm_crc32_u64(cd, Load64Le(d + i));
+  }
+  out[0] = ~static_cast<uint32_t>(ca);
+  out[1] = ~static_cast<uint32_t>(cb);
+  out[2] = ~static_cast<uint32_t>(cc);
+  out[3] = ~static_cast<uint32_t>(cd);
+}
+
 void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
                            uint32_t* out) {
   size_t i = 0;
   while (i + 4 <= n) {
     if (len[i] == len[i + 1] && len[i] == len[i + 2] && len[i] == len[i + 3]) {
-      HardwareZero4At4x4(p + i, len[i], out + i);
+      if (len[i] == 64) {
+        HardwareZero4At4x4Len64(p + i, out + i);
+      } else {
+        HardwareZero4At4x4(p + i, len[i], out + i);
+      }
       i += 4;
     } else {
       out[i] = HardwareZero4At4(p[i], len[i]);
