@@ -87,6 +87,19 @@ void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
   uint32_t crc[kChunk];
   size_t i = 0;
   while (i < n) {
+    // Common case (an engine burst): every entry of the chunk is a header,
+    // checksummed in place without gathering.
+    const size_t m = n - i < kChunk ? n - i : kChunk;
+    bool all = true;
+    for (size_t j = 0; j < m; ++j) {
+      all &= hdrs[i + j] != nullptr && lens[i + j] >= kCommonHeaderSize;
+    }
+    if (all) {
+      Crc32cZero4At4Multi(hdrs + i, lens + i, m, crc);
+      for (size_t j = 0; j < m; ++j) Put32(hdrs[i + j] + off::kCrc, crc[j]);
+      i += m;
+      continue;
+    }
     size_t k = 0;
     for (; i < n && k < kChunk; ++i) {
       if (hdrs[i] == nullptr || lens[i] < kCommonHeaderSize) continue;
