@@ -2410,8 +2410,17 @@ class Engine::Impl {
                                    c->snd_una + c->snd_win - psn, room}));
         path_have = c->sel->NextPaths(now, path_buf, k);
         path_short = path_have < k;
-        path_pos = 0;
-        path = path_have > 0 ? path_buf[path_pos++] : -1;
+        path_pos = path_have;
+        if (path_have > 0) {
+          // All path_have packets leave now: committed and emitted in one
+          // run (the loop's per-packet checks cannot fail within it).
+          EmitNewRun(now, c, m, msn, pkt_idx, psn, path_buf, path_have,
+                     out + n);
+          n += path_have;
+          data += path_have;
+          continue;
+        }
+        path = -1;
       } else {
         path = c->sel->NextPath(now);
       }
@@ -2467,6 +2476,52 @@ class Engine::Impl {
       }
     }
     return n;
+  }
+
+  // EmitConn's commit and EmitData for `cnt` new packets psn, psn + 1, ...
+  // of message `msn` from packet `pkt_idx` on, on paths[0, cnt), without
+  // pacing: what cnt iterations of EmitConn's loop do for them, with the
+  // sender's totals added once. REQUIRES: all of them within the message,
+  // the send window and cwnd (EmitConn's batch bound), no retransmission
+  // queued.
+  void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
+                  uint32_t pkt_idx, uint64_t psn, const PathId* paths,
+                  size_t cnt, TxPacket* out) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < cnt; ++i) {
+      const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
+      const uint64_t q = psn + i;
+      const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
+      const uint32_t off = pi_idx * c->mtu;
+      const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
+      const uint16_t path = paths[i];
+      TxSlot& s = c->slots[idx];
+      s = TxSlot{};
+      s.msn = msn;
+      s.pkt_idx = pi_idx;
+      s.len = static_cast<uint16_t>(len);
+      s.path = path;
+      s.sent_time = now;
+      s.state = kInFlight;
+      s.tx_count = 1;
+      PathInfo& pi = c->paths[path];
+      s.path_seq = ++pi.tx_seq;
+      LinkSlot(c, idx);
+      ++pi.st.tx_packets;
+      pi.st.tx_bytes += len;
+      bytes += len;
+      EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
+    }
+    c->no_path = false;
+    c->send_idx += static_cast<uint32_t>(cnt);
+    if (c->send_idx == m.npkts) {
+      ++c->send_msn;
+      c->send_idx = 0;
+    }
+    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
+    c->inflight_bytes += bytes;
+    c->st.tx_data_packets += cnt;
+    c->st.tx_data_bytes += bytes;
   }
 
   void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
