@@ -253,6 +253,20 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   out->payload = nullptr;
   out->payload_len = 0;
   out->trimmed = false;
+  // A split DATA header (the receive hot path): magic, version and type in
+  // one compare, then what the general path below does for it.
+  constexpr uint32_t kDataLead =
+      uint32_t{kMagic} | uint32_t{kVersion} << 16 |
+      uint32_t{static_cast<uint8_t>(PacketType::kData)} << 24;
+  if (split && hdr != nullptr && hdr_avail == kDataHeaderSize &&
+      Get32(hdr) == kDataLead) {
+    if (Get32(hdr + off::kCrc) !=
+        (crc != nullptr ? *crc : HeaderCrc(hdr, kDataHeaderSize))) {
+      return DecodeError::kBadChecksum;
+    }
+    out->type = PacketType::kData;
+    return DecodeDataFields(hdr, payload, payload_bytes, out);
+  }
   if (hdr == nullptr || hdr_avail < kCommonHeaderSize) {
     return DecodeError::kTooShort;
   }
