@@ -169,29 +169,60 @@ __attribute__((target("sse4.2"))) void HardwareZero4At4x4(
   out[3] = ~rd;
 }
 
-// HardwareZero4At4x4 for 64-byte buffers (the DATA header, most of a
-// burst), with the loop unrolled: eight crc32 per chain, no loop counter.
-__attribute__((target("sse4.2"))) void HardwareZero4At4x4Len64(
+// HardwareZero4At4 / HardwareZero4At4x4 for a length known at compile time
+// (the header sizes that dominate: 64-byte DATA, 84-byte SACK), fully
+// unrolled: no loop counters and no data-dependent loop exits, which the
+// generic versions mispredict at the end of every header.
+template <size_t kLen>
+__attribute__((target("sse4.2"), always_inline)) inline uint32_t FixedTail(
+    uint64_t c64, const uint8_t* p) {
+  static_assert(kLen >= 8);
+  size_t i = 8;
+#pragma GCC unroll 16
+  for (; i + 8 <= kLen; i += 8) c64 = _mm_crc32_u64(c64, Load64Le(p + i));
+  uint32_t c = static_cast<uint32_t>(c64);
+  if constexpr (kLen % 8 >= 4) {
+    c = _mm_crc32_u32(c, Load32Le(p + kLen - kLen % 8));
+  }
+#pragma GCC unroll 4
+  for (size_t j = kLen - kLen % 4; j < kLen; ++j) c = _mm_crc32_u8(c, p[j]);
+  return ~c;
+}
+
+template <size_t kLen>
+__attribute__((target("sse4.2"))) uint32_t HardwareZero4At4Fixed(
+    const uint8_t* p) {
+  return FixedTail<kLen>(
+      _mm_crc32_u64(0xFFFFFFFFu, Load64Le(p) & 0xFFFFFFFFull), p);
+}
+
+template <size_t kLen>
+__attribute__((target("sse4.2"))) void HardwareZero4At4x4Fixed(
     const uint8_t* const* p, uint32_t* out) {
   const uint8_t* a = p[0];
   const uint8_t* b = p[1];
   const uint8_t* c = p[2];
   const uint8_t* d = p[3];
-  uint64_t ca = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(a) & 0xFFFFFFFFull);
-  uint64_t cb = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(b) & 0xFFFFFFFFull);
-  uint64_t cc = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(c) & 0xFFFFFFFFull);
-  uint64_t cd = _mm_crc32_u64(0xFFFFFFFFu, Load64Le(d) & 0xFFFFFFFFull);
-#pragma GCC unroll 7
-  for (size_t i = 8; i < 64; i += 8) {
-    ca = _mm_crc32_u64(ca, Load64Le(a + i));
-    cb = _mm_crc32_u64(cb, Load64Le(b + i));
-    cc = _mm_crc32_u64(cc, Load64Le(c + i));
-    cd = _mm_crc32_u64(cd, Load64Le(d + i));
-  }
-  out[0] = ~static_cast<uint32_t>(ca);
-  out[1] = ~static_cast<uint32_t>(cb);
-  out[2] = ~static_cast<uint32_t>(cc);
-  out[3] = ~static_cast<uint32_t>(cd);
+  // Four independent chains (straight-line code once inlined), stored only
+  // at the end so that no store orders the loads of the next chain.
+  const uint32_t ra = FixedTail<kLen>(
+      _mm_crc32_u64(0xFFFFFFFFu, Load64Le(a) & 0xFFFFFFFFull), a);
+  const uint32_t rb = FixedTail<kLen>(
+      _mm_crc32_u64(0xFFFFFFFFu, Load64Le(b) & 0xFFFFFFFFull), b);
+  const uint32_t rc = FixedTail<kLen>(
+      _mm_crc32_u64(0xFFFFFFFFu, Load64Le(c) & 0xFFFFFFFFull), c);
+  const uint32_t rd = FixedTail<kLen>(
+      _mm_crc32_u64(0xFFFFFFFFu, Load64Le(d) & 0xFFFFFFFFull), d);
+  out[0] = ra;
+  out[1] = rb;
+  out[2] = rc;
+  out[3] = rd;
+}
+
+inline uint32_t HardwareZero4At4Any(const uint8_t* p, size_t len) {
+  if (len == 64) return HardwareZero4At4Fixed<64>(p);
+  if (len == 84) return HardwareZero4At4Fixed<84>(p);
+  return HardwareZero4At4(p, len);
 }
 
 void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
@@ -200,17 +231,19 @@ void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
   while (i + 4 <= n) {
     if (len[i] == len[i + 1] && len[i] == len[i + 2] && len[i] == len[i + 3]) {
       if (len[i] == 64) {
-        HardwareZero4At4x4Len64(p + i, out + i);
+        HardwareZero4At4x4Fixed<64>(p + i, out + i);
+      } else if (len[i] == 84) {
+        HardwareZero4At4x4Fixed<84>(p + i, out + i);
       } else {
         HardwareZero4At4x4(p + i, len[i], out + i);
       }
       i += 4;
     } else {
-      out[i] = HardwareZero4At4(p[i], len[i]);
+      out[i] = HardwareZero4At4Any(p[i], len[i]);
       ++i;
     }
   }
-  for (; i < n; ++i) out[i] = HardwareZero4At4(p[i], len[i]);
+  for (; i < n; ++i) out[i] = HardwareZero4At4Any(p[i], len[i]);
 }
 
 bool DetectSse42() {
