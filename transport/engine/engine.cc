@@ -1811,10 +1811,17 @@ class Engine::Impl {
                                               uint64_t trig, uint16_t echo_path,
                                               uint64_t echo_ts, bool ecn,
                                               Time rtt, Time now, SackRun& run,
-                                              congestion::AckEvent& ev) {
+                                              congestion::AckEvent& ev,
+                                              bool cumulative) {
     const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
     TxSlot& s = c->slots[idx];
-    if (s.state != kInFlight && s.state != kLost) return;
+    // Below the cumulative PSN the slot is freed at once (what AdvanceUna
+    // would do once it is acked; OnSack moves snd_una there).
+    const SlotState done = cumulative ? kFree : kAcked;
+    if (s.state != kInFlight && s.state != kLost) {
+      if (cumulative) s.state = kFree;  // acked before, by a bitmap
+      return;
+    }
     PathInfo& p = c->paths[s.path];
     const bool is_trig = psn == trig;
     if (s.state == kInFlight) {
@@ -1857,7 +1864,7 @@ class Engine::Impl {
     // (kLost: acked before its retransmission left; the retx entry is
     // skipped when popped.) last_progress, tlp_fired and tlp_credit are
     // reset by OnSack when anything was acked.
-    s.state = kAcked;
+    s.state = done;
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
@@ -1924,7 +1931,8 @@ class Engine::Impl {
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
     for (uint64_t q = c->snd_una; q < cum; ++q) {
-      AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev);
+      AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+              /*cumulative=*/true);
     }
     // Bitmap part.
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
@@ -1935,10 +1943,15 @@ class Engine::Impl {
         bits &= bits - 1;
         const uint64_t q = base + 64 * w + b;
         if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev);
+          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                  /*cumulative=*/false);
         }
       }
     }
+    // Every slot below cum is free now: snd_una moves there (AdvanceUna in
+    // FinishAckBatch continues over the bitmap's acks beyond it). The ring
+    // positions of the PSNs in flight, PsnOfSlot, are the same from either.
+    if (cum > c->snd_una) c->snd_una = cum;
     FlushGoodFeedback(c, now);
     c->rack_sent = run.rack_sent;
     c->any_acked_sent = run.any_acked_sent;
