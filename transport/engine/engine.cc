@@ -1349,21 +1349,32 @@ class Engine::Impl {
     } else {
       e = wire::Decode(rx.data, rx.len, &pkt_);
     }
-    switch (e) {
-      case wire::DecodeError::kOk:
-        break;
-      case wire::DecodeError::kBadMagic:
-        ++stats_.rx_drop_bad_magic;
+    if (e != wire::DecodeError::kOk) {
+      switch (e) {
+        case wire::DecodeError::kBadMagic:
+          ++stats_.rx_drop_bad_magic;
+          return;
+        case wire::DecodeError::kBadVersion:
+          ++stats_.rx_drop_bad_version;
+          return;
+        case wire::DecodeError::kBadChecksum:
+          ++stats_.rx_drop_bad_checksum;
+          return;
+        default:
+          ++stats_.rx_drop_malformed;
+          return;
+      }
+    }
+    if (pkt_.type == wire::PacketType::kData) {
+      // DATA (most packets): the steps of the general dispatch below.
+      Conn* c = Find(pkt_.data.dst_conn);
+      if (c == nullptr || !c->connected || c->failed) {
+        ++stats_.rx_drop_unknown_conn;
         return;
-      case wire::DecodeError::kBadVersion:
-        ++stats_.rx_drop_bad_version;
-        return;
-      case wire::DecodeError::kBadChecksum:
-        ++stats_.rx_drop_bad_checksum;
-        return;
-      default:
-        ++stats_.rx_drop_malformed;
-        return;
+      }
+      Touch(c);
+      OnData(now, c, rx);
+      return;
     }
     uint32_t dst = 0;
     switch (pkt_.type) {
@@ -1396,8 +1407,7 @@ class Engine::Impl {
     }
     Touch(c);
     switch (pkt_.type) {
-      case wire::PacketType::kData:
-        OnData(now, c, rx);
+      case wire::PacketType::kData:  // handled above
         return;
       case wire::PacketType::kSack:
         c->last_heard = now;
