@@ -670,6 +670,30 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
       all_planes &= planes[j].up && planes[j].good + planes[j].skip > 0;
     }
     size_t i = 0;
+    if (all_planes && skip_list_.head == kNil) {
+      // Steady state: every plane has a path and no path anywhere is in
+      // SKIP (the skip list holds them all), so each pick is the next
+      // plane's cursor member. Until a pick must sit out (the loop below
+      // does that, and everything after it).
+      while (i < n) {
+        if (sit != kNil) {
+          const Path& x = paths[sit];
+          if (x.srtt > slow_above && x.state == PathState::kGood &&
+              CanExclude()) {
+            break;
+          }
+          sit = kNil;
+        }
+        const uint16_t c = cursor;
+        cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+        Plane& pl = planes[c];
+        const uint16_t k = pl.cursor;
+        pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
+        const uint16_t p = pl.members[k];
+        sit = p;
+        out[i++] = p;
+      }
+    }
     for (; i < n; ++i) {
       if (sit != kNil) {
         Path& x = paths[sit];
