@@ -2533,7 +2533,27 @@ class Engine::Impl {
       ++pi.st.tx_packets;
       pi.st.tx_bytes += len;
       bytes += len;
-      EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
+      if (i == 0 || c->tx_crc) {
+        EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
+        continue;
+      }
+      // The first packet's header (not sealed yet) with this packet's
+      // fields: the same bytes as EmitData's (same message, same send
+      // time, no retransmission, no payload checksum).
+      TxPacket& o = out[i];
+      std::memcpy(o.header, out[0].header, wire::kDataHeaderSize);
+      uint16_t flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      if (off == 0) flags |= wire::kFlagFirstOfMessage;
+      if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
+      wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
+                                      m.remote_addr + off,
+                                      static_cast<uint16_t>(len), path, flags);
+      o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+      o.payload = len > 0 ? m.src + off : nullptr;
+      o.payload_len = len;
+      o.peer = c->opt.peer;
+      o.path = path;
+      o.tclass = TrafficClass::kData;
     }
     c->no_path = false;
     c->send_idx += static_cast<uint32_t>(cnt);

@@ -330,6 +330,20 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   return Seal(p, kDataHeaderSize, seal);
 }
 
+// The fields in which the DATA headers of one message's packets sent at the
+// same time differ (no payload checksum): written over a copy of the first
+// one's header, the bytes are EncodeDataImpl's for that packet.
+[[gnu::always_inline]] inline void PatchDataHeader(
+    uint8_t* p, uint32_t psn, uint32_t msg_offset, uint64_t remote_addr,
+    uint16_t payload_len, uint16_t path_id, uint16_t flags) {
+  Put32(p + off::kDPsn, psn);
+  Put32(p + off::kDMsgOffset, msg_offset);
+  Put64(p + off::kDRemoteAddr, remote_addr);
+  Put16(p + off::kDPayloadLen, payload_len);
+  Put16(p + off::kDPathId, path_id);
+  Put16(p + off::kDFlags, flags);
+}
+
 [[gnu::always_inline]] inline DecodeError DecodeSplitWithCrcImpl(
     const uint8_t* hdr, size_t hdr_len, const uint8_t* payload,
     size_t payload_len, uint32_t hdr_crc, Packet* out) {
