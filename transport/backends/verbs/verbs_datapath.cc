@@ -231,6 +231,10 @@ struct Peer {
   uint64_t epoch_pos = 0;  // ring positions below: posted to a recycled QP
   Time connected_at = 0;   // MonoTime() at ConnectPeer
   std::vector<RegionFrame> startup_log;  // frames posted before ctrl_up
+  // Messages whose DATA was dropped before ctrl_up while not described (a
+  // later message may be described first): by msn & (desc_ring - 1).
+  std::vector<uint64_t> undesc_bits;
+  bool any_undesc = false;
 };
 
 struct PendingWrite {
@@ -491,6 +495,9 @@ class VerbsDatapath::Impl {
       return absl::InvalidArgumentError(
           "sq_depth and ctrl_depth must exceed signal_every (> 0)");
     }
+    if (o_.ctrl_retry_cnt > 7) {
+      return absl::InvalidArgumentError("ctrl_retry_cnt must be 0..7");
+    }
     if (o_.desc_ring == 0 || (o_.desc_ring & (o_.desc_ring - 1)) != 0) {
       return absl::InvalidArgumentError("desc_ring must be a power of two");
     }
@@ -728,6 +735,7 @@ class VerbsDatapath::Impl {
     p->txring.assign(kTxRing, TxRec{});
     p->descs = std::make_unique<DescriptorTable>(o_.desc_ring);
     p->retx_bits.assign((o_.desc_ring + 63) / 64, 0);
+    p->undesc_bits.assign((o_.desc_ring + 63) / 64, 0);
     p->wait_snap.assign(kCloseWaits * o_.num_qps, 0);
     p->used = true;
     if (p->ring_mr == nullptr) {
@@ -769,7 +777,7 @@ class VerbsDatapath::Impl {
 
   absl::Status ToRts(ibv_qp* qp, bool rc, uint32_t dqpn, uint32_t rpsn,
                      uint32_t mtu, const std::array<uint8_t, 16>& dgid,
-                     uint32_t flow_label) {
+                     uint32_t flow_label, uint8_t retry_cnt = 7) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = MtuEnum(mtu);
@@ -799,7 +807,7 @@ class VerbsDatapath::Impl {
     mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
     if (rc) {
       a.timeout = 14;
-      a.retry_cnt = 7;
+      a.retry_cnt = retry_cnt;
       a.rnr_retry = 7;
       a.max_rd_atomic = 1;
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -854,7 +862,8 @@ class VerbsDatapath::Impl {
                        r.data_qpns.size()));
     }
     const uint32_t mtu = std::min(path_mtu_, r.path_mtu);
-    absl::Status s = ToRts(p->ctrl, true, r.ctrl_qpn, r.psn, mtu, r.gid, 0);
+    absl::Status s = ToRts(p->ctrl, true, r.ctrl_qpn, r.psn, mtu, r.gid, 0,
+                           o_.ctrl_retry_cnt);
     const bool rc = mode_ == DataQpMode::kRc;
     for (size_t q = 0; q < p->qps.size() && s.ok(); ++q) {
       s = ToRts(p->qps[q].qp, rc, r.data_qpns[q], r.psn, mtu, r.gid,
@@ -1137,6 +1146,7 @@ class VerbsDatapath::Impl {
           break;
         }
         st_.tx_drop_not_ready.Add();
+        MarkUndescribed(p, t);
         continue;
       }
       const auto type = static_cast<wire::PacketType>(t.header[3]);
@@ -1188,6 +1198,20 @@ class VerbsDatapath::Impl {
               static_cast<unsigned long long>(o_.connect_wait / kMillisecond));
     }
     return false;
+  }
+
+  // DATA dropped before the control QP was up: its message must still be
+  // described when it is sent again, even after later messages were.
+  void MarkUndescribed(Peer* p, const TxPacket& t) {
+    if (static_cast<wire::PacketType>(t.header[3]) != wire::PacketType::kData) {
+      return;
+    }
+    wire::Packet pk;
+    if (wire::DecodeSplit(t.header, t.header_len, t.payload, t.payload_len,
+                          &pk) != wire::DecodeError::kOk) {
+      return;
+    }
+    if (NeedDesc(p, pk.data.msn)) SetUndesc(p, pk.data.msn, true);
   }
 
   ibv_send_wr* NewWr(ibv_sge** sge) {
@@ -1287,7 +1311,22 @@ class VerbsDatapath::Impl {
   }
 
   bool NeedDesc(const Peer* p, uint32_t msn) const {
-    return !p->described || static_cast<int32_t>(msn - p->described_msn) > 0;
+    return !p->described || static_cast<int32_t>(msn - p->described_msn) > 0 ||
+           (p->any_undesc && UndescBit(p, msn));
+  }
+  bool UndescBit(const Peer* p, uint32_t msn) const {
+    const uint32_t b = msn & (o_.desc_ring - 1);
+    return (p->undesc_bits[b / 64] >> (b % 64)) & 1;
+  }
+  void SetUndesc(Peer* p, uint32_t msn, bool on) {
+    const uint32_t b = msn & (o_.desc_ring - 1);
+    const uint64_t m = uint64_t{1} << (b % 64);
+    if (on) {
+      p->undesc_bits[b / 64] |= m;
+      p->any_undesc = true;
+    } else {
+      p->undesc_bits[b / 64] &= ~m;
+    }
   }
 
   void AppendDesc(Peer* p, const wire::DataHeader& h, uint32_t first_psn) {
@@ -1313,8 +1352,11 @@ class VerbsDatapath::Impl {
     EncodeDescriptor(md, d);
     Put16(b + 4, static_cast<uint16_t>(count + 1));
     p->frame_wr->sg_list->length += kDescBytes;
+    if (!p->described || MsnBefore(p->described_msn, h.msn)) {
+      p->described_msn = h.msn;
+    }
     p->described = true;
-    p->described_msn = h.msn;
+    if (p->any_undesc) SetUndesc(p, h.msn, false);
     st_.tx_descriptors.Add();
   }
 
@@ -1625,7 +1667,8 @@ class VerbsDatapath::Impl {
     if (s.ok()) s = ToInit(p->ctrl, IBV_ACCESS_LOCAL_WRITE);
     if (s.ok()) {
       s = ToRts(p->ctrl, true, p->remote.ctrl_qpn,
-                p->remote.psn + p->ctrl_rx_pkts, p->path_mtu, p->remote.gid, 0);
+                p->remote.psn + p->ctrl_rx_pkts, p->path_mtu, p->remote.gid, 0,
+                o_.ctrl_retry_cnt);
     }
     if (!s.ok()) {
       st_.cq_errors.Add();

@@ -183,6 +183,10 @@ struct VerbsOptions {
   // acknowledged anything. After that, the control QP fails for good with a
   // clear message. The Endpoint sets it to the engine's connection_timeout.
   Time connect_wait = 30 * kSecond;
+  // RC retry count of the control QP (0..7; 7 retries x 67 ms is about
+  // 0.5 s). Note that rdma_rxe treats 7 as "retry forever" (as the spec
+  // does only for rnr_retry); tests use less to see retries run out there.
+  uint8_t ctrl_retry_cnt = 7;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.
