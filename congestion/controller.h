@@ -27,6 +27,11 @@ struct AckEvent {
   uint32_t lost = 0;             // packets declared lost (not trimmed)
   uint32_t rx_window_penalty = 0;  // receiver push-back, 0 = none
   uint64_t inflight_bytes = 0;   // bytes in flight after this batch
+  // The oldest transmission in flight is older than the connection's
+  // smoothed RTT and a transmission sent after it was acked: it was
+  // probably lost on a failed path and awaits its path timeout (not yet in
+  // `lost`). Set by the engine on SACK and path-timeout events.
+  bool stranded = false;
 };
 
 class Controller {

@@ -54,6 +54,9 @@ absl::Status NsccParams::Validate() const {
   if (!(loss_md >= 0 && loss_md <= max_md)) return bad("loss_md in [0,max_md]");
   if (!(qa_fraction >= 0 && qa_fraction <= 1))
     return bad("qa_fraction in [0,1]");
+  if (!(qa_failure_hold_rtts >= 0 && qa_failure_hold_rtts <= 64)) {
+    return bad("qa_failure_hold_rtts in [0,64]");
+  }
   if (qa_delay_threshold <= 0) return bad("qa_delay_threshold must be > 0");
   return absl::OkStatus();
 }
@@ -98,21 +101,45 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
     qa_start_ = ev.now;
   }
   qa_delivered_ += ev.acked_bytes;
-  if (loss || rtt > p_.qa_delay_threshold) qa_congested_ = true;
+  if (loss) qa_congested_ = true;
+  if (ev.rtt > 0) {
+    qa_min_rtt_ = qa_rtt_samples_ == 0 ? ev.rtt : std::min(qa_min_rtt_, ev.rtt);
+    ++qa_rtt_samples_;
+  }
+  if (!p_.loss_is_congestion && (ev.lost > 0 || ev.stranded)) {
+    failure_seen_ = true;
+    last_failure_ = ev.now;
+  }
   // Delivered per target_delay: what the network drains for this flow in
   // the RTT the window aims for (the RTT itself may be inflated by queues).
   if (ev.now - qa_start_ < p_.target_delay) return;
+  // Queueing evidence from the RTT holds for the whole period: one hot
+  // path's sample among a multipath connection's is not its queue.
+  if ((qa_rtt_samples_ > 0 ? qa_min_rtt_ : rtt) > p_.qa_delay_threshold) {
+    qa_congested_ = true;
+  }
   if (qa_congested_ &&
       static_cast<double>(qa_delivered_) < p_.qa_fraction * cwnd_) {
-    cwnd_ = static_cast<double>(qa_delivered_);
-    Clamp();
-    decreased_once_ = true;
-    last_decrease_ = ev.now;
-    ++counters_.quick_adapts;
+    // Recovering from a path failure: the shortfall is the bytes stranded
+    // on the failed paths (held in the window until their path timeout),
+    // not what the network drains; cutting to it would leave the window
+    // full of stranded bytes.
+    const double hold = p_.qa_failure_hold_rtts *
+                        static_cast<double>(std::max(rtt, p_.target_delay));
+    if (failure_seen_ && static_cast<double>(ev.now - last_failure_) < hold) {
+      ++counters_.quick_adapts_held;
+    } else {
+      cwnd_ = static_cast<double>(qa_delivered_);
+      Clamp();
+      decreased_once_ = true;
+      last_decrease_ = ev.now;
+      ++counters_.quick_adapts;
+    }
   }
   qa_start_ = ev.now;
   qa_delivered_ = 0;
   qa_congested_ = false;
+  qa_rtt_samples_ = 0;
 }
 
 void NsccController::OnAck(const AckEvent& ev) {
@@ -163,6 +190,7 @@ void NsccController::OnTimeout(Time now) {
   qa_started_ = false;
   qa_delivered_ = 0;
   qa_congested_ = false;
+  qa_rtt_samples_ = 0;
   ++counters_.timeouts;
 }
 

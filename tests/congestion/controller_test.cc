@@ -416,6 +416,45 @@ TEST(NsccTest, QuickAdaptOnHighRttWithoutLosses) {
   EXPECT_EQ(a.cwnd_bytes(), 8192u);
 }
 
+TEST(NsccTest, QuickAdaptNeedsEveryRttSampleOfThePeriodAboveThreshold) {
+  // One 80 us sample among 12 us ones (a hot path of a multipath
+  // connection) is not queueing on the connection's bottleneck.
+  NsccController a = Nscc();
+  a.OnAck(Ack(0, 1, 80 * kUs));
+  a.OnAck(Ack(10 * kUs, 1, 12 * kUs));
+  a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+  EXPECT_EQ(a.counters().quick_adapts, 0u);
+  a.OnAck(Ack(60 * kUs, 1, 80 * kUs));  // a whole period above: cut
+  EXPECT_EQ(a.counters().quick_adapts, 1u);
+  EXPECT_EQ(a.cwnd_bytes(), 4096u);
+}
+
+TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
+  // The same collapse as QuickAdaptOnHighRttWithoutLosses, but within
+  // 4 x max(RTT, target) = 320 us of a non-trim loss (or of a stranded
+  // transmission): the shortfall is the stranded bytes, no cut.
+  for (const bool stranded : {false, true}) {
+    NsccController a = Nscc();
+    AckEvent e = Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/stranded ? 0 : 1);
+    e.stranded = stranded;
+    a.OnAck(e);
+    a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 0u) << stranded;
+    EXPECT_EQ(a.counters().quick_adapts_held, 1u) << stranded;
+    EXPECT_GT(a.cwnd_bytes(), 100000u) << stranded;
+    // Past the hold: quick adapt acts again.
+    a.OnAck(Ack(330 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 1u) << stranded;
+    EXPECT_EQ(a.cwnd_bytes(), 4096u) << stranded;
+  }
+  // Losses that are congestion (drop-tail) do not hold it.
+  NsccController b = NsccLossIsCongestion(true);
+  b.OnAck(Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/1));
+  b.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+  EXPECT_EQ(b.counters().quick_adapts, 1u);
+  EXPECT_EQ(b.counters().quick_adapts_held, 0u);
+}
+
 TEST(NsccTest, NoQuickAdaptWhenMerelyAppLimited) {
   NsccController a = Nscc();
   for (int i = 0; i < 10; ++i) a.OnAck(Ack(i * 20 * kUs, 1, 12 * kUs));
