@@ -125,6 +125,10 @@ class PathSelector {
                                Time now) {
     for (size_t i = 0; i < n; ++i) OnFeedback(paths[i], fb, now, 0);
   }
+  // Additive: false when OnFeedback(path, kGood, now, 0) for a path below
+  // num_paths() never changes anything (state, counters, later choices), so
+  // the engine may leave such clean acks out. Fixed for the selector's life.
+  virtual bool CleanAcksMatter() const { return true; }
 };
 
 absl::StatusOr<std::unique_ptr<PathSelector>> MakePathSelector(

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -828,6 +829,46 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
            static_cast<unsigned long long>(ds.loop_sleeps));
 }
 
+// The receiving side's completions (kRecvImmediate with --immediate, and
+// any failure) are never looked at, but they must be taken out of the
+// endpoint's completion queue or it grows for the whole run. A thread
+// drains them (sleeping in WaitCompletions) and counts them.
+class CompletionDrain {
+ public:
+  explicit CompletionDrain(Endpoint* ep) : ep_(ep), t_([this] { Run(); }) {}
+  ~CompletionDrain() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    if (t_.joinable()) t_.join();
+  }
+  uint64_t received() const { return received_.load(); }
+  uint64_t errors() const { return errors_.load(); }
+
+ private:
+  void Run() {
+    Completion c[64];
+    while (!stop_.load()) {
+      const size_t n = ep_->WaitCompletions(c, 64, 10 * prism::kMillisecond);
+      Count(c, n);
+    }
+    for (size_t n; (n = ep_->PollCompletions(c, 64)) > 0;) Count(c, n);
+  }
+  void Count(const Completion* c, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].status != absl::StatusCode::kOk) {
+        errors_.fetch_add(1);
+      } else if (c[i].type == prism::CompletionType::kRecvImmediate) {
+        received_.fetch_add(1);
+      }
+    }
+  }
+
+  Endpoint* ep_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> received_{0}, errors_{0};
+  std::thread t_;
+};
+
 uint64_t RemoteBufferBytes(const Args& a) {
   // Enough slots for tx_depth messages, capped at 256 MiB (slots are reused,
   // as ib_write_bw does).
@@ -865,8 +906,15 @@ int RunLoopback(const Args& a) {
                                    prism::kAccessRemoteWrite);
   if (!mr.ok()) return 1;
   PrintHeader(a, **cli, "loopback, in-process");
+  CompletionDrain drain(srv->get());
   Result r = RunClient(**cli, *cc, a, mr->addr, mr->rkey, mr->length);
+  drain.Stop();
   PrintResult(a, r, cli->get(), *cc);
+  if (!a.json) {
+    printf(" server completions: %llu received, %llu failed\n",
+           static_cast<unsigned long long>(drain.received()),
+           static_cast<unsigned long long>(drain.errors()));
+  }
   return r.errors ? 2 : 0;
 }
 
@@ -902,6 +950,7 @@ int RunServer(const Args& a) {
     ch.Send("error=connect");
     return 1;
   }
+  CompletionDrain drain(ep->get());
   ch.Send(absl::StrCat("blob=", mine->ToHex(), " addr=", mr->addr,
                        " rkey=", mr->rkey, " len=", mr->length));
   Args shown = a;
@@ -922,9 +971,15 @@ int RunServer(const Args& a) {
   absl::SimpleAtod(kv["gbps"], &r.avg_gbps);
   absl::SimpleAtod(kv["mpps"], &r.mpps);
   absl::SimpleAtoi(kv["errors"], &r.errors);
+  drain.Stop();
   PrintResult(shown, r, ep->get(), *conn);
   prism::EngineStats es = (*ep)->stats();
-  if (!a.json) printf(" server engine: %s\n", es.ToString().c_str());
+  if (!a.json) {
+    printf(" server engine: %s\n", es.ToString().c_str());
+    printf(" server completions: %llu received, %llu failed\n",
+           static_cast<unsigned long long>(drain.received()),
+           static_cast<unsigned long long>(drain.errors()));
+  }
   ch.Send("bye=1");
   return r.errors ? 2 : 0;
 }

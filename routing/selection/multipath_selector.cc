@@ -648,6 +648,100 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
 // point); the behaviour is that of the single calls.
 [[gnu::flatten]] size_t MultipathSelector::NextPaths(Time now, PathId* out,
                                                      size_t n) {
+  if (policy_ == Policy::kRotation && reps_owed_total_ == 0) {
+    // NextPath's rotation case with its invariants read once: the slow
+    // threshold (typical_rtt_ does not change while choosing; slow() folded
+    // into it), the cursors and the last pick in locals (`out` may alias
+    // uint16_t members, which would force reloads), and no reps state
+    // (reps_owed_total_ stays 0 outside "reps"). Per pick: the previous
+    // pick's SitOutIfSlow, NextPlane, RotateInPlane.
+    const Time slow_above =
+        typical_rtt_ > 0 ? kSlowRttFactor * typical_rtt_ : kTimeInfinite;
+    const uint16_t np = num_planes_;
+    Path* const paths = paths_.data();
+    Plane* const planes = planes_.data();
+    uint16_t sit = sit_out_;
+    uint16_t cursor = plane_cursor_;
+    // Whether a plane has a GOOD or SKIP path on an up plane cannot change
+    // while choosing (the state changes here are GOOD <-> SKIP): when every
+    // plane has one, NextPlane is the cursor itself.
+    bool all_planes = true;
+    for (uint16_t j = 0; j < np; ++j) {
+      all_planes &= planes[j].up && planes[j].good + planes[j].skip > 0;
+    }
+    size_t i = 0;
+    if (all_planes && skip_list_.head == kNil) {
+      // Steady state: every plane has a path and no path anywhere is in
+      // SKIP (the skip list holds them all), so each pick is the next
+      // plane's cursor member. Until a pick must sit out (the loop below
+      // does that, and everything after it).
+      while (i < n) {
+        if (sit != kNil) {
+          const Path& x = paths[sit];
+          if (x.srtt > slow_above && x.state == PathState::kGood &&
+              CanExclude()) {
+            break;
+          }
+          sit = kNil;
+        }
+        const uint16_t c = cursor;
+        cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+        Plane& pl = planes[c];
+        const uint16_t k = pl.cursor;
+        pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
+        const uint16_t p = pl.members[k];
+        sit = p;
+        out[i++] = p;
+      }
+    }
+    for (; i < n; ++i) {
+      if (sit != kNil) {
+        Path& x = paths[sit];
+        if (x.srtt > slow_above && x.state == PathState::kGood &&
+            CanExclude()) {
+          SetState(sit, PathState::kSkip, SlowPasses(x.srtt));
+          ++counters_.slow_skips;
+        }
+        sit = kNil;
+      }
+      // NextPlane: round-robin, planes with a GOOD or SKIP path.
+      int plane = -1;
+      if (all_planes) {
+        plane = cursor;
+        cursor = static_cast<uint16_t>(cursor + 1 == np ? 0 : cursor + 1);
+      }
+      for (uint16_t j = 0; plane < 0 && j < np; ++j) {
+        const uint16_t c = cursor;
+        cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+        const Plane& q = planes[c];
+        if (q.up && q.good + q.skip > 0) {
+          plane = c;
+          break;
+        }
+      }
+      if (plane < 0) {
+        ++counters_.no_path;
+        break;
+      }
+      Plane& pl = planes[plane];
+      uint16_t p;
+      if (pl.skip == 0) {
+        // Every member is GOOD (members = GOOD + SKIP paths): the one at
+        // the cursor, RotateInPlane's first TakeIfGood.
+        const uint16_t k = pl.cursor;
+        pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
+        p = pl.members[k];
+      } else {
+        p = RotateInPlane(static_cast<uint16_t>(plane));
+      }
+      sit = p;
+      out[i] = p;
+    }
+    counters_.picks += i;
+    sit_out_ = sit;
+    plane_cursor_ = cursor;
+    return i;
+  }
   for (size_t i = 0; i < n; ++i) {
     const int p = MultipathSelector::NextPath(now);
     if (p < 0) return i;
@@ -660,6 +754,15 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
                                                          size_t n,
                                                          PathFeedback fb,
                                                          Time now) {
+  if (fb == PathFeedback::kGood && policy_ != Policy::kReps) {
+    // Apply(path, kGood, now, rtt = 0): without an RTT sample and outside
+    // "reps" a clean ACK changes no state in any path state (only a sample
+    // lowers the skip level); only an out-of-range path is counted.
+    for (size_t i = 0; i < n; ++i) {
+      if (paths[i] >= num_paths_) ++counters_.bad_input;
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     MultipathSelector::OnFeedback(paths[i], fb, now, 0);
   }

@@ -93,6 +93,9 @@ class MultipathSelector final : public PathSelector {
   size_t NextPaths(Time now, PathId* out, size_t n) override;
   void OnFeedbackBatch(const PathId* paths, size_t n, PathFeedback fb,
                        Time now) override;
+  // Only "reps" keeps clean acks (its clean-EV cache); elsewhere a kGood
+  // without an RTT sample changes nothing (see Apply).
+  bool CleanAcksMatter() const override { return policy_ == Policy::kReps; }
   int NextProbe(Time now) override;
   Time NextProbeTime() const override;
   void SetPlaneUp(uint16_t plane, bool up, Time now) override;

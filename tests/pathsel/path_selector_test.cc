@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "routing/selection/multipath_selector.h"
+#include "transport/base/random.h"
 
 namespace prism::routing {
 namespace {
@@ -1003,6 +1005,107 @@ TEST(DeterminismTest, SameSeedSameDecisionsUnderFeedback) {
       return out;
     };
     EXPECT_EQ(run(5), run(5)) << policy;
+  }
+}
+
+// ---- batch calls ---------------------------------------------------------
+
+// NextPaths and OnFeedbackBatch (and the engine's use of CleanAcksMatter)
+// are shortcuts for sequences of single calls: under a random mix of
+// feedback (clean acks with and without RTT samples, slow samples, ECN,
+// trims, losses, timeouts, probes) and plane changes, a selector driven by
+// the batch calls picks the same paths, in the same order, and ends in the
+// same states and counters as one driven by the single calls.
+TEST(BatchCallsTest, EqualSingleCallsUnderRandomFeedback) {
+  for (const char* policy : {"rotation", "random", "reps", "p2c"}) {
+    for (uint16_t planes : {1, 4}) {
+      SCOPED_TRACE(std::string(policy) + " planes=" + std::to_string(planes));
+      PathSelectorConfig c = Cfg(64, planes, policy, 4);
+      auto batch = Make(c);
+      auto single = Make(c);
+      ASSERT_NE(batch, nullptr);
+      ASSERT_NE(single, nullptr);
+      if (!batch->CleanAcksMatter()) {
+        EXPECT_NE(std::string(policy), "reps");
+      }
+      Rng rng(17);
+      Time now = 0;
+      for (int step = 0; step < 4000; ++step) {
+        now += static_cast<Time>(rng.Uniform(3)) * kUs;
+        const uint64_t op = rng.Uniform(100);
+        if (op < 40) {
+          const size_t k = 1 + rng.Uniform(64);
+          PathId out[64];
+          const size_t got = batch->NextPaths(now, out, k);
+          size_t i = 0;
+          for (; i < k; ++i) {
+            const int p = single->NextPath(now);
+            if (p < 0) break;
+            ASSERT_LT(i, got) << step;
+            ASSERT_EQ(out[i], p) << step << " " << i;
+          }
+          ASSERT_EQ(got, i) << step;
+        } else if (op < 75) {
+          // Clean acks without an RTT sample, as a SACK's non-triggers.
+          const size_t k = 1 + rng.Uniform(16);
+          PathId paths[16];
+          for (size_t i = 0; i < k; ++i) {
+            paths[i] = static_cast<PathId>(rng.Uniform(64));
+          }
+          batch->OnFeedbackBatch(paths, k, PathFeedback::kGood, now);
+          for (size_t i = 0; i < k; ++i) {
+            single->OnFeedback(paths[i], PathFeedback::kGood, now, 0);
+          }
+        } else if (op < 95) {
+          const PathId p = static_cast<PathId>(rng.Uniform(64));
+          const uint64_t f = rng.Uniform(8);
+          // RTTs around 10 us, a quarter of them slow (2-6x).
+          const Time rtt = rng.Uniform(4) == 0
+                               ? static_cast<Time>(20 + rng.Uniform(40)) * kUs
+                               : static_cast<Time>(8 + rng.Uniform(4)) * kUs;
+          PathFeedback fb = PathFeedback::kGood;
+          Time r = rtt;
+          if (f == 1) fb = PathFeedback::kEcn;
+          if (f == 2) fb = PathFeedback::kTrimmed;
+          if (f == 3) fb = PathFeedback::kLost, r = 0;
+          if (f == 4) fb = PathFeedback::kTimeout, r = 0;
+          if (f == 5) fb = PathFeedback::kProbeOk;
+          if (f == 6) {
+            batch->OnAckDelay(p, now, rtt);
+            single->OnAckDelay(p, now, rtt);
+            continue;
+          }
+          batch->OnFeedback(p, fb, now, r);
+          single->OnFeedback(p, fb, now, r);
+        } else if (op < 98) {
+          const int a = batch->NextProbe(now);
+          ASSERT_EQ(a, single->NextProbe(now)) << step;
+        } else {
+          const uint16_t pl = static_cast<uint16_t>(rng.Uniform(planes));
+          const bool up = rng.Uniform(2) == 0;
+          batch->SetPlaneUp(pl, up, now);
+          single->SetPlaneUp(pl, up, now);
+        }
+      }
+      for (PathId p = 0; p < 64; ++p) {
+        ASSERT_EQ(batch->state(p), single->state(p)) << p;
+      }
+      const PathSelectorCounters a = batch->counters();
+      const PathSelectorCounters b = single->counters();
+      EXPECT_EQ(a.picks, b.picks);
+      EXPECT_EQ(a.no_path, b.no_path);
+      EXPECT_EQ(a.skips, b.skips);
+      EXPECT_EQ(a.retirements, b.retirements);
+      EXPECT_EQ(a.restores, b.restores);
+      EXPECT_EQ(a.floor_refusals, b.floor_refusals);
+      EXPECT_EQ(a.floor_releases, b.floor_releases);
+      EXPECT_EQ(a.recycled, b.recycled);
+      EXPECT_EQ(a.slow_rtt, b.slow_rtt);
+      EXPECT_EQ(a.slow_skips, b.slow_skips);
+      EXPECT_GT(a.picks, 1000u);
+      EXPECT_GT(a.skips + a.slow_skips, 0u);
+      EXPECT_EQ(batch->num_usable(), single->num_usable());
+    }
   }
 }
 

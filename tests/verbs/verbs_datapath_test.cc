@@ -885,6 +885,125 @@ TEST(StartupTest, TheWaitIsBoundedAndTheFallbackRemains) {
   }
 }
 
+// A peer that connects late (docs/verbs.md "A peer that connects late"): A
+// connects and offers its WRITEs at once; B connects `late` afterwards
+// (three times a real NIC's RC retry budget of 7 x 67 ms). Meanwhile
+// A's control QP runs out of retries (its advertisement and HELLO reach a
+// QP that is not there yet) and must be recycled, not retired; A's packets
+// wait ready_wait, then are dropped until B answers (the engine resends).
+// `b_connects` false: B never connects, and after connect_wait A's control
+// QP fails for good (a clear error, counted), not a hang.
+struct LateResult {
+  VerbsStats a, b;
+  bool finished = false;
+};
+
+LateResult RunLatePeer(Time late, Time connect_wait, bool b_connects) {
+  LateResult r;
+  VerbsOptions va, vb;
+  va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
+  va.num_qps = vb.num_qps = 2;
+  va.connect_wait = vb.connect_wait = connect_wait;
+  // rdma_rxe retries forever with retry_cnt 7 (a real NIC gives up after
+  // 7 x 67 ms); with 2 the retries run out on rxe too, after about 0.2 s.
+  va.ctrl_retry_cnt = vb.ctrl_retry_cnt = 2;
+  auto a = Side::Create(va, 71);
+  auto b = Side::Create(vb, 72);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return r;
+  Side& A = **a;
+  Side& B = **b;
+  EXPECT_TRUE(A.Open(SlowLinkOptions(2)).ok());
+  EXPECT_TRUE(B.Open(SlowLinkOptions(2)).ok());
+  constexpr size_t kMsgs = 8, kLen = 65536;
+  std::vector<uint8_t> src(kMsgs * kLen), dst(kMsgs * kLen, 0);
+  Fill(src, 9);
+  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
+  auto dmr = B.Register(dst.data(), dst.size(), kAccessRemoteWrite);
+  EXPECT_TRUE(smr.ok() && dmr.ok());
+  if (!smr.ok() || !dmr.ok()) return r;
+  auto ia = A.dp->LocalInfo(A.peer);
+  auto ib = B.dp->LocalInfo(B.peer);
+  EXPECT_TRUE(ia.ok() && ib.ok());
+  if (!ia.ok() || !ib.ok()) return r;
+  EXPECT_TRUE(A.engine->Connect(A.conn, B.engine->LocalInfo(B.conn)).ok());
+  for (size_t i = 0; i < kMsgs; ++i) {
+    WriteRequest w;
+    w.wr_id = i;
+    w.local_addr = src.data() + i * kLen;
+    w.length = kLen;
+    w.lkey = smr->lkey;
+    w.remote_addr = dmr->addr + i * kLen;
+    w.rkey = dmr->rkey;
+    w.has_immediate = true;
+    w.immediate = static_cast<uint32_t>(i);
+    EXPECT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
+  }
+  EXPECT_TRUE(A.dp->ConnectPeer(A.peer, *ib).ok());
+  const Time t0 = NowPs();
+  while (NowPs() - t0 < late) A.PumpOrSleep();  // B has not connected
+  if (!b_connects) {
+    r.a = A.dp->stats();
+    printf("B never connected; after %.1f s A: %s\n",
+           static_cast<double>(late) / kSecond, r.a.ToString().c_str());
+    return r;
+  }
+  const VerbsStats before = A.dp->stats();
+  EXPECT_TRUE(B.engine->Connect(B.conn, A.engine->LocalInfo(A.conn)).ok());
+  EXPECT_TRUE(B.dp->ConnectPeer(B.peer, *ia).ok());
+  auto count = [](const Side& s, CompletionType type) {
+    size_t c = 0;
+    for (const Completion& x : s.completions) c += x.type == type;
+    return c;
+  };
+  r.finished = PumpUntil(A, B, [&] {
+    return count(A, CompletionType::kWrite) == kMsgs &&
+           count(B, CompletionType::kRecvImmediate) == kMsgs;
+  });
+  r.a = A.dp->stats();
+  r.b = B.dp->stats();
+  printf("B connected %.1f s after A; A before B connected: %s\nA: %s\nB: %s\n",
+         static_cast<double>(late) / kSecond, before.ToString().c_str(),
+         r.a.ToString().c_str(), r.b.ToString().c_str());
+  // Recycled while B was away, not one QP retired.
+  EXPECT_GE(before.ctrl_qp_recycles, 1u);
+  EXPECT_EQ(before.qp_errors, 0u);
+  EXPECT_TRUE(r.finished) << "transfer did not finish (hang guard)";
+  for (const Completion& c : A.completions) {
+    EXPECT_EQ(c.status, absl::StatusCode::kOk);
+  }
+  EXPECT_EQ(src, dst);
+  return r;
+}
+
+TEST(LatePeerTest, PeerConnectingSecondsLaterStillConnects) {
+  REQUIRE_RDMA();
+  const LateResult r =
+      RunLatePeer(1500 * kMillisecond, 30 * kSecond, /*b_connects=*/true);
+  EXPECT_GE(r.a.ctrl_qp_recycles, 1u);
+  EXPECT_EQ(r.a.qp_errors, 0u);
+  EXPECT_EQ(r.b.qp_errors, 0u);
+  EXPECT_EQ(r.b.ctrl_qp_recycles, 0u);  // B's peer was there
+  EXPECT_GE(r.a.tx_wait_ready, 1u);     // A's packets waited for B
+  EXPECT_GE(r.a.rx_hellos, 1u);
+  EXPECT_GE(r.b.rx_hellos, 1u);
+  EXPECT_GT(r.a.tx_data, 0u);
+}
+
+// Past connect_wait the control QP is not recycled any more: it fails for
+// good (qp_errors, one clear line on stderr) and the peer's packets are
+// dropped; the engine then fails the connection after its own timeout.
+TEST(LatePeerTest, APeerThatNeverConnectsFailsAfterTheBudget) {
+  REQUIRE_RDMA();
+  const LateResult r =
+      RunLatePeer(3 * kSecond, 1 * kSecond, /*b_connects=*/false);
+  EXPECT_GE(r.a.ctrl_qp_recycles, 1u);
+  EXPECT_LE(r.a.ctrl_qp_recycles, 10u);  // about 1 s / (3 x 67 ms)
+  EXPECT_EQ(r.a.qp_errors, 1u);
+  EXPECT_GE(r.a.cq_errors, 1u);
+  EXPECT_GT(r.a.tx_drop_unknown_peer, 0u);
+}
+
 // The hazard this guards against is real: without the close, B's
 // application sees the message complete while A's originals are still
 // parked, and when they land they overwrite what B put in the buffer.

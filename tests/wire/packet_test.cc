@@ -13,6 +13,7 @@
 
 #include "tests/wire/wire_test_util.h"
 #include "transport/base/random.h"
+#include "transport/wire/packet_inline.h"
 
 namespace prism::wire {
 namespace {
@@ -879,6 +880,41 @@ TEST(WireCorpus, SeedFilesDecode) {
   EXPECT_GE(files, 10);
   for (PacketType t : kAllTypes) {
     EXPECT_TRUE(seen[static_cast<int>(t)]) << "no seed of type " << int(t);
+  }
+}
+
+// PatchDataHeader (the engine's run of one message's packets): a copy of
+// one DATA header with another packet's per-packet fields written over it
+// is byte for byte EncodeData of that packet, when the two share the
+// message-wide fields (conn, msn, length, rkey, send time, immediate, no
+// payload checksum).
+TEST(WireBurst, PatchedDataHeaderEqualsEncode) {
+  Rng rng(31);
+  for (int round = 0; round < 500; ++round) {
+    DataHeader a;
+    a.dst_conn = rng.Next32();
+    a.msn = rng.Next32();
+    a.msg_len = rng.Next32() | 1;
+    a.rkey = rng.Next32();
+    a.send_ts = rng.Next();
+    a.immediate = rng.Uniform(2) != 0 ? rng.Next32() : 0;
+    DataHeader b = a;
+    for (DataHeader* h : {&a, &b}) {
+      h->psn = rng.Next32();
+      h->msg_offset = rng.Next32();
+      h->remote_addr = rng.Next();
+      h->payload_len = static_cast<uint16_t>(rng.Next32());
+      h->path_id = static_cast<uint16_t>(rng.Next32());
+      h->flags = static_cast<uint16_t>(rng.Uniform(kKnownDataFlags + 1));
+    }
+    uint8_t want[kDataHeaderSize];
+    uint8_t got[kDataHeaderSize];
+    ASSERT_EQ(EncodeData(b, want, sizeof(want), /*seal=*/false),
+              kDataHeaderSize);
+    ASSERT_EQ(EncodeData(a, got, sizeof(got), /*seal=*/false), kDataHeaderSize);
+    internal::PatchDataHeader(got, b.psn, b.msg_offset, b.remote_addr,
+                              b.payload_len, b.path_id, b.flags);
+    ASSERT_EQ(std::memcmp(got, want, kDataHeaderSize), 0) << round;
   }
 }
 

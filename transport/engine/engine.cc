@@ -119,6 +119,7 @@
 #include "routing/path_selector.h"
 #include "transport/base/random.h"
 #include "transport/wire/packet.h"
+#include "transport/wire/packet_inline.h"
 
 namespace prism {
 namespace {
@@ -285,6 +286,7 @@ struct Conn {
   uint32_t remote_mtu = 0;  // the peer's
   bool tx_crc = false;
   bool rx_crc_required = false;
+  bool clean_acks_matter = true;  // sel->CleanAcksMatter()
   uint32_t initial_psn = 0;
   std::unique_ptr<routing::PathSelector> sel;
   std::unique_ptr<congestion::Controller> cc;
@@ -715,6 +717,7 @@ class Engine::Impl {
     auto cc = MakeCc(c->opt);
     if (!cc.ok()) return cc.status();
     c->sel = std::move(*sel);
+    c->clean_acks_matter = c->sel->CleanAcksMatter();
     c->cc = std::move(*cc);
     c->remote = remote;
     c->num_paths = np;
@@ -855,7 +858,9 @@ class Engine::Impl {
         const RxPacket& rx = pkts[i + j];
         claim[j] = in_batch_ ? MatchClaim(rx) : nullptr;
         const size_t sp =
-            claim[j] != nullptr ? 0 : wire::HeaderCrcSpan(rx.data, rx.len);
+            claim[j] != nullptr
+                ? 0
+                : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
         slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
         if (sp != 0) {
           hdr[m] = rx.data;
@@ -1320,8 +1325,9 @@ class Engine::Impl {
   // `hdr_crc`: the header checksum computed by OnReceive, or nullptr.
   // `claim`: the RxDestination claim of a packet read in place (its header
   // already decoded and checked there), or nullptr.
-  void ReceiveOne(Time now, const RxPacket& rx, const uint32_t* hdr_crc,
-                  const RxClaim* claim) {
+  __attribute__((always_inline)) void ReceiveOne(Time now, const RxPacket& rx,
+                                                 const uint32_t* hdr_crc,
+                                                 const RxClaim* claim) {
     ++stats_.rx_packets;
     wire::DecodeError e;
     if (claim != nullptr) {
@@ -1334,29 +1340,41 @@ class Engine::Impl {
       e = wire::DecodeError::kOk;
     } else if (hdr_crc != nullptr) {
       e = rx.payload != nullptr
-              ? wire::DecodeSplitWithCrc(rx.data, rx.len, rx.payload,
-                                         rx.payload_len, *hdr_crc, &pkt_)
+              ? wire::internal::DecodeSplitWithCrcImpl(
+                    rx.data, rx.len, rx.payload, rx.payload_len, *hdr_crc,
+                    &pkt_)
               : wire::DecodeWithCrc(rx.data, rx.len, *hdr_crc, &pkt_);
     } else if (rx.payload != nullptr) {
       e = wire::DecodeSplit(rx.data, rx.len, rx.payload, rx.payload_len, &pkt_);
     } else {
       e = wire::Decode(rx.data, rx.len, &pkt_);
     }
-    switch (e) {
-      case wire::DecodeError::kOk:
-        break;
-      case wire::DecodeError::kBadMagic:
-        ++stats_.rx_drop_bad_magic;
+    if (e != wire::DecodeError::kOk) {
+      switch (e) {
+        case wire::DecodeError::kBadMagic:
+          ++stats_.rx_drop_bad_magic;
+          return;
+        case wire::DecodeError::kBadVersion:
+          ++stats_.rx_drop_bad_version;
+          return;
+        case wire::DecodeError::kBadChecksum:
+          ++stats_.rx_drop_bad_checksum;
+          return;
+        default:
+          ++stats_.rx_drop_malformed;
+          return;
+      }
+    }
+    if (pkt_.type == wire::PacketType::kData) {
+      // DATA (most packets): the steps of the general dispatch below.
+      Conn* c = Find(pkt_.data.dst_conn);
+      if (c == nullptr || !c->connected || c->failed) {
+        ++stats_.rx_drop_unknown_conn;
         return;
-      case wire::DecodeError::kBadVersion:
-        ++stats_.rx_drop_bad_version;
-        return;
-      case wire::DecodeError::kBadChecksum:
-        ++stats_.rx_drop_bad_checksum;
-        return;
-      default:
-        ++stats_.rx_drop_malformed;
-        return;
+      }
+      Touch(c);
+      OnData(now, c, rx);
+      return;
     }
     uint32_t dst = 0;
     switch (pkt_.type) {
@@ -1389,8 +1407,7 @@ class Engine::Impl {
     }
     Touch(c);
     switch (pkt_.type) {
-      case wire::PacketType::kData:
-        OnData(now, c, rx);
+      case wire::PacketType::kData:  // handled above
         return;
       case wire::PacketType::kSack:
         c->last_heard = now;
@@ -1671,15 +1688,26 @@ class Engine::Impl {
       ++stats_.rx_drop_placement;
       return;
     }
-    // Accept.
-    c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
+    // Accept. The in-order packet whose successor has not arrived moves
+    // rcv_nxt by one without touching the bitmap (what setting its bit and
+    // AdvanceRcvNxt would do: set it, consume it).
     const bool gap = psn > c->rcv_high;
     if (psn >= c->rcv_high) {
       c->rcv_high = psn + 1;
     } else {
       ++c->ooo_count;
     }
-    if (psn == c->rcv_nxt) AdvanceRcvNxt(c);
+    if (psn == c->rcv_nxt) {
+      const uint64_t nx = psn + 1;
+      if ((c->rx_bits[(nx >> 6) & c->rx_word_mask] >> (nx & 63)) & 1) {
+        c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
+        AdvanceRcvNxt(c);
+      } else {
+        c->rcv_nxt = nx;
+      }
+    } else {
+      c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
+    }
     ++c->st.rx_data_packets;
     c->st.rx_data_bytes += plen;
     c->rx_bytes_total += plen;
@@ -1778,12 +1806,32 @@ class Engine::Impl {
   }
 
   // --------------------------------------------------------- sender: acks
-  void AckSlot(Conn* c, uint64_t psn, uint64_t trig, uint16_t echo_path,
-               uint64_t echo_ts, bool ecn, Time rtt, Time now,
-               congestion::AckEvent& ev) {
+  // What one SACK's acks change in the connection beyond the slots and
+  // paths, gathered while they are processed and applied once (OnSack): the
+  // latest send time acked (rack_sent) and the clean acks' selector
+  // feedback (dropped when the selector ignores it).
+  struct SackRun {
+    Time rack_sent;
+    bool any_acked_sent;
+    bool clean_fb;  // c->sel->CleanAcksMatter()
+  };
+  // Inlined into OnSack's two loops (cumulative part and bitmap), so the
+  // SACK's fields and the connection's arrays stay in registers.
+  __attribute__((always_inline)) void AckSlot(Conn* c, uint64_t psn,
+                                              uint64_t trig, uint16_t echo_path,
+                                              uint64_t echo_ts, bool ecn,
+                                              Time rtt, Time now, SackRun& run,
+                                              congestion::AckEvent& ev,
+                                              bool cumulative) {
     const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
     TxSlot& s = c->slots[idx];
-    if (s.state != kInFlight && s.state != kLost) return;
+    // Below the cumulative PSN the slot is freed at once (what AdvanceUna
+    // would do once it is acked; OnSack moves snd_una there).
+    const SlotState done = cumulative ? kFree : kAcked;
+    if (s.state != kInFlight && s.state != kLost) {
+      if (cumulative) s.state = kFree;  // acked before, by a bitmap
+      return;
+    }
     PathInfo& p = c->paths[s.path];
     const bool is_trig = psn == trig;
     if (s.state == kInFlight) {
@@ -1804,8 +1852,8 @@ class Engine::Impl {
         p.any_acked = true;
       }
       if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
-      if (s.sent_time > c->rack_sent) c->rack_sent = s.sent_time;
-      c->any_acked_sent = true;
+      if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
+      run.any_acked_sent = true;
       Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
       if (s.sent_time > pr) pr = s.sent_time;
       if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
@@ -1824,11 +1872,9 @@ class Engine::Impl {
       }
     }
     // (kLost: acked before its retransmission left; the retx entry is
-    // skipped when popped.)
-    s.state = kAcked;
-    c->last_progress = now;
-    c->tlp_fired = 0;
-    c->tlp_credit = 0;
+    // skipped when popped.) last_progress, tlp_fired and tlp_credit are
+    // reset by OnSack when anything was acked.
+    s.state = done;
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
@@ -1857,14 +1903,14 @@ class Engine::Impl {
       // batched acks before it.
       FlushGoodFeedback(c, now);
       c->sel->OnAckDelay(s.path, now, now - s.sent_time);
-    } else {
-      // A clean ack without an RTT sample: batched (OnFeedbackBatch).
+    } else if (run.clean_fb) {
+      // A clean ack without an RTT sample: batched (OnFeedbackBatch), or
+      // left out when the selector ignores those (CleanAcksMatter).
       if (good_fb_n_ == kGoodFbBatch) FlushGoodFeedback(c, now);
       good_fb_[good_fb_n_++] = s.path;
     }
     ev.acked_bytes += s.len;
     ++ev.acked_packets;
-    c->st.bytes_acked += s.len;
     TxMsg& m = c->Msg(s.msn);
     if (++m.acked == m.npkts) m.done = true;
   }
@@ -1877,19 +1923,26 @@ class Engine::Impl {
     good_fb_n_ = 0;
   }
 
-  void OnSack(Time now, Conn* c, const wire::SackHeader& h) {
+  // Out of line: once per SACK, and ReceiveOne (every packet) stays small
+  // enough to be inlined into OnReceive's loop.
+  __attribute__((noinline)) void OnSack(Time now, Conn* c,
+                                        const wire::SackHeader& h) {
     ++c->st.sacks_received;
     congestion::AckEvent ev;
     ev.now = now;
     Time rtt = now - static_cast<Time>(h.echo_ts);
     if (rtt <= 0 || h.echo_ts == 0) rtt = 0;
     const uint64_t trig = Ext(c->snd_una, h.trigger_psn);
+    SackRun run{c->rack_sent, c->any_acked_sent, c->clean_acks_matter};
+    const uint16_t echo_path = h.echo_path;
+    const uint64_t echo_ts = h.echo_ts;
+    const bool ecn = h.ecn_seen != 0;
     // Cumulative part.
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
     for (uint64_t q = c->snd_una; q < cum; ++q) {
-      AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now,
-              ev);
+      AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+              /*cumulative=*/true);
     }
     // Bitmap part.
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
@@ -1900,12 +1953,24 @@ class Engine::Impl {
         bits &= bits - 1;
         const uint64_t q = base + 64 * w + b;
         if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, h.echo_path, h.echo_ts, h.ecn_seen != 0, rtt, now,
-                  ev);
+          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                  /*cumulative=*/false);
         }
       }
     }
+    // Every slot below cum is free now: snd_una moves there (AdvanceUna in
+    // FinishAckBatch continues over the bitmap's acks beyond it). The ring
+    // positions of the PSNs in flight, PsnOfSlot, are the same from either.
+    if (cum > c->snd_una) c->snd_una = cum;
     FlushGoodFeedback(c, now);
+    c->rack_sent = run.rack_sent;
+    c->any_acked_sent = run.any_acked_sent;
+    if (ev.acked_packets > 0) {
+      c->last_progress = now;
+      c->tlp_fired = 0;
+      c->tlp_credit = 0;
+      c->st.bytes_acked += ev.acked_bytes;
+    }
     if (c->tlp_blame && c->Slot(c->tlp_psn).state != kInFlight &&
         c->Slot(c->tlp_psn).state != kLost) {
       // The probe's PSN was acked by this SACK. Its path is blamed when
@@ -1955,13 +2020,13 @@ class Engine::Impl {
     for (uint16_t pid : c->dirty_paths) {
       PathInfo& p = c->paths[pid];
       p.dirty = false;
-      const Time reo = std::max(p.srtt / 4, c->opt.base_rtt / 4);
       while (p.head != kNil) {
         const TxSlot& s = c->slots[p.head];
         const int32_t ahead = static_cast<int32_t>(p.acked_seq_hi - s.path_seq);
-        const bool lost = p.any_acked && ahead > 0 &&
-                          (ahead >= static_cast<int32_t>(kDupThresh) ||
-                           s.sent_time + reo <= p.last_acked_sent);
+        if (!p.any_acked || ahead <= 0) break;  // nothing later acked on p
+        const Time reo = std::max(p.srtt / 4, c->opt.base_rtt / 4);
+        const bool lost = ahead >= static_cast<int32_t>(kDupThresh) ||
+                          s.sent_time + reo <= p.last_acked_sent;
         if (!lost) break;
         const uint64_t psn = PsnOfSlot(c, p.head);
         ++p.st.lost_packets;
@@ -2380,8 +2445,17 @@ class Engine::Impl {
                                    c->snd_una + c->snd_win - psn, room}));
         path_have = c->sel->NextPaths(now, path_buf, k);
         path_short = path_have < k;
-        path_pos = 0;
-        path = path_have > 0 ? path_buf[path_pos++] : -1;
+        path_pos = path_have;
+        if (path_have > 0) {
+          // All path_have packets leave now: committed and emitted in one
+          // run (the loop's per-packet checks cannot fail within it).
+          EmitNewRun(now, c, m, msn, pkt_idx, psn, path_buf, path_have,
+                     out + n);
+          n += path_have;
+          data += path_have;
+          continue;
+        }
+        path = -1;
       } else {
         path = c->sel->NextPath(now);
       }
@@ -2439,6 +2513,72 @@ class Engine::Impl {
     return n;
   }
 
+  // EmitConn's commit and EmitData for `cnt` new packets psn, psn + 1, ...
+  // of message `msn` from packet `pkt_idx` on, on paths[0, cnt), without
+  // pacing: what cnt iterations of EmitConn's loop do for them, with the
+  // sender's totals added once. REQUIRES: all of them within the message,
+  // the send window and cwnd (EmitConn's batch bound), no retransmission
+  // queued.
+  void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
+                  uint32_t pkt_idx, uint64_t psn, const PathId* paths,
+                  size_t cnt, TxPacket* out) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < cnt; ++i) {
+      const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
+      const uint64_t q = psn + i;
+      const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
+      const uint32_t off = pi_idx * c->mtu;
+      const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
+      const uint16_t path = paths[i];
+      TxSlot& s = c->slots[idx];
+      s = TxSlot{};
+      s.msn = msn;
+      s.pkt_idx = pi_idx;
+      s.len = static_cast<uint16_t>(len);
+      s.path = path;
+      s.sent_time = now;
+      s.state = kInFlight;
+      s.tx_count = 1;
+      PathInfo& pi = c->paths[path];
+      s.path_seq = ++pi.tx_seq;
+      LinkSlot(c, idx);
+      ++pi.st.tx_packets;
+      pi.st.tx_bytes += len;
+      bytes += len;
+      if (i == 0 || c->tx_crc) {
+        EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
+        continue;
+      }
+      // The first packet's header (not sealed yet) with this packet's
+      // fields: the same bytes as EmitData's (same message, same send
+      // time, no retransmission, no payload checksum).
+      TxPacket& o = out[i];
+      std::memcpy(o.header, out[0].header, wire::kDataHeaderSize);
+      uint16_t flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      if (off == 0) flags |= wire::kFlagFirstOfMessage;
+      if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
+      wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
+                                      m.remote_addr + off,
+                                      static_cast<uint16_t>(len), path, flags);
+      o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+      o.payload = len > 0 ? m.src + off : nullptr;
+      o.payload_len = len;
+      o.peer = c->opt.peer;
+      o.path = path;
+      o.tclass = TrafficClass::kData;
+    }
+    c->no_path = false;
+    c->send_idx += static_cast<uint32_t>(cnt);
+    if (c->send_idx == m.npkts) {
+      ++c->send_msn;
+      c->send_idx = 0;
+    }
+    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
+    c->inflight_bytes += bytes;
+    c->st.tx_data_packets += cnt;
+    c->st.tx_data_bytes += bytes;
+  }
+
   void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
                 uint32_t len, uint64_t psn, uint16_t path, bool retx,
                 TxPacket& out) {
@@ -2468,8 +2608,8 @@ class Engine::Impl {
     h.flags = flags;
     h.send_ts = static_cast<uint64_t>(now);
     out.header_len = static_cast<uint16_t>(
-        wire::EncodeData(h, out.header, TxPacket::kMaxHeaderBytes,
-                         /*seal=*/false));
+        wire::internal::EncodeDataImpl(h, out.header, TxPacket::kMaxHeaderBytes,
+                                       /*seal=*/false));
     out.payload = payload;
     out.payload_len = len;
     out.peer = c->opt.peer;

@@ -139,6 +139,8 @@ absl::StatusOr<std::unique_ptr<DatapathAdapter>> MakeVerbsAdapter(
   }
   if (o.mtu_payload != 0) vo.mtu_payload = o.mtu_payload;
   vo.message_close = true;
+  // A peer may connect up to the connection's failure budget after us.
+  vo.connect_wait = o.connection.connection_timeout;
   // The descriptor ring must cover the messages a connection has in flight.
   while (vo.desc_ring < 2 * o.connection.max_outstanding_messages &&
          vo.desc_ring < (1u << 24))

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -152,6 +153,26 @@ struct DataQp {
   ibv_send_wr* tail = nullptr;
 };
 
+// A region advertisement (kFrameRegion) or withdrawal (kFrameGone) for one
+// peer, or a HELLO. Queued when the peer's control ring is full (or earlier
+// frames still wait), and sent in order at the next burst, so a busy control
+// QP never makes RegisterMemory / DeregisterMemory fail.
+struct RegionFrame {
+  uint32_t peer = 0;  // id
+  uint8_t type = 0;
+  uint32_t erkey = 0, vrkey = 0;  // kFrameHello: erkey holds the flags
+  uint64_t eaddr = 0, va = 0, length = 0;
+};
+
+// Monotonic wall time: the NIC's retry timers run in real time.
+Time MonoTime() {
+  return static_cast<Time>(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::steady_clock::now().time_since_epoch())
+                 .count()) *
+         kNanosecond;
+}
+
 struct Peer {
   bool used = false;
   bool connected = false;
@@ -199,6 +220,21 @@ struct Peer {
   bool hello_answered = false;  // the peer's HELLO got its answer
   bool ready_waiting = false;   // DATA waits for peer_ready since ready_since
   Time ready_since = 0;
+  // A peer that connects late (docs/verbs.md "A peer that connects late").
+  bool gate = false;     // until ctrl_up only start-up frames go on ctrl
+  bool ctrl_up = false;  // a control SEND of ours completed (peer QP ready)
+  bool ctrl_unlogged = false;  // ctrl carried more than start-up frames
+  bool not_up_reported = false;
+  uint32_t path_mtu = 0;      // of the connection (bytes)
+  uint32_t ctrl_rx_pkts = 0;  // packets received on ctrl before ctrl_up
+  uint32_t recycles = 0;
+  uint64_t epoch_pos = 0;  // ring positions below: posted to a recycled QP
+  Time connected_at = 0;   // MonoTime() at ConnectPeer
+  std::vector<RegionFrame> startup_log;  // frames posted before ctrl_up
+  // Messages whose DATA was dropped before ctrl_up while not described (a
+  // later message may be described first): by msn & (desc_ring - 1).
+  std::vector<uint64_t> undesc_bits;
+  bool any_undesc = false;
 };
 
 struct PendingWrite {
@@ -234,7 +270,7 @@ std::string VerbsStats::ToString() const {
       "tx_drop_unknown_peer=%u tx_drop_device_lost=%u tx_drop_malformed=%u "
       "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
       "close_waits=%u tx_wait_ready=%u tx_hellos=%u rx_hellos=%u "
-      "ready_timeouts=%u "
+      "ready_timeouts=%u ctrl_qp_recycles=%u tx_drop_not_ready=%u "
       "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
@@ -243,10 +279,10 @@ std::string VerbsStats::ToString() const {
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
       tx_closes, tx_drop_acked, close_waits, tx_wait_ready, tx_hellos,
-      rx_hellos, ready_timeouts, rx_data, rx_data_bytes, rx_ctrl,
-      rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
-      rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
-      qp_errors, async_events);
+      rx_hellos, ready_timeouts, ctrl_qp_recycles, tx_drop_not_ready, rx_data,
+      rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
+      rx_drop_bad_imm, rx_drop_unknown, rx_closes, rx_after_close,
+      completions_held, cq_errors, qp_errors, async_events);
 }
 
 // ---------------------------------------------------------------- discovery
@@ -458,6 +494,9 @@ class VerbsDatapath::Impl {
         o_.ctrl_depth <= o_.signal_every) {
       return absl::InvalidArgumentError(
           "sq_depth and ctrl_depth must exceed signal_every (> 0)");
+    }
+    if (o_.ctrl_retry_cnt > 7) {
+      return absl::InvalidArgumentError("ctrl_retry_cnt must be 0..7");
     }
     if (o_.desc_ring == 0 || (o_.desc_ring & (o_.desc_ring - 1)) != 0) {
       return absl::InvalidArgumentError("desc_ring must be a power of two");
@@ -696,6 +735,7 @@ class VerbsDatapath::Impl {
     p->txring.assign(kTxRing, TxRec{});
     p->descs = std::make_unique<DescriptorTable>(o_.desc_ring);
     p->retx_bits.assign((o_.desc_ring + 63) / 64, 0);
+    p->undesc_bits.assign((o_.desc_ring + 63) / 64, 0);
     p->wait_snap.assign(kCloseWaits * o_.num_qps, 0);
     p->used = true;
     if (p->ring_mr == nullptr) {
@@ -737,7 +777,7 @@ class VerbsDatapath::Impl {
 
   absl::Status ToRts(ibv_qp* qp, bool rc, uint32_t dqpn, uint32_t rpsn,
                      uint32_t mtu, const std::array<uint8_t, 16>& dgid,
-                     uint32_t flow_label) {
+                     uint32_t flow_label, uint8_t retry_cnt = 7) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = MtuEnum(mtu);
@@ -767,7 +807,7 @@ class VerbsDatapath::Impl {
     mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
     if (rc) {
       a.timeout = 14;
-      a.retry_cnt = 7;
+      a.retry_cnt = retry_cnt;
       a.rnr_retry = 7;
       a.max_rd_atomic = 1;
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
@@ -822,7 +862,8 @@ class VerbsDatapath::Impl {
                        r.data_qpns.size()));
     }
     const uint32_t mtu = std::min(path_mtu_, r.path_mtu);
-    absl::Status s = ToRts(p->ctrl, true, r.ctrl_qpn, r.psn, mtu, r.gid, 0);
+    absl::Status s = ToRts(p->ctrl, true, r.ctrl_qpn, r.psn, mtu, r.gid, 0,
+                           o_.ctrl_retry_cnt);
     const bool rc = mode_ == DataQpMode::kRc;
     for (size_t q = 0; q < p->qps.size() && s.ok(); ++q) {
       s = ToRts(p->qps[q].qp, rc, r.data_qpns[q], r.psn, mtu, r.gid,
@@ -831,6 +872,9 @@ class VerbsDatapath::Impl {
     if (!s.ok()) return s;
     p->remote = r;
     p->connected = true;
+    p->path_mtu = mtu;
+    p->connected_at = MonoTime();
+    p->gate = r.hello && o_.ready_wait > 0;
     for (const LocalRegion& lr : regions_) {
       if (lr.emr.access & kAccessRemoteWrite) {
         absl::Status a = SendRegionFrame(p, kFrameRegion, lr);
@@ -946,17 +990,6 @@ class VerbsDatapath::Impl {
     return absl::NotFoundError(absl::StrCat("no verbs region for lkey ", lkey));
   }
 
-  // A region advertisement (kFrameRegion) or withdrawal (kFrameGone) for
-  // one peer. Queued when the peer's control ring is full (or earlier
-  // frames still wait), and sent in order at the next burst, so a busy
-  // control QP never makes RegisterMemory / DeregisterMemory fail.
-  struct RegionFrame {
-    uint32_t peer = 0;  // id
-    uint8_t type = 0;
-    uint32_t erkey = 0, vrkey = 0;  // kFrameHello: erkey holds the flags
-    uint64_t eaddr = 0, va = 0, length = 0;
-  };
-
   absl::Status SendRegionFrame(Peer* p, uint8_t type, const LocalRegion& lr) {
     RegionFrame f;
     f.peer = p->id;
@@ -967,8 +1000,8 @@ class VerbsDatapath::Impl {
     f.va = lr.va;
     f.length = lr.emr.length;
     if (queued_frames_.empty()) {
-      PollSendCq();
-      if (!CtrlFull(p)) return PostRegionFrame(p, f);
+      PollSendCq();  // may recycle a control QP (queues its replay)
+      if (queued_frames_.empty() && !CtrlFull(p)) return PostRegionFrame(p, f);
     }
     queued_frames_.push_back(f);
     st_.tx_frames_queued.Add();
@@ -1039,6 +1072,7 @@ class VerbsDatapath::Impl {
           absl::StrCat("post region frame: ", strerror(errno)));
     }
     st_.tx_ctrl.Add();
+    if (!p->ctrl_up) p->startup_log.push_back(f);  // replayed on a recycle
     return absl::OkStatus();
   }
 
@@ -1103,6 +1137,18 @@ class VerbsDatapath::Impl {
         st_.tx_drop_malformed.Add();
         continue;
       }
+      if (!p->ctrl_up && p->gate) {
+        // The peer's control QP has not acknowledged anything yet (it may
+        // not have connected): keep the control QP to the start-up frames,
+        // so that it can be recycled if its retries run out.
+        if (WaitingForCtrl(p)) {
+          st_.tx_wait_ready.Add();
+          break;
+        }
+        st_.tx_drop_not_ready.Add();
+        MarkUndescribed(p, t);
+        continue;
+      }
       const auto type = static_cast<wire::PacketType>(t.header[3]);
       TxResult r;
       if (type == wire::PacketType::kData) {
@@ -1125,6 +1171,47 @@ class VerbsDatapath::Impl {
     Flush();
     ++sends_since_poll_;
     return i;
+  }
+
+  // Packets for a peer whose control QP is not up wait while ready_wait has
+  // not run out since the first one; then they are dropped (the engine
+  // resends them) until the peer answers.
+  bool WaitingForCtrl(Peer* p) {
+    if (!p->ready_waiting) {
+      p->ready_waiting = true;
+      p->ready_since = now_;
+    }
+    if (now_ - p->ready_since < o_.ready_wait) return true;
+    if (!p->not_up_reported) {
+      p->not_up_reported = true;
+      if (!p->peer_ready) {  // the DATA wait below ran out as well
+        p->peer_ready = true;
+        st_.ready_timeouts.Add();
+      }
+      fprintf(stderr,
+              "prism verbs: %s peer %u: its control QP has acknowledged "
+              "nothing within %llu us (not connected yet?); packets for it "
+              "are dropped until it does, for at most %llu ms after "
+              "connecting\n",
+              name_.c_str(), p->id,
+              static_cast<unsigned long long>(o_.ready_wait / kMicrosecond),
+              static_cast<unsigned long long>(o_.connect_wait / kMillisecond));
+    }
+    return false;
+  }
+
+  // DATA dropped before the control QP was up: its message must still be
+  // described when it is sent again, even after later messages were.
+  void MarkUndescribed(Peer* p, const TxPacket& t) {
+    if (static_cast<wire::PacketType>(t.header[3]) != wire::PacketType::kData) {
+      return;
+    }
+    wire::Packet pk;
+    if (wire::DecodeSplit(t.header, t.header_len, t.payload, t.payload_len,
+                          &pk) != wire::DecodeError::kOk) {
+      return;
+    }
+    if (NeedDesc(p, pk.data.msn)) SetUndesc(p, pk.data.msn, true);
   }
 
   ibv_send_wr* NewWr(ibv_sge** sge) {
@@ -1162,6 +1249,7 @@ class VerbsDatapath::Impl {
       p->ctail->next = wr;
     }
     p->ctail = wr;
+    if (!p->ctrl_up) p->ctrl_unlogged = true;
     if (++p->ctrl_since_signal >= o_.signal_every ||
         p->ring_head - p->ring_tail >= o_.ctrl_depth - o_.signal_every) {
       wr->send_flags |= IBV_SEND_SIGNALED;
@@ -1223,7 +1311,22 @@ class VerbsDatapath::Impl {
   }
 
   bool NeedDesc(const Peer* p, uint32_t msn) const {
-    return !p->described || static_cast<int32_t>(msn - p->described_msn) > 0;
+    return !p->described || static_cast<int32_t>(msn - p->described_msn) > 0 ||
+           (p->any_undesc && UndescBit(p, msn));
+  }
+  bool UndescBit(const Peer* p, uint32_t msn) const {
+    const uint32_t b = msn & (o_.desc_ring - 1);
+    return (p->undesc_bits[b / 64] >> (b % 64)) & 1;
+  }
+  void SetUndesc(Peer* p, uint32_t msn, bool on) {
+    const uint32_t b = msn & (o_.desc_ring - 1);
+    const uint64_t m = uint64_t{1} << (b % 64);
+    if (on) {
+      p->undesc_bits[b / 64] |= m;
+      p->any_undesc = true;
+    } else {
+      p->undesc_bits[b / 64] &= ~m;
+    }
   }
 
   void AppendDesc(Peer* p, const wire::DataHeader& h, uint32_t first_psn) {
@@ -1249,8 +1352,11 @@ class VerbsDatapath::Impl {
     EncodeDescriptor(md, d);
     Put16(b + 4, static_cast<uint16_t>(count + 1));
     p->frame_wr->sg_list->length += kDescBytes;
+    if (!p->described || MsnBefore(p->described_msn, h.msn)) {
+      p->described_msn = h.msn;
+    }
     p->described = true;
-    p->described_msn = h.msn;
+    if (p->any_undesc) SetUndesc(p, h.msn, false);
     st_.tx_descriptors.Add();
   }
 
@@ -1468,11 +1574,32 @@ class VerbsDatapath::Impl {
         if (it != qpn_.end()) ref = &it->second;
         if (ref == nullptr) continue;  // a destroyed peer's QP
         Peer* p = peers_[ref->peer].get();
+        if (ref->qp == kNoQp && p->recycles > 0 && kind == kWrCtrl &&
+            CtrlPos(p, id) < p->epoch_pos) {
+          continue;  // posted to the control QP before it was recycled
+        }
         if (wc[i].status != IBV_WC_SUCCESS) {
-          st_.cq_errors.Add();
           if (ref->qp == kNoQp) {
-            RetireCtrl(p, ibv_wc_status_str(wc[i].status));
+            if (wc[i].status == IBV_WC_RETRY_EXC_ERR && MayRecycle(p)) {
+              RecycleCtrl(p);
+              continue;
+            }
+            st_.cq_errors.Add();
+            if (wc[i].status == IBV_WC_RETRY_EXC_ERR && p->connected &&
+                !p->ctrl_up) {
+              const std::string why = absl::StrFormat(
+                  "%s: the peer's control QP acknowledged nothing in %.1f s "
+                  "after connecting (%u recycles; connect_wait %.1f s); has "
+                  "the peer connected?",
+                  ibv_wc_status_str(wc[i].status),
+                  static_cast<double>(MonoTime() - p->connected_at) / kSecond,
+                  p->recycles, static_cast<double>(o_.connect_wait) / kSecond);
+              RetireCtrl(p, why.c_str());
+            } else {
+              RetireCtrl(p, ibv_wc_status_str(wc[i].status));
+            }
           } else {
+            st_.cq_errors.Add();
             Retire(p, ref->qp, ibv_wc_status_str(wc[i].status));
           }
           continue;
@@ -1483,17 +1610,88 @@ class VerbsDatapath::Impl {
           q.inflight = q.inflight >= cnt ? q.inflight - cnt : 0;
           q.done += cnt;
         } else if (kind == kWrCtrl && ref->qp == kNoQp) {
-          // Ring positions are 32-bit in the wr_id: extend against head.
-          const uint32_t pos32 = static_cast<uint32_t>(id & 0xFFFFFFFF);
-          const uint64_t pos =
-              p->ring_head - static_cast<uint32_t>(
-                                 static_cast<uint32_t>(p->ring_head) - pos32);
+          const uint64_t pos = CtrlPos(p, id);
           if (pos + 1 > p->ring_tail && pos < p->ring_head) {
             p->ring_tail = pos + 1;
           }
+          if (!p->ctrl_up) CtrlUp(p);
         }
       }
     }
+  }
+
+  // Ring positions are 32-bit in the wr_id: extend against head.
+  static uint64_t CtrlPos(const Peer* p, uint64_t wr_id) {
+    const uint32_t pos32 = static_cast<uint32_t>(wr_id & 0xFFFFFFFF);
+    return p->ring_head -
+           static_cast<uint32_t>(static_cast<uint32_t>(p->ring_head) - pos32);
+  }
+
+  // A control SEND of ours completed: the peer's control QP is ready.
+  void CtrlUp(Peer* p) {
+    p->ctrl_up = true;
+    p->startup_log.clear();
+    p->startup_log.shrink_to_fit();
+    if (p->recycles > 0) {
+      fprintf(stderr,
+              "prism verbs: %s peer %u: the peer's control QP answered %.1f s "
+              "after we connected (control QP recycled %u times)\n",
+              name_.c_str(), p->id,
+              static_cast<double>(MonoTime() - p->connected_at) / kSecond,
+              p->recycles);
+    }
+  }
+
+  // A control QP whose RC retries ran out may be recycled while the peer's
+  // QP never acknowledged anything (so it holds nothing of ours but,
+  // possibly, a prefix of the start-up frames, which the replay repeats
+  // with the same PSNs) and only logged start-up frames were posted on it,
+  // within connect_wait of ConnectPeer.
+  bool MayRecycle(const Peer* p) const {
+    return p->connected && p->ctrl_alive && !p->ctrl_up && !p->ctrl_unlogged &&
+           MonoTime() - p->connected_at < o_.connect_wait;
+  }
+
+  // ERR -> RESET -> INIT -> RTR -> RTS towards the same remote QP: the send
+  // PSN starts again where the peer expects it (it has acknowledged
+  // nothing), the receive PSN follows what the peer already sent us. The
+  // control receive queue is the shared SRQ, so no receive is lost. The
+  // start-up frames are replayed in their order, ahead of queued frames.
+  void RecycleCtrl(Peer* p) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RESET;
+    absl::Status s = ibv_modify_qp(p->ctrl, &a, IBV_QP_STATE) == 0
+                         ? absl::OkStatus()
+                         : absl::UnavailableError(
+                               absl::StrCat("QP to RESET: ", strerror(errno)));
+    if (s.ok()) s = ToInit(p->ctrl, IBV_ACCESS_LOCAL_WRITE);
+    if (s.ok()) {
+      s = ToRts(p->ctrl, true, p->remote.ctrl_qpn,
+                p->remote.psn + p->ctrl_rx_pkts, p->path_mtu, p->remote.gid, 0,
+                o_.ctrl_retry_cnt);
+    }
+    if (!s.ok()) {
+      st_.cq_errors.Add();
+      const std::string why = absl::StrCat(
+          "recycling it after retry exceeded failed: ", s.message());
+      RetireCtrl(p, why.c_str());
+      return;
+    }
+    ++p->recycles;
+    st_.ctrl_qp_recycles.Add();
+    p->ring_tail = p->ring_head;
+    p->epoch_pos = p->ring_head;
+    p->ctrl_since_signal = 0;
+    std::vector<RegionFrame> replay;
+    replay.swap(p->startup_log);
+    queued_frames_.insert(queued_frames_.begin(), replay.begin(), replay.end());
+    fprintf(stderr,
+            "prism verbs: %s peer %u: control QP retries ran out %.1f s after "
+            "connecting, before the peer's QP answered (not connected yet?); "
+            "recycled it (%u) and resending %zu start-up frames\n",
+            name_.c_str(), p->id,
+            static_cast<double>(MonoTime() - p->connected_at) / kSecond,
+            p->recycles, replay.size());
   }
 
   void PollAsync() {
@@ -1508,7 +1706,11 @@ class VerbsDatapath::Impl {
           if (it != qpn_.end()) {
             Peer* p = peers_[it->second.peer].get();
             if (it->second.qp == kNoQp) {
-              RetireCtrl(p, ibv_event_type_str(ev.event_type));
+              if (MayRecycle(p)) {
+                RecycleCtrl(p);  // the retry-exceeded CQE is then stale
+              } else {
+                RetireCtrl(p, ibv_event_type_str(ev.event_type));
+              }
             } else {
               Retire(p, it->second.qp, ibv_event_type_str(ev.event_type));
             }
@@ -1620,6 +1822,7 @@ class VerbsDatapath::Impl {
       // RC delivers in order: whatever the peer posted on its control QP
       // before this SEND (its region advertisements) has arrived.
       p->peer_ready = true;
+      if (!p->ctrl_up) CountCtrlRx(p, wc.byte_len);
       uint8_t* b = &ctrl_bufs_[size_t{bi} * ctrl_buf_];
       HandleCtrl(p, b, wc.byte_len, pkts, out);
       return;
@@ -1649,6 +1852,13 @@ class VerbsDatapath::Impl {
     st_.rx_ctrl.Add();
   }
 
+  // Packets (PSNs) of a SEND the control QP received: a recycled QP expects
+  // the peer's next one.
+  static void CountCtrlRx(Peer* p, uint32_t len) {
+    const uint32_t m = p->path_mtu ? p->path_mtu : 1;
+    p->ctrl_rx_pkts += len == 0 ? 1 : (len + m - 1) / m;
+  }
+
   // debug_defer_descriptors: keeps a descriptor frame's buffer for later.
   bool MaybeHold(const ibv_wc& wc, uint32_t bi) {
     if (o_.debug_defer_descriptors == 0) return false;
@@ -1660,6 +1870,9 @@ class VerbsDatapath::Impl {
     auto it = qpn_.find(wc.qp_num);
     if (it == qpn_.end()) return false;
     peers_[it->second.peer]->peer_ready = true;  // as in HandleRecv
+    if (!peers_[it->second.peer]->ctrl_up) {
+      CountCtrlRx(peers_[it->second.peer].get(), wc.byte_len);
+    }
     held_.push_back(Held{bi, wc.byte_len, it->second.peer,
                          rx_calls_ + o_.debug_defer_descriptors});
     return true;
@@ -2036,6 +2249,7 @@ class VerbsDatapath::Impl {
       wr.num_sge = 1;
       wr.opcode = IBV_WR_SEND;
       wr.send_flags = sge.length <= max_inline_ ? IBV_SEND_INLINE : 0;
+      if (!p->ctrl_up) p->ctrl_unlogged = true;
       if (++p->ctrl_since_signal >= o_.signal_every ||
           p->ring_head - p->ring_tail >= o_.ctrl_depth - o_.signal_every) {
         wr.send_flags |= IBV_SEND_SIGNALED;
@@ -2103,6 +2317,8 @@ class VerbsDatapath::Impl {
     s.tx_hellos = st_.tx_hellos.Get();
     s.rx_hellos = st_.rx_hellos.Get();
     s.ready_timeouts = st_.ready_timeouts.Get();
+    s.ctrl_qp_recycles = st_.ctrl_qp_recycles.Get();
+    s.tx_drop_not_ready = st_.tx_drop_not_ready.Get();
     s.rx_closes = st_.rx_closes.Get();
     s.rx_after_close = st_.rx_after_close.Get();
     s.completions_held = st_.completions_held.Get();
@@ -2204,10 +2420,11 @@ class VerbsDatapath::Impl {
         tx_fallback, tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
         tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
         tx_frames_queued, tx_closes, tx_drop_acked, close_waits, tx_wait_ready,
-        tx_hellos, rx_hellos, ready_timeouts, rx_data, rx_data_bytes, rx_ctrl,
-        rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
-        rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
-        qp_errors, async_events;
+        tx_hellos, rx_hellos, ready_timeouts, ctrl_qp_recycles,
+        tx_drop_not_ready, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors,
+        rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
+        rx_closes, rx_after_close, completions_held, cq_errors, qp_errors,
+        async_events;
   } st_;
 };
 

@@ -58,6 +58,12 @@
 //   for a region the peer has not advertised is held (TxBurst returns a
 //   prefix, counted in tx_wait_ready), at most VerbsOptions::ready_wait;
 //   after that it goes whole over the control QP as before (tx_fallback).
+// - A peer that connects late (docs/verbs.md): until the peer's control QP
+//   has acknowledged a SEND of ours, nothing but the start-up frames goes on
+//   the control QP (other packets for the peer wait, at most ready_wait, then
+//   are dropped and counted), so a control QP whose RC retries run out in
+//   that phase can be recycled (RESET..RTS, same PSNs) and the start-up
+//   frames replayed, until VerbsOptions::connect_wait after ConnectPeer.
 //
 // Thread safety: one thread drives the datapath (TxBurst, RxBurst, peers,
 // memory). stats() may be called from any thread (relaxed atomics).
@@ -171,6 +177,16 @@ struct VerbsOptions {
   // Tests only: do not answer the peer's HELLO (a peer whose control QP
   // stays silent), so the bounded wait above runs out.
   bool debug_mute_hello = false;
+  // A peer that connects late (docs/verbs.md "A peer that connects late"):
+  // how long after ConnectPeer the control QP may be recycled when its RC
+  // retry budget (7 x 67 ms) runs out before the peer's control QP ever
+  // acknowledged anything. After that, the control QP fails for good with a
+  // clear message. The Endpoint sets it to the engine's connection_timeout.
+  Time connect_wait = 30 * kSecond;
+  // RC retry count of the control QP (0..7; 7 retries x 67 ms is about
+  // 0.5 s). Note that rdma_rxe treats 7 as "retry forever" (as the spec
+  // does only for rnr_retry); tests use less to see retries run out there.
+  uint8_t ctrl_retry_cnt = 7;
 };
 
 // What one side tells the other (out of band) to connect a peer slot.
@@ -214,6 +230,12 @@ struct VerbsStats {
   uint64_t tx_hellos = 0;
   uint64_t rx_hellos = 0;
   uint64_t ready_timeouts = 0;
+  // A peer that connects late: control QPs recycled after RC's retry budget
+  // ran out before the peer's QP acknowledged anything; packets dropped
+  // because the peer's control QP had not acknowledged anything yet after
+  // ready_wait (the engine resends them).
+  uint64_t ctrl_qp_recycles = 0;
+  uint64_t tx_drop_not_ready = 0;
   uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
