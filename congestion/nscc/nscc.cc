@@ -29,6 +29,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
   p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
   p.qa_delay_threshold = 4 * p.target_delay;
   p.loss_is_congestion = c.loss_is_congestion;
+  p.qa_failure_aware = c.algorithm == "nscc-fa";
   return p;
 }
 
@@ -102,31 +103,39 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
   }
   qa_delivered_ += ev.acked_bytes;
   if (loss) qa_congested_ = true;
-  if (ev.rtt > 0) {
-    qa_min_rtt_ = qa_rtt_samples_ == 0 ? ev.rtt : std::min(qa_min_rtt_, ev.rtt);
-    ++qa_rtt_samples_;
-  }
-  if (!p_.loss_is_congestion && (ev.lost > 0 || ev.stranded)) {
-    failure_seen_ = true;
-    last_failure_ = ev.now;
+  if (!p_.qa_failure_aware) {
+    if (rtt > p_.qa_delay_threshold) qa_congested_ = true;
+  } else {
+    if (ev.rtt > 0) {
+      qa_min_rtt_ =
+          qa_rtt_samples_ == 0 ? ev.rtt : std::min(qa_min_rtt_, ev.rtt);
+      ++qa_rtt_samples_;
+    }
+    if (!p_.loss_is_congestion && (ev.lost > 0 || ev.stranded)) {
+      failure_seen_ = true;
+      last_failure_ = ev.now;
+    }
   }
   // Delivered per target_delay: what the network drains for this flow in
   // the RTT the window aims for (the RTT itself may be inflated by queues).
   if (ev.now - qa_start_ < p_.target_delay) return;
-  // Queueing evidence from the RTT holds for the whole period: one hot
-  // path's sample among a multipath connection's is not its queue.
-  if ((qa_rtt_samples_ > 0 ? qa_min_rtt_ : rtt) > p_.qa_delay_threshold) {
+  // Failure-aware: queueing evidence from the RTT holds for the whole
+  // period; one hot path's sample among a multipath connection's is not its
+  // queue.
+  if (p_.qa_failure_aware &&
+      (qa_rtt_samples_ > 0 ? qa_min_rtt_ : rtt) > p_.qa_delay_threshold) {
     qa_congested_ = true;
   }
   if (qa_congested_ &&
       static_cast<double>(qa_delivered_) < p_.qa_fraction * cwnd_) {
-    // Recovering from a path failure: the shortfall is the bytes stranded
-    // on the failed paths (held in the window until their path timeout),
-    // not what the network drains; cutting to it would leave the window
-    // full of stranded bytes.
+    // Failure-aware, recovering from a path failure: the shortfall is the
+    // bytes stranded on the failed paths (held in the window until their
+    // path timeout), not what the network drains; cutting to it would
+    // leave the window full of stranded bytes.
     const double hold = p_.qa_failure_hold_rtts *
                         static_cast<double>(std::max(rtt, p_.target_delay));
-    if (failure_seen_ && static_cast<double>(ev.now - last_failure_) < hold) {
+    if (p_.qa_failure_aware && failure_seen_ &&
+        static_cast<double>(ev.now - last_failure_) < hold) {
       ++counters_.quick_adapts_held;
     } else {
       cwnd_ = static_cast<double>(qa_delivered_);
