@@ -19,14 +19,20 @@ namespace prism::congestion {
 // What one batch of acknowledgements (one SACK, or several coalesced) said.
 struct AckEvent {
   Time now = 0;
-  uint64_t acked_bytes = 0;      // newly acknowledged payload bytes
-  uint32_t acked_packets = 0;    // newly acknowledged packets
-  Time rtt = 0;                  // RTT sample from the echoed timestamp; 0: none
-  uint32_t ecn_marked = 0;       // acknowledged packets that carried ECN CE
-  uint32_t trimmed = 0;          // TRIMMED NACKs in this batch
-  uint32_t lost = 0;             // packets declared lost (not trimmed)
+  uint64_t acked_bytes = 0;    // newly acknowledged payload bytes
+  uint32_t acked_packets = 0;  // newly acknowledged packets
+  Time rtt = 0;                // RTT sample from the echoed timestamp; 0: none
+  uint32_t ecn_marked = 0;     // acknowledged packets that carried ECN CE
+  uint32_t trimmed = 0;        // TRIMMED NACKs in this batch
+  uint32_t lost = 0;           // packets declared lost (not trimmed)
   uint32_t rx_window_penalty = 0;  // receiver push-back, 0 = none
-  uint64_t inflight_bytes = 0;   // bytes in flight after this batch
+  uint64_t inflight_bytes = 0;     // bytes in flight after this batch
+  // The oldest transmission in flight is older than the connection's
+  // smoothed RTT and a transmission sent after it was acked: it was
+  // probably lost on a failed path and awaits its path timeout (not yet in
+  // `lost`). Set by the engine on SACK and path-timeout events; read only
+  // by "nscc-fa" (the others ignore it).
+  bool stranded = false;
 };
 
 class Controller {
@@ -43,15 +49,20 @@ class Controller {
 };
 
 struct ControllerConfig {
-  // "nscc" (default), "fixed", "dcqcn".
+  // "nscc" (default), "nscc-fa", "fixed", "dcqcn". "nscc-fa" is opt-in NSCC
+  // with failure-aware quick adapt (NsccParams::qa_failure_aware: no
+  // quick-adapt cut while recovering from a path failure, from
+  // AckEvent::lost / AckEvent::stranded); it helps all-to-all through link
+  // flaps but slows an undisturbed one by ~6%, so it is not the default
+  // (docs/congestion.md "Quick adapt").
   std::string algorithm = "nscc";
   uint64_t link_rate_bps = 100'000'000'000ull;  // sender NIC rate (all planes)
-  Time base_rtt = 10 * kMicrosecond;             // unloaded fabric RTT
-  uint32_t mtu_bytes = 4096;                     // payload bytes per packet
-  uint64_t fixed_window_bytes = 0;               // "fixed": 0 = 1.5 x BDP
+  Time base_rtt = 10 * kMicrosecond;            // unloaded fabric RTT
+  uint32_t mtu_bytes = 4096;                    // payload bytes per packet
+  uint64_t fixed_window_bytes = 0;              // "fixed": 0 = 1.5 x BDP
   // Additive (issue 4) overrides for "nscc"; 0 = derived from rate and RTT
   // (see congestion/nscc/nscc.h and docs/congestion.md).
-  Time target_delay = 0;        // RTT target; 0 = base_rtt * 1.5
+  Time target_delay = 0;          // RTT target; 0 = base_rtt * 1.5
   uint64_t max_window_bytes = 0;  // 0 = 1.5 x BDP
   // Additive: "nscc" treats non-trim losses as congestion (true for drop-tail
   // fabrics without trimming/ECN); false = losses are random, repaired by

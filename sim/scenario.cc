@@ -250,6 +250,9 @@ absl::StatusOr<TransportConfig> NamedTransport(
   } else if (name == "prism-random") {
     t.type = "prism";
     t.path_policy = "random";
+  } else if (name == "prism-fa") {
+    t.type = "prism";
+    t.congestion = "nscc-fa";
   } else if (name == "roce") {
     t.type = "roce";
   } else if (name == "multiqp") {
@@ -257,7 +260,7 @@ absl::StatusOr<TransportConfig> NamedTransport(
   } else {
     return Bad("unknown transport '" + name +
                "' (prism, prism-oblivious, prism-reps, prism-p2c, "
-               "prism-random, roce, multiqp)");
+               "prism-random, prism-fa, roce, multiqp)");
   }
   return t;
 }

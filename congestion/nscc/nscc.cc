@@ -29,6 +29,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
   p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
   p.qa_delay_threshold = 4 * p.target_delay;
   p.loss_is_congestion = c.loss_is_congestion;
+  p.qa_failure_aware = c.algorithm == "nscc-fa";
   return p;
 }
 
@@ -54,6 +55,9 @@ absl::Status NsccParams::Validate() const {
   if (!(loss_md >= 0 && loss_md <= max_md)) return bad("loss_md in [0,max_md]");
   if (!(qa_fraction >= 0 && qa_fraction <= 1))
     return bad("qa_fraction in [0,1]");
+  if (!(qa_failure_hold_rtts >= 0 && qa_failure_hold_rtts <= 64)) {
+    return bad("qa_failure_hold_rtts in [0,64]");
+  }
   if (qa_delay_threshold <= 0) return bad("qa_delay_threshold must be > 0");
   return absl::OkStatus();
 }
@@ -98,21 +102,53 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
     qa_start_ = ev.now;
   }
   qa_delivered_ += ev.acked_bytes;
-  if (loss || rtt > p_.qa_delay_threshold) qa_congested_ = true;
+  if (loss) qa_congested_ = true;
+  if (!p_.qa_failure_aware) {
+    if (rtt > p_.qa_delay_threshold) qa_congested_ = true;
+  } else {
+    if (ev.rtt > 0) {
+      qa_min_rtt_ =
+          qa_rtt_samples_ == 0 ? ev.rtt : std::min(qa_min_rtt_, ev.rtt);
+      ++qa_rtt_samples_;
+    }
+    if (!p_.loss_is_congestion && (ev.lost > 0 || ev.stranded)) {
+      failure_seen_ = true;
+      last_failure_ = ev.now;
+    }
+  }
   // Delivered per target_delay: what the network drains for this flow in
   // the RTT the window aims for (the RTT itself may be inflated by queues).
   if (ev.now - qa_start_ < p_.target_delay) return;
+  // Failure-aware: queueing evidence from the RTT holds for the whole
+  // period; one hot path's sample among a multipath connection's is not its
+  // queue.
+  if (p_.qa_failure_aware &&
+      (qa_rtt_samples_ > 0 ? qa_min_rtt_ : rtt) > p_.qa_delay_threshold) {
+    qa_congested_ = true;
+  }
   if (qa_congested_ &&
       static_cast<double>(qa_delivered_) < p_.qa_fraction * cwnd_) {
-    cwnd_ = static_cast<double>(qa_delivered_);
-    Clamp();
-    decreased_once_ = true;
-    last_decrease_ = ev.now;
-    ++counters_.quick_adapts;
+    // Failure-aware, recovering from a path failure: the shortfall is the
+    // bytes stranded on the failed paths (held in the window until their
+    // path timeout), not what the network drains; cutting to it would
+    // leave the window full of stranded bytes.
+    const double hold = p_.qa_failure_hold_rtts *
+                        static_cast<double>(std::max(rtt, p_.target_delay));
+    if (p_.qa_failure_aware && failure_seen_ &&
+        static_cast<double>(ev.now - last_failure_) < hold) {
+      ++counters_.quick_adapts_held;
+    } else {
+      cwnd_ = static_cast<double>(qa_delivered_);
+      Clamp();
+      decreased_once_ = true;
+      last_decrease_ = ev.now;
+      ++counters_.quick_adapts;
+    }
   }
   qa_start_ = ev.now;
   qa_delivered_ = 0;
   qa_congested_ = false;
+  qa_rtt_samples_ = 0;
 }
 
 void NsccController::OnAck(const AckEvent& ev) {
@@ -163,6 +199,7 @@ void NsccController::OnTimeout(Time now) {
   qa_started_ = false;
   qa_delivered_ = 0;
   qa_congested_ = false;
+  qa_rtt_samples_ = 0;
   ++counters_.timeouts;
 }
 

@@ -19,10 +19,20 @@
 // corruption) repaired by retransmission, and the batch's ACKs and RTT are
 // handled as if nothing was lost. Quick adapt: over each observation
 // period of target_delay, if trims (or, when they are congestion, losses)
-// were seen or the RTT exceeded
-// qa_delay_threshold, and fewer than qa_fraction x window bytes were
-// delivered, the window is set to the delivered bytes (what the network
-// drains for this flow per target RTT, e.g. the fair share in an incast). The
+// were seen or the RTT exceeded qa_delay_threshold, and fewer than
+// qa_fraction x window bytes were delivered, the window is set to the
+// delivered bytes (what the network drains for this flow per target RTT,
+// e.g. the fair share in an incast).
+//
+// Opt-in failure-aware quick adapt (qa_failure_aware; algorithm "nscc-fa"):
+// the RTT trigger needs every RTT sample of the period (the latest, if none)
+// above qa_delay_threshold, and, unless losses are congestion, quick adapt
+// is held while the connection recovers from a path failure: no cut at a
+// period end within qa_failure_hold_rtts x max(RTT, target) of a non-trim
+// loss or a stranded transmission (AckEvent::lost, AckEvent::stranded),
+// since the delivery shortfall is then the stranded bytes, not the
+// network's drain rate. Not the default: it slows an undisturbed all-to-all
+// by ~6% (docs/congestion.md "Quick adapt"). The
 // receiver's rx_window_penalty (in MTU packets, latest value wins, 0 clears)
 // is subtracted from the window reported. A timeout halves the window.
 // window_bytes() is always within [min_window, max_window]; pacing rate 0.
@@ -72,13 +82,24 @@ struct NsccParams {
   // Quick adapt.
   double qa_fraction = 0.5;
   Time qa_delay_threshold = 0;
+  // Opt-in ("nscc-fa"): failure-aware quick adapt (smallest-sample RTT
+  // trigger, hold after path failures; see the header comment). False: the
+  // NSCC default, qa_failure_hold_rtts unused.
+  bool qa_failure_aware = false;
+  // With qa_failure_aware: quick adapt is held for this many
+  // max(RTT, target) after a non-trim loss or a stranded transmission (only
+  // when !loss_is_congestion); 0 = no hold. 4: the resends and the window's
+  // regrowth take a few RTTs (2: the link-flaps bar is missed,
+  // docs/congestion.md "Quick adapt").
+  double qa_failure_hold_rtts = 4;
 
   // Defaults from link rate, base RTT and MTU (see docs/congestion.md):
   // target = max(1.5 x base_rtt, base_rtt + 2 MTU serialisations),
   // BDP from rate x base_rtt, initial = BDP, max = 1.5 x BDP, min = 1 MTU,
   // fair increase = 1 MTU per RTT, qa threshold = 4 x target. ControllerConfig
   // target_delay / max_window_bytes override when non-zero;
-  // loss_is_congestion is copied from ControllerConfig.
+  // loss_is_congestion is copied from ControllerConfig; qa_failure_aware is
+  // set for algorithm "nscc-fa".
   static NsccParams Defaults(const ControllerConfig& config);
   absl::Status Validate() const;
 };
@@ -90,6 +111,7 @@ struct NsccCounters {
   uint64_t decreases = 0;
   uint64_t ecn_no_change = 0;  // ECN-marked batches below target
   uint64_t quick_adapts = 0;
+  uint64_t quick_adapts_held = 0;  // qa_failure_aware: cuts held (failure)
   uint64_t timeouts = 0;
 };
 
@@ -101,7 +123,9 @@ class NsccController final : public Controller {
   void OnAck(const AckEvent& ev) override;
   void OnTimeout(Time now) override;
   uint64_t window_bytes() const override;
-  const char* name() const override { return "nscc"; }
+  const char* name() const override {
+    return p_.qa_failure_aware ? "nscc-fa" : "nscc";
+  }
 
   const NsccParams& params() const { return p_; }
   const NsccCounters& counters() const { return counters_; }
@@ -124,6 +148,10 @@ class NsccController final : public Controller {
   Time qa_start_ = 0;
   uint64_t qa_delivered_ = 0;
   bool qa_congested_ = false;
+  Time qa_min_rtt_ = 0;  // smallest RTT sample of the period
+  uint32_t qa_rtt_samples_ = 0;
+  bool failure_seen_ = false;  // a non-trim loss or a stranded transmission
+  Time last_failure_ = 0;      // ... the latest one
   NsccCounters counters_;
 };
 

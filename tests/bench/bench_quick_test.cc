@@ -179,49 +179,55 @@ TEST(BenchQuick, LinkFlaps) {
   const json::Value res = RunQuick("link-flaps");
   ExpectInvariants(res);
   const json::Value& s = Scenario(res, "all-to-all-16");
-  const json::Value& p = T(s, "prism");
-  EXPECT_TRUE(Bool(p, "completed"));
-  EXPECT_EQ(Num(p, "connection_errors"), 0);
-  // The bar, over the flap window: loss of throughput no larger than the
-  // capacity taken away (0.018 vs 0.031 at seed 1; the baselines lose more
-  // than is taken away).
-  const double wlost = Num(p, "flap_window_throughput_loss_fraction");
-  const double wremoved = Num(p, "flap_window_capacity_removed_fraction");
-  EXPECT_GT(wremoved, 0.02);
-  EXPECT_LE(wlost, wremoved);
-  EXPECT_LT(wlost, Num(T(s, "roce"), "flap_window_throughput_loss_fraction"));
-  // Makespan-based (all bytes / last completion): the last straggler's tail
-  // decides it. NOT MET (0.241 lost vs 0.027 removed at seed 1: a packet
-  // lost into a dead link near a flow's end costs about two loaded RTTs);
-  // the default run guards against regression beyond today's figure.
-  const double lost = Num(p, "throughput_loss_fraction");
-  const double removed = Num(p, "capacity_removed_fraction");
-  std::printf(
-      "link-flaps: flap window: loss %.3f, removed %.3f; makespan: loss "
-      "%.3f, removed %.3f\n",
-      wlost, wremoved, lost, removed);
-  if (Strict()) {
-    EXPECT_LE(lost, removed + 0.05);
-  } else {
-    EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.236";
+  // The default and the opt-in failure-aware NSCC ("prism-fa", congestion
+  // "nscc-fa") run side by side and meet the same bounds; the figures in
+  // the comments are the default's.
+  for (const char* name : {"prism", "prism-fa"}) {
+    SCOPED_TRACE(name);
+    const json::Value& p = T(s, name);
+    EXPECT_TRUE(Bool(p, "completed"));
+    EXPECT_EQ(Num(p, "connection_errors"), 0);
+    // The bar, over the flap window: loss of throughput no larger than the
+    // capacity taken away (0.018 vs 0.031 at seed 1; the baselines lose more
+    // than is taken away).
+    const double wlost = Num(p, "flap_window_throughput_loss_fraction");
+    const double wremoved = Num(p, "flap_window_capacity_removed_fraction");
+    EXPECT_GT(wremoved, 0.02);
+    EXPECT_LE(wlost, wremoved);
+    EXPECT_LT(wlost, Num(T(s, "roce"), "flap_window_throughput_loss_fraction"));
+    // Makespan-based (all bytes / last completion): the last straggler's tail
+    // decides it. NOT MET (0.241 lost vs 0.027 removed at seed 1: a packet
+    // lost into a dead link near a flow's end costs about two loaded RTTs);
+    // the default run guards against regression beyond today's figure.
+    const double lost = Num(p, "throughput_loss_fraction");
+    const double removed = Num(p, "capacity_removed_fraction");
+    std::printf(
+        "link-flaps %s: flap window: loss %.3f, removed %.3f; makespan: loss "
+        "%.3f, removed %.3f\n",
+        name, wlost, wremoved, lost, removed);
+    if (Strict()) {
+      EXPECT_LE(lost, removed + 0.05);
+    } else {
+      EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.236";
+    }
+    EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.32 at seed 1
+    EXPECT_LE(Num(p, "timeouts"), 120);  // 89 at seed 1 (~1100 before the fix)
+    // Failover accounting (the fabric's view; docs/benchmarks.md): flaps put
+    // DATA on dead paths; every dead path outage that got DATA belongs to one
+    // route group of one connection and one dead hop of one sender, so the
+    // counts nest. At seed 1: 1536 + 190 sends onto 1726 path outages (1.00
+    // each), 1643 route-group outages, 316 hop outages.
+    const double sends =
+        Num(p, "dead_path_data_packets") + Num(p, "dead_path_retransmissions");
+    EXPECT_GT(sends, 0);
+    EXPECT_LE(sends, 2600) << "regression: more DATA onto dead paths";
+    EXPECT_GE(Num(p, "dead_path_outages"), Num(p, "dead_route_group_outages"));
+    EXPECT_GE(Num(p, "dead_route_group_outages"), Num(p, "dead_hop_outages"));
+    EXPECT_GT(Num(p, "dead_hop_outages"), 0);
+    EXPECT_GE(Num(p, "dead_path_sends_per_outage"), 1.0);
+    // A send onto a dead path happens while its hop is down (20 us).
+    EXPECT_LE(Num(p, "dead_path_last_send_us_p99"), Num(s, "flap_down_us"));
   }
-  EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.32 at seed 1
-  EXPECT_LE(Num(p, "timeouts"), 120);  // 89 at seed 1 (~1100 before the fix)
-  // Failover accounting (the fabric's view; docs/benchmarks.md): flaps put
-  // DATA on dead paths; every dead path outage that got DATA belongs to one
-  // route group of one connection and one dead hop of one sender, so the
-  // counts nest. At seed 1: 1536 + 190 sends onto 1726 path outages (1.00
-  // each), 1643 route-group outages, 316 hop outages.
-  const double sends =
-      Num(p, "dead_path_data_packets") + Num(p, "dead_path_retransmissions");
-  EXPECT_GT(sends, 0);
-  EXPECT_LE(sends, 2600) << "regression: more DATA onto dead paths";
-  EXPECT_GE(Num(p, "dead_path_outages"), Num(p, "dead_route_group_outages"));
-  EXPECT_GE(Num(p, "dead_route_group_outages"), Num(p, "dead_hop_outages"));
-  EXPECT_GT(Num(p, "dead_hop_outages"), 0);
-  EXPECT_GE(Num(p, "dead_path_sends_per_outage"), 1.0);
-  // A send onto a dead path happens while its hop is down (20 us).
-  EXPECT_LE(Num(p, "dead_path_last_send_us_p99"), Num(s, "flap_down_us"));
   const json::Value* roce_dead = T(s, "roce").Find("dead_path_data_packets");
   ASSERT_NE(roce_dead, nullptr);
   EXPECT_TRUE(roce_dead->is_null());  // not measured for the baselines

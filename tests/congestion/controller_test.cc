@@ -53,7 +53,7 @@ NsccController Nscc(double md_gain = 1.0) {
 // ---- factory ----------------------------------------------------------------
 
 TEST(FactoryTest, BuildsEachAlgorithmByName) {
-  for (const char* algo : {"nscc", "fixed", "dcqcn"}) {
+  for (const char* algo : {"nscc", "nscc-fa", "fixed", "dcqcn"}) {
     auto c = MakeController(Cfg(algo));
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_STREQ((*c)->name(), algo);
@@ -414,6 +414,83 @@ TEST(NsccTest, QuickAdaptOnHighRttWithoutLosses) {
   a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
   EXPECT_EQ(a.counters().quick_adapts, 1u);
   EXPECT_EQ(a.cwnd_bytes(), 8192u);
+}
+
+// Opt-in failure-aware quick adapt ("nscc-fa"), md_gain 1 as Nscc().
+NsccController NsccFa(bool loss_is_congestion = false) {
+  ControllerConfig c = Cfg("nscc-fa");
+  c.loss_is_congestion = loss_is_congestion;
+  NsccParams p = NsccParams::Defaults(c);
+  p.md_gain = 1.0;
+  EXPECT_TRUE(p.qa_failure_aware);
+  EXPECT_TRUE(p.Validate().ok());
+  return NsccController(p);
+}
+
+TEST(NsccTest, FailureAwareQuickAdaptIsOptIn) {
+  EXPECT_FALSE(NsccParams::Defaults(Cfg("nscc")).qa_failure_aware);
+  EXPECT_TRUE(NsccParams::Defaults(Cfg("nscc-fa")).qa_failure_aware);
+  EXPECT_STREQ(Nscc().name(), "nscc");
+  EXPECT_STREQ(NsccFa().name(), "nscc-fa");
+}
+
+TEST(NsccTest, QuickAdaptNeedsEveryRttSampleOfThePeriodAboveThreshold) {
+  // Failure-aware: one 80 us sample among 12 us ones (a hot path of a
+  // multipath connection) is not queueing on the connection's bottleneck.
+  NsccController a = NsccFa();
+  a.OnAck(Ack(0, 1, 80 * kUs));
+  a.OnAck(Ack(10 * kUs, 1, 12 * kUs));
+  a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+  EXPECT_EQ(a.counters().quick_adapts, 0u);
+  a.OnAck(Ack(60 * kUs, 1, 80 * kUs));  // a whole period above: cut
+  EXPECT_EQ(a.counters().quick_adapts, 1u);
+  EXPECT_EQ(a.cwnd_bytes(), 4096u);
+}
+
+TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
+  // Failure-aware: the same collapse as QuickAdaptOnHighRttWithoutLosses,
+  // but within 4 x max(RTT, target) = 320 us of a non-trim loss (or of a
+  // stranded transmission): the shortfall is the stranded bytes, no cut.
+  for (const bool stranded : {false, true}) {
+    NsccController a = NsccFa();
+    AckEvent e = Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/stranded ? 0 : 1);
+    e.stranded = stranded;
+    a.OnAck(e);
+    a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 0u) << stranded;
+    EXPECT_EQ(a.counters().quick_adapts_held, 1u) << stranded;
+    EXPECT_GT(a.cwnd_bytes(), 100000u) << stranded;
+    // Past the hold: quick adapt acts again.
+    a.OnAck(Ack(330 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 1u) << stranded;
+    EXPECT_EQ(a.cwnd_bytes(), 4096u) << stranded;
+  }
+  // Losses that are congestion (drop-tail) do not hold it.
+  NsccController b = NsccFa(/*loss_is_congestion=*/true);
+  b.OnAck(Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/1));
+  b.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+  EXPECT_EQ(b.counters().quick_adapts, 1u);
+  EXPECT_EQ(b.counters().quick_adapts_held, 0u);
+}
+
+TEST(NsccTest, DefaultQuickAdaptCutsThroughPathFailures) {
+  // Not failure-aware (the default "nscc"): a lossy or stranded period
+  // still cuts, and one sample above the threshold is enough.
+  for (const bool stranded : {false, true}) {
+    NsccController a = Nscc();
+    AckEvent e = Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/stranded ? 0 : 1);
+    e.stranded = stranded;
+    a.OnAck(e);
+    a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 1u) << stranded;
+    EXPECT_EQ(a.counters().quick_adapts_held, 0u) << stranded;
+    EXPECT_EQ(a.cwnd_bytes(), 8192u) << stranded;
+  }
+  NsccController b = Nscc();
+  b.OnAck(Ack(0, 1, 12 * kUs));
+  b.OnAck(Ack(10 * kUs, 1, 12 * kUs));
+  b.OnAck(Ack(40 * kUs, 1, 80 * kUs));  // the latest sample decides
+  EXPECT_EQ(b.counters().quick_adapts, 1u);
 }
 
 TEST(NsccTest, NoQuickAdaptWhenMerelyAppLimited) {

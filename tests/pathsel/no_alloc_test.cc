@@ -60,7 +60,7 @@ TEST(NoAllocTest, PathSelectorHotPath) {
 }
 
 TEST(NoAllocTest, ControllerHotPath) {
-  for (const char* algo : {"nscc", "fixed", "dcqcn"}) {
+  for (const char* algo : {"nscc", "nscc-fa", "fixed", "dcqcn"}) {
     congestion::ControllerConfig c;
     c.algorithm = algo;
     auto cc = congestion::MakeController(c);
@@ -75,6 +75,8 @@ TEST(NoAllocTest, ControllerHotPath) {
       e.rtt = static_cast<Time>(rng.Uniform(80)) * kMicrosecond;
       e.ecn_marked = static_cast<uint32_t>(rng.Uniform(3));
       e.trimmed = rng.Bernoulli(0.02) ? 1 : 0;
+      e.lost = rng.Bernoulli(0.01) ? 1 : 0;
+      e.stranded = rng.Bernoulli(0.05);
       (*cc)->OnAck(e);
       if (i % 1000 == 999) (*cc)->OnTimeout(e.now);
       (void)(*cc)->window_bytes();

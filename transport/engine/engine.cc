@@ -2039,9 +2039,20 @@ class Engine::Impl {
     ev.lost += PathTimeouts(now, c);
     AdvanceUna(c);
     ev.inflight_bytes = c->inflight_bytes;
+    ev.stranded = Stranded(c, now);
     c->cc->OnAck(ev);
     c->cwnd = c->cc->window_bytes();
     CompleteWrites(c);
+  }
+
+  // For the controller (AckEvent::stranded): the oldest transmission in
+  // flight has been out longer than the connection's srtt and one sent
+  // after it was acked, i.e. it is probably lost on a failed path and waits
+  // for its path timeout. O(1): the all-list is in send order.
+  static bool Stranded(const Conn* c, Time now) {
+    if (c->srtt == 0 || c->all_head == kNil) return false;
+    const TxSlot& s = c->slots[c->all_head];
+    return s.sent_time + c->srtt <= now && s.sent_time < c->rack_sent;
   }
 
   // Loss by path timeout (see the design notes): transmissions older than
@@ -2227,6 +2238,7 @@ class Engine::Impl {
       ev.now = now;
       ev.lost = PathTimeouts(now, c);
       ev.inflight_bytes = c->inflight_bytes;
+      ev.stranded = Stranded(c, now);
       c->cc->OnAck(ev);
       c->cwnd = c->cc->window_bytes();
       if (c->all_head == kNil) return;

@@ -20,7 +20,8 @@
 //                       PRISM_PLANES times)
 //   PRISM_UDP_TX_MODE   auto | raw | sockets (default auto)
 //   PRISM_LINK_MTU      IP MTU of the links (default 1500)
-//   PRISM_CONGESTION    congestion controller (default nscc)
+//   PRISM_CONGESTION    congestion controller (default nscc; nscc-fa,
+//                       fixed, dcqcn)
 //   PRISM_PATH_POLICY   path selection policy (default rotation)
 //   PRISM_UDP_GSO       1 = UDP GSO for runs of equal-size packets
 //                       (sockets tx mode; default 1, as prism_perf)
