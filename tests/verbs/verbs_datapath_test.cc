@@ -733,6 +733,64 @@ StaleWriteResult RunStaleWrite(bool message_close) {
   return r;
 }
 
+// Two sides with two data QPs each, A's 8 x 64 KiB source filled with
+// `fill` and B's destination registered, and both sides' peer info read
+// (the set-up of the start-up and late-peer tests). `ok` false: a step
+// failed (already reported by an EXPECT).
+struct WritePair {
+  static constexpr size_t kMsgs = 8, kLen = 65536;
+  std::unique_ptr<Side> a, b;
+  std::vector<uint8_t> src, dst;
+  MemoryRegion smr, dmr;
+  PeerInfo ia, ib;
+  bool ok = false;
+
+  WritePair(VerbsOptions va, VerbsOptions vb, uint64_t seed_a, uint64_t seed_b,
+            uint8_t fill)
+      : src(kMsgs * kLen), dst(kMsgs * kLen, 0) {
+    va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
+    va.num_qps = vb.num_qps = 2;
+    auto sa = Side::Create(va, seed_a);
+    auto sb = Side::Create(vb, seed_b);
+    EXPECT_TRUE(sa.ok() && sb.ok());
+    if (!sa.ok() || !sb.ok()) return;
+    a = std::move(*sa);
+    b = std::move(*sb);
+    EXPECT_TRUE(a->Open(SlowLinkOptions(2)).ok());
+    EXPECT_TRUE(b->Open(SlowLinkOptions(2)).ok());
+    Fill(src, fill);
+    auto s = a->Register(src.data(), src.size(), kAccessLocal);
+    auto d = b->Register(dst.data(), dst.size(), kAccessRemoteWrite);
+    EXPECT_TRUE(s.ok() && d.ok());
+    if (!s.ok() || !d.ok()) return;
+    smr = *s;
+    dmr = *d;
+    auto pa = a->dp->LocalInfo(a->peer);
+    auto pb = b->dp->LocalInfo(b->peer);
+    EXPECT_TRUE(pa.ok() && pb.ok());
+    if (!pa.ok() || !pb.ok()) return;
+    ia = *pa;
+    ib = *pb;
+    ok = true;
+  }
+
+  // A posts the kMsgs WRITE-with-immediates (immediate = index).
+  void PostWrites() {
+    for (size_t i = 0; i < kMsgs; ++i) {
+      WriteRequest w;
+      w.wr_id = i;
+      w.local_addr = src.data() + i * kLen;
+      w.length = kLen;
+      w.lkey = smr.lkey;
+      w.remote_addr = dmr.addr + i * kLen;
+      w.rkey = dmr.rkey;
+      w.has_immediate = true;
+      w.immediate = static_cast<uint32_t>(i);
+      EXPECT_TRUE(a->engine->PostWrite(NowPs(), a->conn, w).ok());
+    }
+  }
+};
+
 // Start-up (docs/verbs.md "Start-up: the HELLO exchange"). The receiver B
 // registers its buffer and connects first, as prism_perf's server does: its
 // region advertisement and HELLO reach A's control QP while that is still in
@@ -751,34 +809,18 @@ struct StartupResult {
 StartupResult RunStartup(Time ready_wait, bool mute_b) {
   StartupResult r;
   VerbsOptions va, vb;
-  va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
-  // Two data QPs: A's ConnectPeer (two modify_qp calls per QP, slow under
-  // TCG) must end well within RC's retransmit timeout (67 ms) of B's, or
-  // RC's retry delivers B's advertisement before A's first burst.
-  va.num_qps = vb.num_qps = 2;
+  // Two data QPs (WritePair): A's ConnectPeer (two modify_qp calls per QP,
+  // slow under TCG) must end well within RC's retransmit timeout (67 ms) of
+  // B's, or RC's retry delivers B's advertisement before A's first burst.
   va.ready_wait = ready_wait;
   vb.debug_mute_hello = mute_b;
-  auto a = Side::Create(va, 61);
-  auto b = Side::Create(vb, 62);
-  EXPECT_TRUE(a.ok() && b.ok());
-  if (!a.ok() || !b.ok()) return r;
-  Side& A = **a;
-  Side& B = **b;
-  EXPECT_TRUE(A.Open(SlowLinkOptions(2)).ok());
-  EXPECT_TRUE(B.Open(SlowLinkOptions(2)).ok());
-  constexpr size_t kMsgs = 8, kLen = 65536;
-  std::vector<uint8_t> src(kMsgs * kLen), dst(kMsgs * kLen, 0);
-  Fill(src, 7);
-  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
-  auto dmr = B.Register(dst.data(), dst.size(), kAccessRemoteWrite);
-  EXPECT_TRUE(smr.ok() && dmr.ok());
-  if (!smr.ok() || !dmr.ok()) return r;
-  auto ia = A.dp->LocalInfo(A.peer);
-  auto ib = B.dp->LocalInfo(B.peer);
-  EXPECT_TRUE(ia.ok() && ib.ok());
-  if (!ia.ok() || !ib.ok()) return r;
-  auto ra = DecodePeerInfo(EncodePeerInfo(*ia));
-  auto rb = DecodePeerInfo(EncodePeerInfo(*ib));
+  WritePair p(va, vb, 61, 62, 7);
+  if (!p.ok) return r;
+  Side& A = *p.a;
+  Side& B = *p.b;
+  constexpr size_t kMsgs = WritePair::kMsgs;
+  auto ra = DecodePeerInfo(EncodePeerInfo(p.ia));
+  auto rb = DecodePeerInfo(EncodePeerInfo(p.ib));
   EXPECT_TRUE(ra.ok() && rb.ok());
   if (!ra.ok() || !rb.ok()) return r;
   EXPECT_TRUE(ra->hello && rb->hello);
@@ -786,18 +828,7 @@ StartupResult RunStartup(Time ready_wait, bool mute_b) {
   EXPECT_TRUE(B.engine->Connect(B.conn, A.engine->LocalInfo(A.conn)).ok());
   // The WRITEs are queued in A's engine before A's queue pairs connect, so
   // A's first burst follows its ConnectPeer at once.
-  for (size_t i = 0; i < kMsgs; ++i) {
-    WriteRequest w;
-    w.wr_id = i;
-    w.local_addr = src.data() + i * kLen;
-    w.length = kLen;
-    w.lkey = smr->lkey;
-    w.remote_addr = dmr->addr + i * kLen;
-    w.rkey = dmr->rkey;
-    w.has_immediate = true;
-    w.immediate = static_cast<uint32_t>(i);
-    EXPECT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
-  }
+  p.PostWrites();
   EXPECT_TRUE(B.dp->ConnectPeer(B.peer, *ra).ok());  // B's frames: dropped
   const Time t_b = NowPs();
   EXPECT_TRUE(A.dp->ConnectPeer(A.peer, *rb).ok());
@@ -836,7 +867,7 @@ StartupResult RunStartup(Time ready_wait, bool mute_b) {
   for (const Completion& c : A.completions) {
     EXPECT_EQ(c.status, absl::StatusCode::kOk);
   }
-  EXPECT_EQ(src, dst);
+  EXPECT_EQ(p.src, p.dst);
   return r;
 }
 
@@ -901,45 +932,18 @@ struct LateResult {
 LateResult RunLatePeer(Time late, Time connect_wait, bool b_connects) {
   LateResult r;
   VerbsOptions va, vb;
-  va.device = vb.device = EnvOr("PRISM_RXE_DEV", "");
-  va.num_qps = vb.num_qps = 2;
   va.connect_wait = vb.connect_wait = connect_wait;
   // rdma_rxe retries forever with retry_cnt 7 (a real NIC gives up after
   // 7 x 67 ms); with 2 the retries run out on rxe too, after about 0.2 s.
   va.ctrl_retry_cnt = vb.ctrl_retry_cnt = 2;
-  auto a = Side::Create(va, 71);
-  auto b = Side::Create(vb, 72);
-  EXPECT_TRUE(a.ok() && b.ok());
-  if (!a.ok() || !b.ok()) return r;
-  Side& A = **a;
-  Side& B = **b;
-  EXPECT_TRUE(A.Open(SlowLinkOptions(2)).ok());
-  EXPECT_TRUE(B.Open(SlowLinkOptions(2)).ok());
-  constexpr size_t kMsgs = 8, kLen = 65536;
-  std::vector<uint8_t> src(kMsgs * kLen), dst(kMsgs * kLen, 0);
-  Fill(src, 9);
-  auto smr = A.Register(src.data(), src.size(), kAccessLocal);
-  auto dmr = B.Register(dst.data(), dst.size(), kAccessRemoteWrite);
-  EXPECT_TRUE(smr.ok() && dmr.ok());
-  if (!smr.ok() || !dmr.ok()) return r;
-  auto ia = A.dp->LocalInfo(A.peer);
-  auto ib = B.dp->LocalInfo(B.peer);
-  EXPECT_TRUE(ia.ok() && ib.ok());
-  if (!ia.ok() || !ib.ok()) return r;
+  WritePair p(va, vb, 71, 72, 9);
+  if (!p.ok) return r;
+  Side& A = *p.a;
+  Side& B = *p.b;
+  constexpr size_t kMsgs = WritePair::kMsgs;
   EXPECT_TRUE(A.engine->Connect(A.conn, B.engine->LocalInfo(B.conn)).ok());
-  for (size_t i = 0; i < kMsgs; ++i) {
-    WriteRequest w;
-    w.wr_id = i;
-    w.local_addr = src.data() + i * kLen;
-    w.length = kLen;
-    w.lkey = smr->lkey;
-    w.remote_addr = dmr->addr + i * kLen;
-    w.rkey = dmr->rkey;
-    w.has_immediate = true;
-    w.immediate = static_cast<uint32_t>(i);
-    EXPECT_TRUE(A.engine->PostWrite(NowPs(), A.conn, w).ok());
-  }
-  EXPECT_TRUE(A.dp->ConnectPeer(A.peer, *ib).ok());
+  p.PostWrites();
+  EXPECT_TRUE(A.dp->ConnectPeer(A.peer, p.ib).ok());
   const Time t0 = NowPs();
   while (NowPs() - t0 < late) A.PumpOrSleep();  // B has not connected
   if (!b_connects) {
@@ -950,7 +954,7 @@ LateResult RunLatePeer(Time late, Time connect_wait, bool b_connects) {
   }
   const VerbsStats before = A.dp->stats();
   EXPECT_TRUE(B.engine->Connect(B.conn, A.engine->LocalInfo(A.conn)).ok());
-  EXPECT_TRUE(B.dp->ConnectPeer(B.peer, *ia).ok());
+  EXPECT_TRUE(B.dp->ConnectPeer(B.peer, p.ia).ok());
   auto count = [](const Side& s, CompletionType type) {
     size_t c = 0;
     for (const Completion& x : s.completions) c += x.type == type;
@@ -972,7 +976,7 @@ LateResult RunLatePeer(Time late, Time connect_wait, bool b_connects) {
   for (const Completion& c : A.completions) {
     EXPECT_EQ(c.status, absl::StatusCode::kOk);
   }
-  EXPECT_EQ(src, dst);
+  EXPECT_EQ(p.src, p.dst);
   return r;
 }
 
