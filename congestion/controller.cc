@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<Controller>> MakeController(
   if (config.algorithm == "fixed") {
     return std::unique_ptr<Controller>(new FixedWindowController(config));
   }
-  if (config.algorithm == "nscc" || config.algorithm == "nscc-fa") {
+  if (config.algorithm == "nscc" || config.algorithm == "nscc-fa" ||
+      config.algorithm == "nscc-classic") {
     const NsccParams p = NsccParams::Defaults(config);
     if (absl::Status s = p.Validate(); !s.ok()) return s;
     return std::unique_ptr<Controller>(new NsccController(p));
@@ -35,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Controller>> MakeController(
   }
   return absl::InvalidArgumentError(
       absl::StrCat("congestion: unknown algorithm '", config.algorithm,
-                   "' (want nscc, nscc-fa, fixed or dcqcn)"));
+                   "' (want nscc, nscc-classic, fixed or dcqcn)"));
 }
 
 }  // namespace prism::congestion

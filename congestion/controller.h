@@ -28,11 +28,17 @@ struct AckEvent {
   uint32_t rx_window_penalty = 0;  // receiver push-back, 0 = none
   uint64_t inflight_bytes = 0;     // bytes in flight after this batch
   // The oldest transmission in flight is older than the connection's
-  // smoothed RTT and a transmission sent after it was acked: it was
-  // probably lost on a failed path and awaits its path timeout (not yet in
-  // `lost`). Set by the engine on SACK and path-timeout events; read only
-  // by "nscc-fa" (the others ignore it).
+  // smoothed RTT and a transmission sent after it on its plane was acked
+  // (within a plane both queue behind the same NIC port): it was probably
+  // lost on a failed path and awaits its path timeout (not yet in `lost`).
+  // Set by the engine on SACK and path-timeout events; read only by NSCC's
+  // failure-aware quick adapt (the others ignore it).
   bool stranded = false;
+  // Bytes of the oldest transmissions in flight (at most 64 of them, in
+  // send order, up to the first that is not) older than the connection's
+  // smoothed RTT with a later-sent transmission acked: what the window
+  // holds for packets probably stranded on failed paths. Same events.
+  uint64_t stranded_bytes = 0;
 };
 
 class Controller {
@@ -49,11 +55,12 @@ class Controller {
 };
 
 struct ControllerConfig {
-  // "nscc" (default), "nscc-fa", "fixed", "dcqcn". "nscc-fa" is opt-in NSCC
-  // with failure-aware quick adapt (NsccParams::qa_failure_aware: no
-  // quick-adapt cut while recovering from a path failure, from
-  // AckEvent::lost / AckEvent::stranded); it helps all-to-all through link
-  // flaps but slows an undisturbed one by ~6%, so it is not the default
+  // "nscc" (default), "nscc-classic", "fixed", "dcqcn". "nscc" is NSCC with
+  // failure-aware quick adapt (NsccParams::qa_failure_aware: no quick-adapt
+  // cut while recovering from a path failure, from AckEvent::lost /
+  // AckEvent::stranded, and room for AckEvent::stranded_bytes in a cut);
+  // "nscc-classic" is NSCC's plain quick adapt (before 2026-12-03's
+  // default). "nscc-fa", the earlier opt-in name, is the same as "nscc"
   // (docs/congestion.md "Quick adapt").
   std::string algorithm = "nscc";
   uint64_t link_rate_bps = 100'000'000'000ull;  // sender NIC rate (all planes)

@@ -250,9 +250,12 @@ absl::StatusOr<TransportConfig> NamedTransport(
   } else if (name == "prism-random") {
     t.type = "prism";
     t.path_policy = "random";
-  } else if (name == "prism-fa") {
+  } else if (name == "prism-fa") {  // the earlier opt-in name: = prism
     t.type = "prism";
     t.congestion = "nscc-fa";
+  } else if (name == "prism-classic") {  // NSCC's plain quick adapt
+    t.type = "prism";
+    t.congestion = "nscc-classic";
   } else if (name == "roce") {
     t.type = "roce";
   } else if (name == "multiqp") {
@@ -260,7 +263,7 @@ absl::StatusOr<TransportConfig> NamedTransport(
   } else {
     return Bad("unknown transport '" + name +
                "' (prism, prism-oblivious, prism-reps, prism-p2c, "
-               "prism-random, prism-fa, roce, multiqp)");
+               "prism-random, prism-fa, prism-classic, roce, multiqp)");
   }
   return t;
 }

@@ -25,11 +25,12 @@ using sim::ScenarioConfig;
 
 constexpr double kUs = static_cast<double>(kMicrosecond);
 const char* const kBaseTransports = R"(["prism", "roce", "multiqp"])";
-// link-flaps also runs the opt-in failure-aware NSCC ("prism-fa", congestion
-// "nscc-fa") beside the default, so the trade (flap window vs undisturbed
-// run) is measured side by side (docs/benchmarks.md).
+// link-flaps also runs NSCC's plain quick adapt ("prism-classic", congestion
+// "nscc-classic", the default before 2026-12-03) beside the default, so
+// the failure-aware rule's effect (flap window vs undisturbed run) is
+// measured side by side (docs/benchmarks.md).
 const char* const kLinkFlapsTransports =
-    R"(["prism", "prism-fa", "roce", "multiqp"])";
+    R"(["prism", "prism-classic", "roce", "multiqp"])";
 
 struct Topo {
   int planes, t0, t1, hosts_per_t0;

@@ -29,7 +29,7 @@ NsccParams NsccParams::Defaults(const ControllerConfig& c) {
   p.prop_increase_bytes = std::max<uint64_t>(p.bdp_bytes / 4, c.mtu_bytes);
   p.qa_delay_threshold = 4 * p.target_delay;
   p.loss_is_congestion = c.loss_is_congestion;
-  p.qa_failure_aware = c.algorithm == "nscc-fa";
+  p.qa_failure_aware = c.algorithm != "nscc-classic";
   return p;
 }
 
@@ -103,29 +103,15 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
   }
   qa_delivered_ += ev.acked_bytes;
   if (loss) qa_congested_ = true;
-  if (!p_.qa_failure_aware) {
-    if (rtt > p_.qa_delay_threshold) qa_congested_ = true;
-  } else {
-    if (ev.rtt > 0) {
-      qa_min_rtt_ =
-          qa_rtt_samples_ == 0 ? ev.rtt : std::min(qa_min_rtt_, ev.rtt);
-      ++qa_rtt_samples_;
-    }
-    if (!p_.loss_is_congestion && (ev.lost > 0 || ev.stranded)) {
-      failure_seen_ = true;
-      last_failure_ = ev.now;
-    }
+  if (rtt > p_.qa_delay_threshold) qa_congested_ = true;
+  if (p_.qa_failure_aware && !p_.loss_is_congestion &&
+      (ev.lost > 0 || ev.stranded)) {
+    failure_seen_ = true;
+    last_failure_ = ev.now;
   }
   // Delivered per target_delay: what the network drains for this flow in
   // the RTT the window aims for (the RTT itself may be inflated by queues).
   if (ev.now - qa_start_ < p_.target_delay) return;
-  // Failure-aware: queueing evidence from the RTT holds for the whole
-  // period; one hot path's sample among a multipath connection's is not its
-  // queue.
-  if (p_.qa_failure_aware &&
-      (qa_rtt_samples_ > 0 ? qa_min_rtt_ : rtt) > p_.qa_delay_threshold) {
-    qa_congested_ = true;
-  }
   if (qa_congested_ &&
       static_cast<double>(qa_delivered_) < p_.qa_fraction * cwnd_) {
     // Failure-aware, recovering from a path failure: the shortfall is the
@@ -138,7 +124,11 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
         static_cast<double>(ev.now - last_failure_) < hold) {
       ++counters_.quick_adapts_held;
     } else {
-      cwnd_ = static_cast<double>(qa_delivered_);
+      // Failure-aware: the window keeps room for the bytes stranded in
+      // flight as well (AckEvent::stranded_bytes), so what is delivered
+      // per period can still be sent while they wait for their timeout.
+      cwnd_ = static_cast<double>(
+          qa_delivered_ + (p_.qa_failure_aware ? ev.stranded_bytes : 0));
       Clamp();
       decreased_once_ = true;
       last_decrease_ = ev.now;
@@ -148,7 +138,6 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
   qa_start_ = ev.now;
   qa_delivered_ = 0;
   qa_congested_ = false;
-  qa_rtt_samples_ = 0;
 }
 
 void NsccController::OnAck(const AckEvent& ev) {
@@ -199,7 +188,6 @@ void NsccController::OnTimeout(Time now) {
   qa_started_ = false;
   qa_delivered_ = 0;
   qa_congested_ = false;
-  qa_rtt_samples_ = 0;
   ++counters_.timeouts;
 }
 

@@ -24,15 +24,16 @@
 // delivered bytes (what the network drains for this flow per target RTT,
 // e.g. the fair share in an incast).
 //
-// Opt-in failure-aware quick adapt (qa_failure_aware; algorithm "nscc-fa"):
-// the RTT trigger needs every RTT sample of the period (the latest, if none)
-// above qa_delay_threshold, and, unless losses are congestion, quick adapt
+// Failure-aware quick adapt (qa_failure_aware; the default, "nscc";
+// "nscc-classic" turns it off): unless losses are congestion, quick adapt
 // is held while the connection recovers from a path failure: no cut at a
 // period end within qa_failure_hold_rtts x max(RTT, target) of a non-trim
 // loss or a stranded transmission (AckEvent::lost, AckEvent::stranded),
 // since the delivery shortfall is then the stranded bytes, not the
-// network's drain rate. Not the default: it slows an undisturbed all-to-all
-// by ~6% (docs/congestion.md "Quick adapt"). The
+// network's drain rate; and a cut leaves room for the bytes stranded in
+// flight (window = delivered + AckEvent::stranded_bytes). It meets the
+// link-flaps bar without slowing an undisturbed all-to-all by more than
+// ~2% (docs/congestion.md "Quick adapt"). The
 // receiver's rx_window_penalty (in MTU packets, latest value wins, 0 clears)
 // is subtracted from the window reported. A timeout halves the window.
 // window_bytes() is always within [min_window, max_window]; pacing rate 0.
@@ -82,9 +83,10 @@ struct NsccParams {
   // Quick adapt.
   double qa_fraction = 0.5;
   Time qa_delay_threshold = 0;
-  // Opt-in ("nscc-fa"): failure-aware quick adapt (smallest-sample RTT
-  // trigger, hold after path failures; see the header comment). False: the
-  // NSCC default, qa_failure_hold_rtts unused.
+  // Failure-aware quick adapt (hold after path failures, room for stranded
+  // bytes; see the header comment). Set by Defaults() except for
+  // "nscc-classic"; false: NSCC's plain quick adapt, qa_failure_hold_rtts
+  // unused.
   bool qa_failure_aware = false;
   // With qa_failure_aware: quick adapt is held for this many
   // max(RTT, target) after a non-trim loss or a stranded transmission (only
@@ -99,7 +101,7 @@ struct NsccParams {
   // fair increase = 1 MTU per RTT, qa threshold = 4 x target. ControllerConfig
   // target_delay / max_window_bytes override when non-zero;
   // loss_is_congestion is copied from ControllerConfig; qa_failure_aware is
-  // set for algorithm "nscc-fa".
+  // set unless algorithm is "nscc-classic".
   static NsccParams Defaults(const ControllerConfig& config);
   absl::Status Validate() const;
 };
@@ -124,7 +126,7 @@ class NsccController final : public Controller {
   void OnTimeout(Time now) override;
   uint64_t window_bytes() const override;
   const char* name() const override {
-    return p_.qa_failure_aware ? "nscc-fa" : "nscc";
+    return p_.qa_failure_aware ? "nscc" : "nscc-classic";
   }
 
   const NsccParams& params() const { return p_; }
@@ -148,8 +150,6 @@ class NsccController final : public Controller {
   Time qa_start_ = 0;
   uint64_t qa_delivered_ = 0;
   bool qa_congested_ = false;
-  Time qa_min_rtt_ = 0;  // smallest RTT sample of the period
-  uint32_t qa_rtt_samples_ = 0;
   bool failure_seen_ = false;  // a non-trim loss or a stranded transmission
   Time last_failure_ = 0;      // ... the latest one
   NsccCounters counters_;

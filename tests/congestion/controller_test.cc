@@ -53,12 +53,16 @@ NsccController Nscc(double md_gain = 1.0) {
 // ---- factory ----------------------------------------------------------------
 
 TEST(FactoryTest, BuildsEachAlgorithmByName) {
-  for (const char* algo : {"nscc", "nscc-fa", "fixed", "dcqcn"}) {
+  for (const char* algo : {"nscc", "nscc-classic", "fixed", "dcqcn"}) {
     auto c = MakeController(Cfg(algo));
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_STREQ((*c)->name(), algo);
     EXPECT_GT((*c)->window_bytes(), 0u);
   }
+  // The earlier opt-in name of the failure-aware rule: now the default.
+  auto fa = MakeController(Cfg("nscc-fa"));
+  ASSERT_TRUE(fa.ok()) << fa.status();
+  EXPECT_STREQ((*fa)->name(), "nscc");
   auto d = MakeController(Cfg("dcqcn"));
   EXPECT_EQ((*d)->pacing_rate_bps(), k100G);
   EXPECT_EQ((*MakeController(Cfg("nscc")))->pacing_rate_bps(), 0u);
@@ -416,9 +420,9 @@ TEST(NsccTest, QuickAdaptOnHighRttWithoutLosses) {
   EXPECT_EQ(a.cwnd_bytes(), 8192u);
 }
 
-// Opt-in failure-aware quick adapt ("nscc-fa"), md_gain 1 as Nscc().
+// Failure-aware quick adapt (the default "nscc"), md_gain 1 as Nscc().
 NsccController NsccFa(bool loss_is_congestion = false) {
-  ControllerConfig c = Cfg("nscc-fa");
+  ControllerConfig c = Cfg("nscc");
   c.loss_is_congestion = loss_is_congestion;
   NsccParams p = NsccParams::Defaults(c);
   p.md_gain = 1.0;
@@ -427,24 +431,41 @@ NsccController NsccFa(bool loss_is_congestion = false) {
   return NsccController(p);
 }
 
-TEST(NsccTest, FailureAwareQuickAdaptIsOptIn) {
-  EXPECT_FALSE(NsccParams::Defaults(Cfg("nscc")).qa_failure_aware);
-  EXPECT_TRUE(NsccParams::Defaults(Cfg("nscc-fa")).qa_failure_aware);
-  EXPECT_STREQ(Nscc().name(), "nscc");
-  EXPECT_STREQ(NsccFa().name(), "nscc-fa");
+// NSCC's plain quick adapt ("nscc-classic"), md_gain 1.
+NsccController NsccClassic() {
+  NsccParams p = NsccParams::Defaults(Cfg("nscc-classic"));
+  p.md_gain = 1.0;
+  EXPECT_FALSE(p.qa_failure_aware);
+  EXPECT_TRUE(p.Validate().ok());
+  return NsccController(p);
 }
 
-TEST(NsccTest, QuickAdaptNeedsEveryRttSampleOfThePeriodAboveThreshold) {
-  // Failure-aware: one 80 us sample among 12 us ones (a hot path of a
-  // multipath connection) is not queueing on the connection's bottleneck.
+TEST(NsccTest, FailureAwareQuickAdaptIsTheDefault) {
+  EXPECT_TRUE(NsccParams::Defaults(Cfg("nscc")).qa_failure_aware);
+  EXPECT_TRUE(NsccParams::Defaults(Cfg("nscc-fa")).qa_failure_aware);
+  EXPECT_FALSE(NsccParams::Defaults(Cfg("nscc-classic")).qa_failure_aware);
+  EXPECT_STREQ(NsccFa().name(), "nscc");
+  EXPECT_STREQ(NsccClassic().name(), "nscc-classic");
+}
+
+TEST(NsccTest, QuickAdaptCutLeavesRoomForStrandedBytes) {
+  // Failure-aware: the cut is to what was delivered plus the bytes the
+  // engine reports stranded in flight (sent over an srtt ago, overtaken),
+  // which wait for their path timeout and would otherwise fill the window.
+  // The latest RTT sample triggers it, as in NSCC.
   NsccController a = NsccFa();
-  a.OnAck(Ack(0, 1, 80 * kUs));
-  a.OnAck(Ack(10 * kUs, 1, 12 * kUs));
-  a.OnAck(Ack(40 * kUs, 1, 80 * kUs));
-  EXPECT_EQ(a.counters().quick_adapts, 0u);
-  a.OnAck(Ack(60 * kUs, 1, 80 * kUs));  // a whole period above: cut
+  a.OnAck(Ack(0, 1, 12 * kUs));
+  AckEvent e = Ack(40 * kUs, 1, 80 * kUs);
+  e.stranded_bytes = 5 * 4096;
+  a.OnAck(e);
   EXPECT_EQ(a.counters().quick_adapts, 1u);
-  EXPECT_EQ(a.cwnd_bytes(), 4096u);
+  EXPECT_EQ(a.cwnd_bytes(), 8192u + 5 * 4096u);
+  // The classic rule ignores them.
+  NsccController b = NsccClassic();
+  b.OnAck(Ack(0, 1, 12 * kUs));
+  b.OnAck(e);
+  EXPECT_EQ(b.counters().quick_adapts, 1u);
+  EXPECT_EQ(b.cwnd_bytes(), 8192u);
 }
 
 TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
@@ -473,11 +494,11 @@ TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
   EXPECT_EQ(b.counters().quick_adapts_held, 0u);
 }
 
-TEST(NsccTest, DefaultQuickAdaptCutsThroughPathFailures) {
-  // Not failure-aware (the default "nscc"): a lossy or stranded period
-  // still cuts, and one sample above the threshold is enough.
+TEST(NsccTest, ClassicQuickAdaptCutsThroughPathFailures) {
+  // Not failure-aware ("nscc-classic"): a lossy or stranded period still
+  // cuts, and one sample above the threshold is enough.
   for (const bool stranded : {false, true}) {
-    NsccController a = Nscc();
+    NsccController a = NsccClassic();
     AckEvent e = Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/stranded ? 0 : 1);
     e.stranded = stranded;
     a.OnAck(e);
@@ -486,7 +507,7 @@ TEST(NsccTest, DefaultQuickAdaptCutsThroughPathFailures) {
     EXPECT_EQ(a.counters().quick_adapts_held, 0u) << stranded;
     EXPECT_EQ(a.cwnd_bytes(), 8192u) << stranded;
   }
-  NsccController b = Nscc();
+  NsccController b = NsccClassic();
   b.OnAck(Ack(0, 1, 12 * kUs));
   b.OnAck(Ack(10 * kUs, 1, 12 * kUs));
   b.OnAck(Ack(40 * kUs, 1, 80 * kUs));  // the latest sample decides

@@ -60,7 +60,7 @@ TEST(NoAllocTest, PathSelectorHotPath) {
 }
 
 TEST(NoAllocTest, ControllerHotPath) {
-  for (const char* algo : {"nscc", "nscc-fa", "fixed", "dcqcn"}) {
+  for (const char* algo : {"nscc", "nscc-classic", "fixed", "dcqcn"}) {
     congestion::ControllerConfig c;
     c.algorithm = algo;
     auto cc = congestion::MakeController(c);

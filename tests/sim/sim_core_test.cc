@@ -778,20 +778,24 @@ TEST(ScenarioTest, EngineWindowOption) {
   testing::ExpectInvariants(s.result());
 }
 
-// "prism-fa": Prism with the opt-in failure-aware NSCC ("nscc-fa"); a run
-// completes with every invariant held.
-TEST(ScenarioTest, PrismFaIsPrismWithNsccFa) {
+// "prism-classic": Prism with NSCC's plain quick adapt ("nscc-classic", the
+// default before the failure-aware rule); "prism-fa", the rule's earlier
+// opt-in name, is Prism with "nscc-fa" (= "nscc"). A run completes with
+// every invariant held.
+TEST(ScenarioTest, PrismClassicIsPrismWithNsccClassic) {
   ScenarioConfig sc = MustParse(R"({
     "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
                  "t1_per_plane": 2, "hosts_per_t0": 2},
     "duration_us": 2000,
     "workload": {"type": "permutation", "bytes": 200000},
-    "transports": ["prism", "prism-fa"]})");
-  ASSERT_EQ(sc.transports.size(), 2u);
+    "transports": ["prism", "prism-classic", "prism-fa"]})");
+  ASSERT_EQ(sc.transports.size(), 3u);
   EXPECT_EQ(sc.transports[0].congestion, "nscc");
-  EXPECT_EQ(sc.transports[1].name, "prism-fa");
+  EXPECT_EQ(sc.transports[1].name, "prism-classic");
   EXPECT_EQ(sc.transports[1].type, "prism");
-  EXPECT_EQ(sc.transports[1].congestion, "nscc-fa");
+  EXPECT_EQ(sc.transports[1].congestion, "nscc-classic");
+  EXPECT_EQ(sc.transports[2].type, "prism");
+  EXPECT_EQ(sc.transports[2].congestion, "nscc-fa");
   Simulator s(sc, sc.transports[1]);
   ASSERT_TRUE(s.Init().ok());
   ASSERT_TRUE(s.Run().ok());

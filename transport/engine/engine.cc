@@ -138,6 +138,9 @@ constexpr uint8_t kMaxTlp = 2;        // tail-loss probes per stall
 constexpr uint32_t kTlpPackets = 1;   // transmissions resent per probe
 constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
+// AckEvent::stranded_bytes looks at most this many of the oldest
+// transmissions in flight.
+constexpr uint32_t kStrandedScan = 64;
 
 enum SlotState : uint8_t { kFree = 0, kInFlight, kLost, kAcked };
 
@@ -455,20 +458,18 @@ struct Conn {
   }
   // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
   // PathLossTimeout() after it was sent once a later transmission on its
-  // plane was acked; or, when it was sent before a tail-loss probe that was
-  // answered (tlp_rack), srtt + the SACK delay after it was sent (RFC 8985:
-  // the probe's ack lets RACK mark the rest of the flight; the probe left a
-  // PTO without progress after the flight's head, so what is still unacked
-  // when it comes back was not merely queued behind it, on any plane).
+  // plane was acked, or once it was sent before a tail-loss probe that was
+  // answered (tlp_rack: RFC 8985, the probe's ack lets RACK mark the rest of
+  // the flight, on any plane). The probe's ack does not shorten the deadline:
+  // a probe fired before the first RTT sample (2 base_rtt) on a queued fabric
+  // comes back over an emptier path while the flight is still queued, and
+  // srtt + the SACK delay then declared whole flights lost (256-host bench:
+  // 32,760 of 35,219 path timeouts, none a real loss; docs/benchmarks.md).
   Time LossDeadline(const TxSlot& s) const {
-    Time t = kTimeInfinite;
-    if (SentBeforeLatestAcked(s)) t = s.sent_time + PathLossTimeout(s.path);
-    if (s.sent_time < tlp_rack) {
-      const Time rack =
-          std::max(srtt + opt.base_rtt / 4, SlowPathGrace(s.path));
-      t = std::min(t, s.sent_time + rack);
+    if (SentBeforeLatestAcked(s) || s.sent_time < tlp_rack) {
+      return s.sent_time + PathLossTimeout(s.path);
     }
-    return t;
+    return kTimeInfinite;
   }
   // When the oldest transmission times out across paths (kTimeInfinite: not
   // overtaken yet). Only the oldest is timed, so this is O(1).
@@ -2040,6 +2041,7 @@ class Engine::Impl {
     AdvanceUna(c);
     ev.inflight_bytes = c->inflight_bytes;
     ev.stranded = Stranded(c, now);
+    ev.stranded_bytes = StrandedBytes(c, now);
     c->cc->OnAck(ev);
     c->cwnd = c->cc->window_bytes();
     CompleteWrites(c);
@@ -2047,12 +2049,31 @@ class Engine::Impl {
 
   // For the controller (AckEvent::stranded): the oldest transmission in
   // flight has been out longer than the connection's srtt and one sent
-  // after it was acked, i.e. it is probably lost on a failed path and waits
-  // for its path timeout. O(1): the all-list is in send order.
+  // after it on its plane was acked, i.e. it is probably lost on a failed
+  // path and waits for its path timeout. (With any later-sent ack across
+  // planes, reordering over 256 paths sets it all the time in an
+  // undisturbed all-to-all.) O(1): the all-list is in send order.
   static bool Stranded(const Conn* c, Time now) {
     if (c->srtt == 0 || c->all_head == kNil) return false;
     const TxSlot& s = c->slots[c->all_head];
-    return s.sent_time + c->srtt <= now && s.sent_time < c->rack_sent;
+    return s.sent_time + c->srtt <= now && c->SentBeforeLatestAcked(s);
+  }
+
+  // For the controller (AckEvent::stranded_bytes): the bytes of the oldest
+  // transmissions in flight, in send order up to the first that is younger
+  // than srtt or not overtaken (a later-sent one acked), at most
+  // kStrandedScan of them. Bounded; no allocation.
+  static uint64_t StrandedBytes(const Conn* c, Time now) {
+    if (c->srtt == 0) return 0;
+    uint64_t bytes = 0;
+    uint32_t n = 0;
+    for (uint32_t i = c->all_head; i != kNil && n < kStrandedScan;
+         i = c->slots[i].next_all, ++n) {
+      const TxSlot& s = c->slots[i];
+      if (s.sent_time + c->srtt > now || s.sent_time >= c->rack_sent) break;
+      bytes += s.len;
+    }
+    return bytes;
   }
 
   // Loss by path timeout (see the design notes): transmissions older than
@@ -2239,6 +2260,7 @@ class Engine::Impl {
       ev.lost = PathTimeouts(now, c);
       ev.inflight_bytes = c->inflight_bytes;
       ev.stranded = Stranded(c, now);
+      ev.stranded_bytes = StrandedBytes(c, now);
       c->cc->OnAck(ev);
       c->cwnd = c->cc->window_bytes();
       if (c->all_head == kNil) return;

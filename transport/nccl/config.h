@@ -20,7 +20,7 @@
 //                       PRISM_PLANES times)
 //   PRISM_UDP_TX_MODE   auto | raw | sockets (default auto)
 //   PRISM_LINK_MTU      IP MTU of the links (default 1500)
-//   PRISM_CONGESTION    congestion controller (default nscc; nscc-fa,
+//   PRISM_CONGESTION    congestion controller (default nscc; nscc-classic,
 //                       fixed, dcqcn)
 //   PRISM_PATH_POLICY   path selection policy (default rotation)
 //   PRISM_UDP_GSO       1 = UDP GSO for runs of equal-size packets
