@@ -58,6 +58,9 @@ absl::Status NsccParams::Validate() const {
   if (!(qa_failure_hold_rtts >= 0 && qa_failure_hold_rtts <= 64)) {
     return bad("qa_failure_hold_rtts in [0,64]");
   }
+  if (!(qa_stranded_hold_rtts >= 0 && qa_stranded_hold_rtts <= 64)) {
+    return bad("qa_stranded_hold_rtts in [0,64]");
+  }
   if (qa_delay_threshold <= 0) return bad("qa_delay_threshold must be > 0");
   return absl::OkStatus();
 }
@@ -104,10 +107,15 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
   qa_delivered_ += ev.acked_bytes;
   if (loss) qa_congested_ = true;
   if (rtt > p_.qa_delay_threshold) qa_congested_ = true;
-  if (p_.qa_failure_aware && !p_.loss_is_congestion &&
-      (ev.lost > 0 || ev.stranded)) {
-    failure_seen_ = true;
-    last_failure_ = ev.now;
+  if (p_.qa_failure_aware && !p_.loss_is_congestion) {
+    if (ev.lost > 0) {
+      loss_seen_ = true;
+      last_loss_ = ev.now;
+    }
+    if (ev.stranded) {
+      stranded_seen_ = true;
+      last_stranded_ = ev.now;
+    }
   }
   // Delivered per target_delay: what the network drains for this flow in
   // the RTT the window aims for (the RTT itself may be inflated by queues).
@@ -117,11 +125,16 @@ void NsccController::QuickAdapt(const AckEvent& ev, Time rtt, bool loss) {
     // Failure-aware, recovering from a path failure: the shortfall is the
     // bytes stranded on the failed paths (held in the window until their
     // path timeout), not what the network drains; cutting to it would
-    // leave the window full of stranded bytes.
-    const double hold = p_.qa_failure_hold_rtts *
-                        static_cast<double>(std::max(rtt, p_.target_delay));
-    if (p_.qa_failure_aware && failure_seen_ &&
-        static_cast<double>(ev.now - last_failure_) < hold) {
+    // leave the window full of stranded bytes. A declared loss holds it
+    // longer than a stranded transmission, which may be merely late.
+    const double unit = static_cast<double>(std::max(rtt, p_.target_delay));
+    const bool after_loss =
+        loss_seen_ && static_cast<double>(ev.now - last_loss_) <
+                          p_.qa_failure_hold_rtts * unit;
+    const bool after_stranded =
+        stranded_seen_ && static_cast<double>(ev.now - last_stranded_) <
+                              p_.qa_stranded_hold_rtts * unit;
+    if (p_.qa_failure_aware && (after_loss || after_stranded)) {
       ++counters_.quick_adapts_held;
     } else {
       // Failure-aware: the window keeps room for the bytes stranded in

@@ -27,15 +27,15 @@
 // Failure-aware quick adapt (qa_failure_aware; the default, "nscc";
 // "nscc-classic" turns it off): unless losses are congestion, quick adapt
 // is held while the connection recovers from a path failure: no cut at a
-// period end within qa_failure_hold_rtts x max(RTT, target) of a non-trim
-// loss or a stranded transmission (AckEvent::lost, AckEvent::stranded),
-// since the delivery shortfall is then the stranded bytes, not the
-// network's drain rate; and a cut leaves room for the bytes stranded in
-// flight (window = delivered + AckEvent::stranded_bytes). It meets the
-// link-flaps bar without slowing an undisturbed all-to-all by more than
-// ~2% (docs/congestion.md "Quick adapt"). The
-// receiver's rx_window_penalty (in MTU packets, latest value wins, 0 clears)
-// is subtracted from the window reported. A timeout halves the window.
+// period end within qa_failure_hold_rtts (5) x max(RTT, target) of a
+// non-trim loss (AckEvent::lost) or qa_stranded_hold_rtts (3) of a stranded
+// transmission (AckEvent::stranded), since the delivery shortfall is then
+// the stranded bytes, not the network's drain rate; and a cut leaves room
+// for the bytes stranded in flight (window = delivered +
+// AckEvent::stranded_bytes). It meets the link-flaps bar and slows an
+// undisturbed all-to-all by ~1.3% on average (docs/congestion.md "Quick
+// adapt"). The receiver's rx_window_penalty (in MTU packets, latest value
+// wins, 0 clears) is subtracted from the window reported. A timeout halves the window.
 // window_bytes() is always within [min_window, max_window]; pacing rate 0.
 //
 // Thread safety: none; one connection's thread. Pure and deterministic.
@@ -89,11 +89,14 @@ struct NsccParams {
   // unused.
   bool qa_failure_aware = false;
   // With qa_failure_aware: quick adapt is held for this many
-  // max(RTT, target) after a non-trim loss or a stranded transmission (only
-  // when !loss_is_congestion); 0 = no hold. 4: the resends and the window's
-  // regrowth take a few RTTs (2: the link-flaps bar is missed,
+  // max(RTT, target) after a non-trim loss (only when !loss_is_congestion);
+  // 0 = no hold. The resends and the window's regrowth take a few RTTs
+  // (2: the link-flaps bar is missed; 4: missed on 1 seed of 10;
   // docs/congestion.md "Quick adapt").
-  double qa_failure_hold_rtts = 4;
+  double qa_failure_hold_rtts = 5;
+  // The same after a stranded transmission (AckEvent::stranded), weaker
+  // evidence (it may be merely late): shorter.
+  double qa_stranded_hold_rtts = 3;
 
   // Defaults from link rate, base RTT and MTU (see docs/congestion.md):
   // target = max(1.5 x base_rtt, base_rtt + 2 MTU serialisations),
@@ -150,8 +153,10 @@ class NsccController final : public Controller {
   Time qa_start_ = 0;
   uint64_t qa_delivered_ = 0;
   bool qa_congested_ = false;
-  bool failure_seen_ = false;  // a non-trim loss or a stranded transmission
-  Time last_failure_ = 0;      // ... the latest one
+  bool loss_seen_ = false;      // a non-trim loss (failure-aware)
+  Time last_loss_ = 0;          // ... the latest one
+  bool stranded_seen_ = false;  // a stranded transmission
+  Time last_stranded_ = 0;      // ... the latest one
   NsccCounters counters_;
 };
 

@@ -470,8 +470,9 @@ TEST(NsccTest, QuickAdaptCutLeavesRoomForStrandedBytes) {
 
 TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
   // Failure-aware: the same collapse as QuickAdaptOnHighRttWithoutLosses,
-  // but within 4 x max(RTT, target) = 320 us of a non-trim loss (or of a
-  // stranded transmission): the shortfall is the stranded bytes, no cut.
+  // but within 5 x max(RTT, target) = 400 us of a non-trim loss (3 x =
+  // 240 us of a stranded transmission): the shortfall is the stranded
+  // bytes, no cut.
   for (const bool stranded : {false, true}) {
     NsccController a = NsccFa();
     AckEvent e = Ack(0, 1, 80 * kUs, 0, 0, /*lost=*/stranded ? 0 : 1);
@@ -481,8 +482,11 @@ TEST(NsccTest, QuickAdaptHeldWhileRecoveringFromPathFailure) {
     EXPECT_EQ(a.counters().quick_adapts, 0u) << stranded;
     EXPECT_EQ(a.counters().quick_adapts_held, 1u) << stranded;
     EXPECT_GT(a.cwnd_bytes(), 100000u) << stranded;
-    // Past the hold: quick adapt acts again.
-    a.OnAck(Ack(330 * kUs, 1, 80 * kUs));
+    // Still held just before the end; past it quick adapt acts again.
+    const Time end = (stranded ? 240 : 400) * kUs;
+    a.OnAck(Ack(end - 10 * kUs, 1, 80 * kUs));
+    EXPECT_EQ(a.counters().quick_adapts, 0u) << stranded;
+    a.OnAck(Ack(end + 10 * kUs, 1, 80 * kUs));
     EXPECT_EQ(a.counters().quick_adapts, 1u) << stranded;
     EXPECT_EQ(a.cwnd_bytes(), 4096u) << stranded;
   }
