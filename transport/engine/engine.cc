@@ -869,6 +869,9 @@ class Engine::Impl {
       }
       wire::HeaderCrcs(hdr, span, m, crc);
       for (size_t j = 0; j < k; ++j) {
+        if (run_c_ != nullptr && slot[j] < kChunk &&
+            TryDataRun(now, pkts[i + j], crc[slot[j]]))
+          continue;
         ReceiveOne(now, pkts[i + j], slot[j] < kChunk ? &crc[slot[j]] : nullptr,
                    claim[j]);
       }
@@ -883,6 +886,7 @@ class Engine::Impl {
       Touch(c);
     }
     deferred_fail_.clear();
+    run_c_ = nullptr;
     in_batch_ = false;
     nclaims_ = 0;  // RxDestination claims live until the next OnReceive
     claims_full_ = false;
@@ -1328,6 +1332,7 @@ class Engine::Impl {
   __attribute__((always_inline)) void ReceiveOne(Time now, const RxPacket& rx,
                                                  const uint32_t* hdr_crc,
                                                  const RxClaim* claim) {
+    run_c_ = nullptr;  // OnData sets it again when it accepts a packet
     ++stats_.rx_packets;
     wire::DecodeError e;
     if (claim != nullptr) {
@@ -1665,6 +1670,17 @@ class Engine::Impl {
         ++stats_.rx_drop_malformed;
         return;
     }
+    CommitData(now, c, rx, psn, a);
+  }
+
+  // An accepted DATA packet (pkt_ holds its decoded header): placement,
+  // the receive window, the message and the SACK bookkeeping. A packet
+  // placed here is remembered for the run fast path (TryDataRun).
+  __attribute__((always_inline)) void CommitData(Time now, Conn* c,
+                                                 const RxPacket& rx,
+                                                 uint64_t psn,
+                                                 const RxAccept& a) {
+    const wire::DataHeader& h = pkt_.data;
     if (!a.cached) {
       c->last_rkey = h.rkey;
       c->last_region = a.ridx;
@@ -1686,6 +1702,7 @@ class Engine::Impl {
               : placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen),
                                r.mr))) {
       ++stats_.rx_drop_placement;
+      run_c_ = nullptr;
       return;
     }
     // Accept. The in-order packet whose successor has not arrived moves
@@ -1727,6 +1744,97 @@ class Engine::Impl {
       if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
     NoteAck(now, c, h, psn, rx.ecn_ce, gap);
+    if (!in_batch_) {
+      run_c_ = c;
+      run_hdr_ = rx.data;
+      run_base_ = a.base_addr;
+      run_addr_ = h.remote_addr;
+      run_dst_ = dst;
+    }
+  }
+
+  // The receive run fast path: a DATA packet of the message whose packet
+  // was accepted just before it in this OnReceive call (run_c_; pkt_ still
+  // holds that packet's decoded header). Its header differs from that one
+  // only in per-packet fields (wire::internal::SameDataMessage: same
+  // connection, message, key, flags), so the connection lookup and the
+  // key, range and message-consistency checks of AcceptData have the
+  // outcome they had for that packet (nothing between the two changed the
+  // connection, its regions or the message's slot) and are not repeated;
+  // the decoder's field checks, the payload checks, the PSN window and the
+  // message's byte count are. Returns false, having changed nothing, for
+  // any packet whose outcome it does not know to be acceptance: ReceiveOne
+  // then handles it exactly as before. `hdr_crc`: its header checksum.
+  __attribute__((always_inline)) bool TryDataRun(Time now, const RxPacket& rx,
+                                                 uint32_t hdr_crc) {
+    namespace off = wire::internal::off;
+    const uint8_t* p = rx.data;
+    // The payload split from the header (rx.payload) or following it.
+    const uint8_t* payload = rx.payload;
+    size_t payload_bytes = rx.payload_len;
+    if (payload == nullptr) {
+      if (rx.len <= wire::kDataHeaderSize) return false;
+      payload = p + wire::kDataHeaderSize;
+      payload_bytes = rx.len - wire::kDataHeaderSize;
+    } else if (rx.len != wire::kDataHeaderSize) {
+      return false;
+    }
+    if (rx.trimmed || Get32(p + off::kCrc) != hdr_crc ||
+        !wire::internal::SameDataMessage(p, run_hdr_))
+      return false;
+    Conn* c = run_c_;
+    wire::DataHeader& h = pkt_.data;  // the previous packet's fields
+    const uint16_t flags = Get16(p + off::kDFlags);
+    const uint32_t msg_off = Get32(p + off::kDMsgOffset);
+    const uint16_t plen = Get16(p + off::kDPayloadLen);
+    const uint16_t path = Get16(p + off::kDPathId);
+    const uint64_t addr = Get64(p + off::kDRemoteAddr);
+    const uint64_t end = uint64_t{msg_off} + plen;
+    // The decoder's checks (the rest are the previous packet's) and
+    // AcceptData's per-packet ones; a payload checksum is left to OnData.
+    if (plen == 0 || payload_bytes != plen || end > h.msg_len ||
+        ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
+        ((flags & wire::kFlagLastOfMessage) && end != h.msg_len) ||
+        (flags & wire::kFlagPayloadCrc) || c->rx_crc_required ||
+        plen > c->remote_mtu || path >= c->num_paths || addr < msg_off ||
+        addr - msg_off != run_base_)
+      return false;
+    const uint32_t psn32 = Get32(p + off::kDPsn);
+    const uint64_t psn = Ext(c->rcv_nxt, psn32);
+    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return false;
+    const uint32_t word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
+    if ((c->rx_bits[word] >> (psn & 63)) & 1) return false;
+    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    if (md < 0 || md >= static_cast<int32_t>(c->win) ||
+        static_cast<uint64_t>(md) >= c->rx_msgs.size())
+      return false;
+    const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+    if (m.active && m.msn != h.msn) return false;
+    if ((m.active ? m.received : 0) + plen > h.msg_len) return false;
+    // Accepted: what ReceiveOne, OnData and AcceptData do for it.
+    ++stats_.rx_packets;
+    Touch(c);
+    h.psn = psn32;
+    h.msg_offset = msg_off;
+    h.remote_addr = addr;
+    h.send_ts = Get64(p + off::kDSendTs);
+    h.payload_len = plen;
+    h.path_id = path;
+    h.flags = flags;
+    pkt_.payload = payload;
+    pkt_.payload_len = plen;
+    pkt_.trimmed = false;
+    c->last_heard = now;
+    RxAccept a;
+    a.ridx = c->last_region;
+    a.cached = true;
+    a.base_addr = run_base_;
+    a.has_imm = (flags & wire::kFlagHasImmediate) != 0;
+    a.has_slot = true;
+    a.word = word;
+    a.dst = run_dst_ + (addr - run_addr_);
+    CommitData(now, c, rx, psn, a);
+    return true;
   }
 
   void AdvanceRcvNxt(Conn* c) {
@@ -2733,6 +2841,15 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
+  // The receive run (TryDataRun): the connection of the DATA packet
+  // accepted last in this OnReceive call (nullptr: none, or anything else
+  // came after it), its header bytes, message base address, remote address
+  // and where its payload went.
+  Conn* run_c_ = nullptr;
+  const uint8_t* run_hdr_ = nullptr;
+  uint64_t run_base_ = 0;
+  uint64_t run_addr_ = 0;
+  uint8_t* run_dst_ = nullptr;
 
   // Clean acks of the SACK being processed, for one OnFeedbackBatch call
   // (flushed before any other selector call of that SACK).
