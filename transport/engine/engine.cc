@@ -2023,6 +2023,14 @@ class Engine::Impl {
     if (++m.acked == m.npkts) m.done = true;
   }
 
+  // `n` packets of message `msn` acked (AckSlot's per-packet count, added
+  // at once).
+  static void AckMsgPackets(Conn* c, uint32_t msn, uint32_t n) {
+    TxMsg& m = c->Msg(msn);
+    m.acked += n;
+    if (m.acked == m.npkts) m.done = true;
+  }
+
   // Hands the batched clean acks (kGood, no RTT) to the selector.
   void FlushGoodFeedback(Conn* c, Time now) {
     if (good_fb_n_ == 0) return;
@@ -2048,7 +2056,64 @@ class Engine::Impl {
     // Cumulative part.
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
-    for (uint64_t q = c->snd_una; q < cum; ++q) {
+    uint64_t q = c->snd_una;
+    if (!run.clean_fb && !c->tlp_blame) {
+      // The common slot of a cumulative range: in flight, sent once, not
+      // the trigger, acked within twice the RTT. What AckSlot does for it
+      // (no selector call: its clean ack is left out), with the byte,
+      // packet and per-message counts added once per run; any other slot
+      // goes through AckSlot in place.
+      const Time slow = c->srtt > 0 ? 2 * c->srtt : kTimeInfinite;
+      uint64_t bytes = 0;
+      uint32_t pkts = 0;
+      uint32_t msn = 0, msn_pkts = 0;
+      for (; q < cum; ++q) {
+        const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
+        TxSlot& s = c->slots[idx];
+        if (s.state != kInFlight || s.tx_count != 1 || q == trig ||
+            now - s.sent_time > slow) {
+          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                  /*cumulative=*/true);
+          continue;
+        }
+        PathInfo& p = c->paths[s.path];
+        UnlinkSlot(c, idx);
+        if (!p.any_acked ||
+            static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+          p.acked_seq_hi = s.path_seq;
+          p.any_acked = true;
+        }
+        if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+        if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
+        Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
+        if (s.sent_time > pr) pr = s.sent_time;
+        if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
+          c->tlp_rack = c->tlp_stall_at;
+        }
+        if (!p.dirty) {
+          p.dirty = true;
+          c->dirty_paths.push_back(s.path);
+        }
+        s.state = kFree;
+        ++p.st.acked_packets;
+        bytes += s.len;
+        ++pkts;
+        if (s.msn != msn || msn_pkts == 0) {
+          if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+          msn = s.msn;
+          msn_pkts = 0;
+        }
+        ++msn_pkts;
+      }
+      if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+      if (pkts > 0) {
+        run.any_acked_sent = true;
+        c->inflight_bytes -= bytes;
+        ev.acked_bytes += bytes;
+        ev.acked_packets += pkts;
+      }
+    }
+    for (; q < cum; ++q) {
       AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
               /*cumulative=*/true);
     }
