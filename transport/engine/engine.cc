@@ -2695,50 +2695,61 @@ class Engine::Impl {
   void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
                   uint32_t pkt_idx, uint64_t psn, const PathId* paths,
                   size_t cnt, TxPacket* out) {
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < cnt; ++i) {
-      const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
-      const uint64_t q = psn + i;
-      const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
-      const uint32_t off = pi_idx * c->mtu;
-      const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
-      const uint16_t path = paths[i];
-      TxSlot& s = c->slots[idx];
-      s = TxSlot{};
-      s.msn = msn;
-      s.pkt_idx = pi_idx;
-      s.len = static_cast<uint16_t>(len);
-      s.path = path;
-      s.sent_time = now;
-      s.state = kInFlight;
-      s.tx_count = 1;
-      PathInfo& pi = c->paths[path];
-      s.path_seq = ++pi.tx_seq;
-      LinkSlot(c, idx);
-      ++pi.st.tx_packets;
-      pi.st.tx_bytes += len;
-      bytes += len;
-      if (i == 0 || c->tx_crc) {
-        EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
-        continue;
+    // The first packet through EmitData (its header is the template), the
+    // others below.
+    EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
+                std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu));
+    EmitData(now, c, m, msn, pkt_idx * c->mtu,
+             std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu), psn,
+             paths[0], /*retx=*/false, out[0]);
+    uint64_t bytes = out[0].payload_len;
+    if (c->tx_crc) {
+      for (size_t i = 1; i < cnt; ++i) {
+        const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
+        const uint32_t off = pi_idx * c->mtu;
+        const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
+        EmitNewSlot(now, c, msn, pi_idx, psn + i, paths[i], len);
+        EmitData(now, c, m, msn, off, len, psn + i, paths[i], /*retx=*/false,
+                 out[i]);
+        bytes += len;
       }
-      // The first packet's header (not sealed yet) with this packet's
-      // fields: the same bytes as EmitData's (same message, same send
-      // time, no retransmission, no payload checksum).
-      TxPacket& o = out[i];
-      std::memcpy(o.header, out[0].header, wire::kDataHeaderSize);
-      uint16_t flags = m.has_imm ? wire::kFlagHasImmediate : 0;
-      if (off == 0) flags |= wire::kFlagFirstOfMessage;
-      if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
-      wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                      m.remote_addr + off,
-                                      static_cast<uint16_t>(len), path, flags);
-      o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
-      o.payload = len > 0 ? m.src + off : nullptr;
-      o.payload_len = len;
-      o.peer = c->opt.peer;
-      o.path = path;
-      o.tclass = TrafficClass::kData;
+    } else {
+      // A copy of the first packet's header (not sealed yet) with this
+      // packet's fields: the same bytes as EmitData's (same message, same
+      // send time, no retransmission, no payload checksum). The run's
+      // invariants in locals (stores to slots and packets could alias the
+      // members they come from).
+      const uint8_t* const tmpl = out[0].header;
+      const uint32_t mtu = c->mtu;
+      const uint32_t mlen = m.len;
+      const uint8_t* const src = m.src;
+      const uint64_t raddr = m.remote_addr;
+      const uint32_t peer = c->opt.peer;
+      const uint16_t base_flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      uint32_t off = (pkt_idx + 1) * mtu;
+      for (size_t i = 1; i < cnt; ++i, off += mtu) {
+        const uint32_t len = std::min<uint32_t>(mtu, mlen - off);
+        const uint16_t path = paths[i];
+        const uint64_t q = psn + i;
+        EmitNewSlot(now, c, msn, pkt_idx + static_cast<uint32_t>(i), q, path,
+                    len);
+        bytes += len;
+        TxPacket& o = out[i];
+        std::memcpy(o.header, tmpl, wire::kDataHeaderSize);
+        uint16_t flags = base_flags;
+        if (off == 0) flags |= wire::kFlagFirstOfMessage;
+        if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
+        wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
+                                        raddr + off,
+                                        static_cast<uint16_t>(len), path,
+                                        flags);
+        o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+        o.payload = len > 0 ? src + off : nullptr;
+        o.payload_len = len;
+        o.peer = peer;
+        o.path = path;
+        o.tclass = TrafficClass::kData;
+      }
     }
     c->no_path = false;
     c->send_idx += static_cast<uint32_t>(cnt);
@@ -2750,6 +2761,31 @@ class Engine::Impl {
     c->inflight_bytes += bytes;
     c->st.tx_data_packets += cnt;
     c->st.tx_data_bytes += bytes;
+  }
+
+  // EmitConn's commit of a new packet's slot (sent once, now, on `path`),
+  // linked in the send-order lists, and its path's counters.
+  __attribute__((always_inline)) void EmitNewSlot(Time now, Conn* c,
+                                                  uint32_t msn,
+                                                  uint32_t pkt_idx,
+                                                  uint64_t psn, uint16_t path,
+                                                  uint32_t len) {
+    const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
+    TxSlot& s = c->slots[idx];
+    PathInfo& pi = c->paths[path];
+    TxSlot n;
+    n.sent_time = now;
+    n.msn = msn;
+    n.pkt_idx = pkt_idx;
+    n.path_seq = ++pi.tx_seq;
+    n.len = static_cast<uint16_t>(len);
+    n.path = path;
+    n.state = kInFlight;
+    n.tx_count = 1;
+    s = n;
+    LinkSlot(c, idx);
+    ++pi.st.tx_packets;
+    pi.st.tx_bytes += len;
   }
 
   void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
