@@ -854,17 +854,29 @@ class Engine::Impl {
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
       size_t m = 0;
-      for (size_t j = 0; j < k; ++j) {
-        const RxPacket& rx = pkts[i + j];
-        claim[j] = in_batch_ ? MatchClaim(rx) : nullptr;
-        const size_t sp =
-            claim[j] != nullptr
-                ? 0
-                : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-        slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
-        if (sp != 0) {
+      if (!in_batch_) {
+        for (size_t j = 0; j < k; ++j) {
+          const RxPacket& rx = pkts[i + j];
+          claim[j] = nullptr;
+          const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
+          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
           hdr[m] = rx.data;
-          span[m++] = sp;
+          span[m] = sp;
+          m += sp != 0;
+        }
+      } else {
+        for (size_t j = 0; j < k; ++j) {
+          const RxPacket& rx = pkts[i + j];
+          claim[j] = MatchClaim(rx);
+          const size_t sp =
+              claim[j] != nullptr
+                  ? 0
+                  : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
+          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
+          if (sp != 0) {
+            hdr[m] = rx.data;
+            span[m++] = sp;
+          }
         }
       }
       wire::HeaderCrcs(hdr, span, m, crc);
@@ -1811,9 +1823,10 @@ class Engine::Impl {
     const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
     if (m.active && m.msn != h.msn) return false;
     if ((m.active ? m.received : 0) + plen > h.msg_len) return false;
-    // Accepted: what ReceiveOne, OnData and AcceptData do for it.
+    // Accepted: what ReceiveOne, OnData and AcceptData do for it (Touch
+    // too, but the previous packet touched the connection and nothing
+    // clears that within OnReceive).
     ++stats_.rx_packets;
-    Touch(c);
     h.psn = psn32;
     h.msg_offset = msg_off;
     h.remote_addr = addr;
