@@ -1040,7 +1040,7 @@ class Engine::Impl {
         hdr[j] = out[i + j].header;
         len[j] = out[i + j].header_len;
       }
-      wire::SealHeaders(hdr, len, k);
+      wire::SealEncodedHeaders(hdr, len, k);
     }
     stats_.tx_packets += n;
     return n;
