@@ -1682,16 +1682,19 @@ class Engine::Impl {
         ++stats_.rx_drop_malformed;
         return;
     }
-    CommitData(now, c, rx, psn, a);
+    CommitData(now, c, rx, psn, a, /*from_run=*/false);
   }
 
   // An accepted DATA packet (pkt_ holds its decoded header): placement,
   // the receive window, the message and the SACK bookkeeping. A packet
-  // placed here is remembered for the run fast path (TryDataRun).
+  // placed here is remembered for the run fast path (TryDataRun), unless
+  // it came from it (`from_run`: the run's first packet stays its reference,
+  // which is as good: same message, same region).
   __attribute__((always_inline)) void CommitData(Time now, Conn* c,
                                                  const RxPacket& rx,
                                                  uint64_t psn,
-                                                 const RxAccept& a) {
+                                                 const RxAccept& a,
+                                                 bool from_run) {
     const wire::DataHeader& h = pkt_.data;
     if (!a.cached) {
       c->last_rkey = h.rkey;
@@ -1756,12 +1759,12 @@ class Engine::Impl {
       if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
     NoteAck(now, c, h, psn, rx.ecn_ce, gap);
-    if (!in_batch_) {
+    if (!from_run && !in_batch_) {
       run_c_ = c;
       run_hdr_ = rx.data;
       run_base_ = a.base_addr;
-      run_addr_ = h.remote_addr;
-      run_dst_ = dst;
+      run_region_base_ = r.base;
+      run_region_addr_ = r.mr.addr;
     }
   }
 
@@ -1845,8 +1848,8 @@ class Engine::Impl {
     a.has_imm = (flags & wire::kFlagHasImmediate) != 0;
     a.has_slot = true;
     a.word = word;
-    a.dst = run_dst_ + (addr - run_addr_);
-    CommitData(now, c, rx, psn, a);
+    a.dst = run_region_base_ + (addr - run_region_addr_);  // as AcceptData
+    CommitData(now, c, rx, psn, a, /*from_run=*/true);
     return true;
   }
 
@@ -2957,13 +2960,13 @@ class Engine::Impl {
   wire::Packet pkt_;  // decode scratch, reused
   // The receive run (TryDataRun): the connection of the DATA packet
   // accepted last in this OnReceive call (nullptr: none, or anything else
-  // came after it), its header bytes, message base address, remote address
-  // and where its payload went.
+  // came after it), its header bytes, message base address, and its
+  // region's base pointer and address.
   Conn* run_c_ = nullptr;
   const uint8_t* run_hdr_ = nullptr;
   uint64_t run_base_ = 0;
-  uint64_t run_addr_ = 0;
-  uint8_t* run_dst_ = nullptr;
+  uint8_t* run_region_base_ = nullptr;
+  uint64_t run_region_addr_ = 0;
 
   // Clean acks of the SACK being processed, for one OnFeedbackBatch call
   // (flushed before any other selector call of that SACK).
