@@ -1759,7 +1759,10 @@ class Engine::Impl {
       if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
     NoteAck(now, c, h, psn, rx.ecn_ce, gap);
-    if (!from_run && !in_batch_) {
+    // (A run needs no payload checksum: the flag is the same on all its
+    // packets.)
+    if (!from_run && !in_batch_ && !(h.flags & wire::kFlagPayloadCrc) &&
+        !c->rx_crc_required) {
       run_c_ = c;
       run_hdr_ = rx.data;
       run_base_ = a.base_addr;
@@ -1806,11 +1809,12 @@ class Engine::Impl {
     const uint64_t addr = Get64(p + off::kDRemoteAddr);
     const uint64_t end = uint64_t{msg_off} + plen;
     // The decoder's checks (the rest are the previous packet's) and
-    // AcceptData's per-packet ones; a payload checksum is left to OnData.
+    // AcceptData's per-packet ones. No payload checksum: none on the run's
+    // first packet (CommitData), so none here (same flags), and none
+    // required.
     if (plen == 0 || payload_bytes != plen || end > h.msg_len ||
         ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
         ((flags & wire::kFlagLastOfMessage) && end != h.msg_len) ||
-        (flags & wire::kFlagPayloadCrc) || c->rx_crc_required ||
         plen > c->remote_mtu || path >= c->num_paths || addr < msg_off ||
         addr - msg_off != run_base_)
       return false;
