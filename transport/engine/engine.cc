@@ -1566,6 +1566,7 @@ class Engine::Impl {
     bool has_imm = false;
     bool has_slot = false;  // false: the message ring must grow first
     uint32_t word = 0;      // the PSN's word in rx_bits
+    uint64_t bits = 0;      // and its value
     uint8_t* dst = nullptr;
   };
   __attribute__((always_inline)) RxVerdict AcceptData(
@@ -1607,7 +1608,8 @@ class Engine::Impl {
     if (psn < c->rcv_nxt) return RxVerdict::kDuplicate;
     if (psn >= c->rcv_nxt + c->win) return RxVerdict::kOutOfWindow;
     a->word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
-    if ((c->rx_bits[a->word] >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
+    a->bits = c->rx_bits[a->word];
+    if ((a->bits >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     a->base_addr = h.remote_addr - h.msg_offset;
@@ -1730,8 +1732,13 @@ class Engine::Impl {
       ++c->ooo_count;
     }
     if (psn == c->rcv_nxt) {
+      // The successor's bit: in the word read by the acceptance check
+      // unless it starts the next one (placement does not touch rx_bits).
       const uint64_t nx = psn + 1;
-      if ((c->rx_bits[(nx >> 6) & c->rx_word_mask] >> (nx & 63)) & 1) {
+      const uint64_t nbits = (nx & 63) != 0
+                                 ? a.bits
+                                 : c->rx_bits[(nx >> 6) & c->rx_word_mask];
+      if ((nbits >> (nx & 63)) & 1) {
         c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
         AdvanceRcvNxt(c);
       } else {
@@ -1822,7 +1829,8 @@ class Engine::Impl {
     const uint64_t psn = Ext(c->rcv_nxt, psn32);
     if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return false;
     const uint32_t word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
-    if ((c->rx_bits[word] >> (psn & 63)) & 1) return false;
+    const uint64_t bits = c->rx_bits[word];
+    if ((bits >> (psn & 63)) & 1) return false;
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     if (md < 0 || md >= static_cast<int32_t>(c->win) ||
         static_cast<uint64_t>(md) >= c->rx_msgs.size())
@@ -1852,6 +1860,7 @@ class Engine::Impl {
     a.has_imm = (flags & wire::kFlagHasImmediate) != 0;
     a.has_slot = true;
     a.word = word;
+    a.bits = bits;
     a.dst = run_region_base_ + (addr - run_region_addr_);  // as AcceptData
     CommitData(now, c, rx, psn, a, /*from_run=*/true);
     return true;
