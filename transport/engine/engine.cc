@@ -1735,9 +1735,8 @@ class Engine::Impl {
       // The successor's bit: in the word read by the acceptance check
       // unless it starts the next one (placement does not touch rx_bits).
       const uint64_t nx = psn + 1;
-      const uint64_t nbits = (nx & 63) != 0
-                                 ? a.bits
-                                 : c->rx_bits[(nx >> 6) & c->rx_word_mask];
+      const uint64_t nbits =
+          (nx & 63) != 0 ? a.bits : c->rx_bits[(nx >> 6) & c->rx_word_mask];
       if ((nbits >> (nx & 63)) & 1) {
         c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
         AdvanceRcvNxt(c);
@@ -2769,9 +2768,8 @@ class Engine::Impl {
         if (off == 0) flags |= wire::kFlagFirstOfMessage;
         if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                        raddr + off,
-                                        static_cast<uint16_t>(len), path,
-                                        flags);
+                                        raddr + off, static_cast<uint16_t>(len),
+                                        path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
         o.payload = len > 0 ? src + off : nullptr;
         o.payload_len = len;

@@ -358,12 +358,11 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   static constexpr uint8_t kFlagsLo =
       static_cast<uint8_t>(~(kFlagFirstOfMessage | kFlagLastOfMessage));
   static_assert(((kFlagFirstOfMessage | kFlagLastOfMessage) & 0xFF00) == 0);
-  static_assert(off::kDstConn == 8 && off::kDMsn == 16 &&
-                off::kDMsgLen == 24 && off::kDRkey == 28 &&
-                off::kDRemoteAddr == 32 && off::kDSendTs == 40 &&
-                off::kDFlags == 52 && off::kDReserved == 54 &&
-                off::kDImmediate == 56 && off::kDPayloadCrc == 60 &&
-                kDataHeaderSize == 64);
+  static_assert(off::kDstConn == 8 && off::kDMsn == 16 && off::kDMsgLen == 24 &&
+                off::kDRkey == 28 && off::kDRemoteAddr == 32 &&
+                off::kDSendTs == 40 && off::kDFlags == 52 &&
+                off::kDReserved == 54 && off::kDImmediate == 56 &&
+                off::kDPayloadCrc == 60 && kDataHeaderSize == 64);
   alignas(16) static constexpr uint8_t kMask[48] = {
       // bytes 0..15: lead, [crc], dst_conn, [psn]
       kFF, kFF, kFF, kFF, 0, 0, 0, 0, kFF, kFF, kFF, kFF, 0, 0, 0, 0,
