@@ -855,21 +855,36 @@ class Engine::Impl {
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
       size_t m = 0;
-      for (size_t j = 0; j < k; ++j) {
-        const RxPacket& rx = pkts[i + j];
-        claim[j] = in_batch_ ? MatchClaim(rx) : nullptr;
-        const size_t sp =
-            claim[j] != nullptr
-                ? 0
-                : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-        slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
-        if (sp != 0) {
+      if (!in_batch_) {
+        for (size_t j = 0; j < k; ++j) {
+          const RxPacket& rx = pkts[i + j];
+          claim[j] = nullptr;
+          const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
+          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
           hdr[m] = rx.data;
-          span[m++] = sp;
+          span[m] = sp;
+          m += sp != 0;
+        }
+      } else {
+        for (size_t j = 0; j < k; ++j) {
+          const RxPacket& rx = pkts[i + j];
+          claim[j] = MatchClaim(rx);
+          const size_t sp =
+              claim[j] != nullptr
+                  ? 0
+                  : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
+          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
+          if (sp != 0) {
+            hdr[m] = rx.data;
+            span[m++] = sp;
+          }
         }
       }
       wire::HeaderCrcs(hdr, span, m, crc);
       for (size_t j = 0; j < k; ++j) {
+        if (run_c_ != nullptr && slot[j] < kChunk &&
+            TryDataRun(now, pkts[i + j], crc[slot[j]]))
+          continue;
         ReceiveOne(now, pkts[i + j], slot[j] < kChunk ? &crc[slot[j]] : nullptr,
                    claim[j]);
       }
@@ -884,6 +899,7 @@ class Engine::Impl {
       Touch(c);
     }
     deferred_fail_.clear();
+    run_c_ = nullptr;
     in_batch_ = false;
     nclaims_ = 0;  // RxDestination claims live until the next OnReceive
     claims_full_ = false;
@@ -1025,7 +1041,7 @@ class Engine::Impl {
         hdr[j] = out[i + j].header;
         len[j] = out[i + j].header_len;
       }
-      wire::SealHeaders(hdr, len, k);
+      wire::SealEncodedHeaders(hdr, len, k);
     }
     stats_.tx_packets += n;
     return n;
@@ -1329,6 +1345,7 @@ class Engine::Impl {
   __attribute__((always_inline)) void ReceiveOne(Time now, const RxPacket& rx,
                                                  const uint32_t* hdr_crc,
                                                  const RxClaim* claim) {
+    run_c_ = nullptr;  // OnData sets it again when it accepts a packet
     ++stats_.rx_packets;
     wire::DecodeError e;
     if (claim != nullptr) {
@@ -1550,6 +1567,7 @@ class Engine::Impl {
     bool has_imm = false;
     bool has_slot = false;  // false: the message ring must grow first
     uint32_t word = 0;      // the PSN's word in rx_bits
+    uint64_t bits = 0;      // and its value
     uint8_t* dst = nullptr;
   };
   __attribute__((always_inline)) RxVerdict AcceptData(
@@ -1591,7 +1609,8 @@ class Engine::Impl {
     if (psn < c->rcv_nxt) return RxVerdict::kDuplicate;
     if (psn >= c->rcv_nxt + c->win) return RxVerdict::kOutOfWindow;
     a->word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
-    if ((c->rx_bits[a->word] >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
+    a->bits = c->rx_bits[a->word];
+    if ((a->bits >> (psn & 63)) & 1) return RxVerdict::kDuplicate;
     // Message slot.
     const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
     a->base_addr = h.remote_addr - h.msg_offset;
@@ -1666,6 +1685,20 @@ class Engine::Impl {
         ++stats_.rx_drop_malformed;
         return;
     }
+    CommitData(now, c, rx, psn, a, /*from_run=*/false);
+  }
+
+  // An accepted DATA packet (pkt_ holds its decoded header): placement,
+  // the receive window, the message and the SACK bookkeeping. A packet
+  // placed here is remembered for the run fast path (TryDataRun), unless
+  // it came from it (`from_run`: the run's first packet stays its reference,
+  // which is as good: same message, same region).
+  __attribute__((always_inline)) void CommitData(Time now, Conn* c,
+                                                 const RxPacket& rx,
+                                                 uint64_t psn,
+                                                 const RxAccept& a,
+                                                 bool from_run) {
+    const wire::DataHeader& h = pkt_.data;
     if (!a.cached) {
       c->last_rkey = h.rkey;
       c->last_region = a.ridx;
@@ -1687,6 +1720,7 @@ class Engine::Impl {
               : placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen),
                                r.mr))) {
       ++stats_.rx_drop_placement;
+      run_c_ = nullptr;
       return;
     }
     // Accept. The in-order packet whose successor has not arrived moves
@@ -1699,8 +1733,12 @@ class Engine::Impl {
       ++c->ooo_count;
     }
     if (psn == c->rcv_nxt) {
+      // The successor's bit: in the word read by the acceptance check
+      // unless it starts the next one (placement does not touch rx_bits).
       const uint64_t nx = psn + 1;
-      if ((c->rx_bits[(nx >> 6) & c->rx_word_mask] >> (nx & 63)) & 1) {
+      const uint64_t nbits =
+          (nx & 63) != 0 ? a.bits : c->rx_bits[(nx >> 6) & c->rx_word_mask];
+      if ((nbits >> (nx & 63)) & 1) {
         c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
         AdvanceRcvNxt(c);
       } else {
@@ -1728,6 +1766,104 @@ class Engine::Impl {
       if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
     NoteAck(now, c, h, psn, rx.ecn_ce, gap);
+    // (A run needs no payload checksum: the flag is the same on all its
+    // packets.)
+    if (!from_run && !in_batch_ && !(h.flags & wire::kFlagPayloadCrc) &&
+        !c->rx_crc_required) {
+      run_c_ = c;
+      run_hdr_ = rx.data;
+      run_base_ = a.base_addr;
+      run_region_base_ = r.base;
+      run_region_addr_ = r.mr.addr;
+    }
+  }
+
+  // The receive run fast path: a DATA packet of the message whose packet
+  // was accepted just before it in this OnReceive call (run_c_; pkt_ still
+  // holds that packet's decoded header). Its header differs from that one
+  // only in per-packet fields (wire::internal::SameDataMessage: same
+  // connection, message, key, flags), so the connection lookup and the
+  // key, range and message-consistency checks of AcceptData have the
+  // outcome they had for that packet (nothing between the two changed the
+  // connection, its regions or the message's slot) and are not repeated;
+  // the decoder's field checks, the payload checks, the PSN window and the
+  // message's byte count are. Returns false, having changed nothing, for
+  // any packet whose outcome it does not know to be acceptance: ReceiveOne
+  // then handles it exactly as before. `hdr_crc`: its header checksum.
+  __attribute__((always_inline)) bool TryDataRun(Time now, const RxPacket& rx,
+                                                 uint32_t hdr_crc) {
+    namespace off = wire::internal::off;
+    const uint8_t* p = rx.data;
+    // The payload split from the header (rx.payload) or following it.
+    const uint8_t* payload = rx.payload;
+    size_t payload_bytes = rx.payload_len;
+    if (payload == nullptr) {
+      if (rx.len <= wire::kDataHeaderSize) return false;
+      payload = p + wire::kDataHeaderSize;
+      payload_bytes = rx.len - wire::kDataHeaderSize;
+    } else if (rx.len != wire::kDataHeaderSize) {
+      return false;
+    }
+    if (rx.trimmed || Get32(p + off::kCrc) != hdr_crc ||
+        !wire::internal::SameDataMessage(p, run_hdr_))
+      return false;
+    Conn* c = run_c_;
+    wire::DataHeader& h = pkt_.data;  // the previous packet's fields
+    const uint16_t flags = Get16(p + off::kDFlags);
+    const uint32_t msg_off = Get32(p + off::kDMsgOffset);
+    const uint16_t plen = Get16(p + off::kDPayloadLen);
+    const uint16_t path = Get16(p + off::kDPathId);
+    const uint64_t addr = Get64(p + off::kDRemoteAddr);
+    const uint64_t end = uint64_t{msg_off} + plen;
+    // The decoder's checks (the rest are the previous packet's) and
+    // AcceptData's per-packet ones. No payload checksum: none on the run's
+    // first packet (CommitData), so none here (same flags), and none
+    // required.
+    if (plen == 0 || payload_bytes != plen || end > h.msg_len ||
+        ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
+        ((flags & wire::kFlagLastOfMessage) && end != h.msg_len) ||
+        plen > c->remote_mtu || path >= c->num_paths || addr < msg_off ||
+        addr - msg_off != run_base_)
+      return false;
+    const uint32_t psn32 = Get32(p + off::kDPsn);
+    const uint64_t psn = Ext(c->rcv_nxt, psn32);
+    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return false;
+    const uint32_t word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
+    const uint64_t bits = c->rx_bits[word];
+    if ((bits >> (psn & 63)) & 1) return false;
+    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    if (md < 0 || md >= static_cast<int32_t>(c->win) ||
+        static_cast<uint64_t>(md) >= c->rx_msgs.size())
+      return false;
+    const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+    if (m.active && m.msn != h.msn) return false;
+    if ((m.active ? m.received : 0) + plen > h.msg_len) return false;
+    // Accepted: what ReceiveOne, OnData and AcceptData do for it (Touch
+    // too, but the previous packet touched the connection and nothing
+    // clears that within OnReceive).
+    ++stats_.rx_packets;
+    h.psn = psn32;
+    h.msg_offset = msg_off;
+    h.remote_addr = addr;
+    h.send_ts = Get64(p + off::kDSendTs);
+    h.payload_len = plen;
+    h.path_id = path;
+    h.flags = flags;
+    pkt_.payload = payload;
+    pkt_.payload_len = plen;
+    pkt_.trimmed = false;
+    c->last_heard = now;
+    RxAccept a;
+    a.ridx = c->last_region;
+    a.cached = true;
+    a.base_addr = run_base_;
+    a.has_imm = (flags & wire::kFlagHasImmediate) != 0;
+    a.has_slot = true;
+    a.word = word;
+    a.bits = bits;
+    a.dst = run_region_base_ + (addr - run_region_addr_);  // as AcceptData
+    CommitData(now, c, rx, psn, a, /*from_run=*/true);
+    return true;
   }
 
   void AdvanceRcvNxt(Conn* c) {
@@ -1916,6 +2052,14 @@ class Engine::Impl {
     if (++m.acked == m.npkts) m.done = true;
   }
 
+  // `n` packets of message `msn` acked (AckSlot's per-packet count, added
+  // at once).
+  static void AckMsgPackets(Conn* c, uint32_t msn, uint32_t n) {
+    TxMsg& m = c->Msg(msn);
+    m.acked += n;
+    if (m.acked == m.npkts) m.done = true;
+  }
+
   // Hands the batched clean acks (kGood, no RTT) to the selector.
   void FlushGoodFeedback(Conn* c, Time now) {
     if (good_fb_n_ == 0) return;
@@ -1941,7 +2085,64 @@ class Engine::Impl {
     // Cumulative part.
     uint64_t cum = Ext(c->snd_una, h.cum_psn);
     if (cum > c->snd_nxt) cum = c->snd_nxt;  // never acks unsent PSNs
-    for (uint64_t q = c->snd_una; q < cum; ++q) {
+    uint64_t q = c->snd_una;
+    if (!run.clean_fb && !c->tlp_blame) {
+      // The common slot of a cumulative range: in flight, sent once, not
+      // the trigger, acked within twice the RTT. What AckSlot does for it
+      // (no selector call: its clean ack is left out), with the byte,
+      // packet and per-message counts added once per run; any other slot
+      // goes through AckSlot in place.
+      const Time slow = c->srtt > 0 ? 2 * c->srtt : kTimeInfinite;
+      uint64_t bytes = 0;
+      uint32_t pkts = 0;
+      uint32_t msn = 0, msn_pkts = 0;
+      for (; q < cum; ++q) {
+        const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
+        TxSlot& s = c->slots[idx];
+        if (s.state != kInFlight || s.tx_count != 1 || q == trig ||
+            now - s.sent_time > slow) {
+          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                  /*cumulative=*/true);
+          continue;
+        }
+        PathInfo& p = c->paths[s.path];
+        UnlinkSlot(c, idx);
+        if (!p.any_acked ||
+            static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+          p.acked_seq_hi = s.path_seq;
+          p.any_acked = true;
+        }
+        if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+        if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
+        Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
+        if (s.sent_time > pr) pr = s.sent_time;
+        if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
+          c->tlp_rack = c->tlp_stall_at;
+        }
+        if (!p.dirty) {
+          p.dirty = true;
+          c->dirty_paths.push_back(s.path);
+        }
+        s.state = kFree;
+        ++p.st.acked_packets;
+        bytes += s.len;
+        ++pkts;
+        if (s.msn != msn || msn_pkts == 0) {
+          if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+          msn = s.msn;
+          msn_pkts = 0;
+        }
+        ++msn_pkts;
+      }
+      if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+      if (pkts > 0) {
+        run.any_acked_sent = true;
+        c->inflight_bytes -= bytes;
+        ev.acked_bytes += bytes;
+        ev.acked_packets += pkts;
+      }
+    }
+    for (; q < cum; ++q) {
       AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
               /*cumulative=*/true);
     }
@@ -2544,50 +2745,60 @@ class Engine::Impl {
   void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
                   uint32_t pkt_idx, uint64_t psn, const PathId* paths,
                   size_t cnt, TxPacket* out) {
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < cnt; ++i) {
-      const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
-      const uint64_t q = psn + i;
-      const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
-      const uint32_t off = pi_idx * c->mtu;
-      const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
-      const uint16_t path = paths[i];
-      TxSlot& s = c->slots[idx];
-      s = TxSlot{};
-      s.msn = msn;
-      s.pkt_idx = pi_idx;
-      s.len = static_cast<uint16_t>(len);
-      s.path = path;
-      s.sent_time = now;
-      s.state = kInFlight;
-      s.tx_count = 1;
-      PathInfo& pi = c->paths[path];
-      s.path_seq = ++pi.tx_seq;
-      LinkSlot(c, idx);
-      ++pi.st.tx_packets;
-      pi.st.tx_bytes += len;
-      bytes += len;
-      if (i == 0 || c->tx_crc) {
-        EmitData(now, c, m, msn, off, len, q, path, /*retx=*/false, out[i]);
-        continue;
+    // The first packet through EmitData (its header is the template), the
+    // others below.
+    EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
+                std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu));
+    EmitData(now, c, m, msn, pkt_idx * c->mtu,
+             std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu), psn,
+             paths[0], /*retx=*/false, out[0]);
+    uint64_t bytes = out[0].payload_len;
+    if (c->tx_crc) {
+      for (size_t i = 1; i < cnt; ++i) {
+        const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
+        const uint32_t off = pi_idx * c->mtu;
+        const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
+        EmitNewSlot(now, c, msn, pi_idx, psn + i, paths[i], len);
+        EmitData(now, c, m, msn, off, len, psn + i, paths[i], /*retx=*/false,
+                 out[i]);
+        bytes += len;
       }
-      // The first packet's header (not sealed yet) with this packet's
-      // fields: the same bytes as EmitData's (same message, same send
-      // time, no retransmission, no payload checksum).
-      TxPacket& o = out[i];
-      std::memcpy(o.header, out[0].header, wire::kDataHeaderSize);
-      uint16_t flags = m.has_imm ? wire::kFlagHasImmediate : 0;
-      if (off == 0) flags |= wire::kFlagFirstOfMessage;
-      if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
-      wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                      m.remote_addr + off,
-                                      static_cast<uint16_t>(len), path, flags);
-      o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
-      o.payload = len > 0 ? m.src + off : nullptr;
-      o.payload_len = len;
-      o.peer = c->opt.peer;
-      o.path = path;
-      o.tclass = TrafficClass::kData;
+    } else {
+      // A copy of the first packet's header (not sealed yet) with this
+      // packet's fields: the same bytes as EmitData's (same message, same
+      // send time, no retransmission, no payload checksum). The run's
+      // invariants in locals (stores to slots and packets could alias the
+      // members they come from).
+      const uint8_t* const tmpl = out[0].header;
+      const uint32_t mtu = c->mtu;
+      const uint32_t mlen = m.len;
+      const uint8_t* const src = m.src;
+      const uint64_t raddr = m.remote_addr;
+      const uint32_t peer = c->opt.peer;
+      const uint16_t base_flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      uint32_t off = (pkt_idx + 1) * mtu;
+      for (size_t i = 1; i < cnt; ++i, off += mtu) {
+        const uint32_t len = std::min<uint32_t>(mtu, mlen - off);
+        const uint16_t path = paths[i];
+        const uint64_t q = psn + i;
+        EmitNewSlot(now, c, msn, pkt_idx + static_cast<uint32_t>(i), q, path,
+                    len);
+        bytes += len;
+        TxPacket& o = out[i];
+        std::memcpy(o.header, tmpl, wire::kDataHeaderSize);
+        uint16_t flags = base_flags;
+        if (off == 0) flags |= wire::kFlagFirstOfMessage;
+        if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
+        wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
+                                        raddr + off, static_cast<uint16_t>(len),
+                                        path, flags);
+        o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+        o.payload = len > 0 ? src + off : nullptr;
+        o.payload_len = len;
+        o.peer = peer;
+        o.path = path;
+        o.tclass = TrafficClass::kData;
+      }
     }
     c->no_path = false;
     c->send_idx += static_cast<uint32_t>(cnt);
@@ -2599,6 +2810,31 @@ class Engine::Impl {
     c->inflight_bytes += bytes;
     c->st.tx_data_packets += cnt;
     c->st.tx_data_bytes += bytes;
+  }
+
+  // EmitConn's commit of a new packet's slot (sent once, now, on `path`),
+  // linked in the send-order lists, and its path's counters.
+  __attribute__((always_inline)) void EmitNewSlot(Time now, Conn* c,
+                                                  uint32_t msn,
+                                                  uint32_t pkt_idx,
+                                                  uint64_t psn, uint16_t path,
+                                                  uint32_t len) {
+    const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
+    TxSlot& s = c->slots[idx];
+    PathInfo& pi = c->paths[path];
+    TxSlot n;
+    n.sent_time = now;
+    n.msn = msn;
+    n.pkt_idx = pkt_idx;
+    n.path_seq = ++pi.tx_seq;
+    n.len = static_cast<uint16_t>(len);
+    n.path = path;
+    n.state = kInFlight;
+    n.tx_count = 1;
+    s = n;
+    LinkSlot(c, idx);
+    ++pi.st.tx_packets;
+    pi.st.tx_bytes += len;
   }
 
   void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
@@ -2755,6 +2991,15 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
+  // The receive run (TryDataRun): the connection of the DATA packet
+  // accepted last in this OnReceive call (nullptr: none, or anything else
+  // came after it), its header bytes, message base address, and its
+  // region's base pointer and address.
+  Conn* run_c_ = nullptr;
+  const uint8_t* run_hdr_ = nullptr;
+  uint64_t run_base_ = 0;
+  uint8_t* run_region_base_ = nullptr;
+  uint64_t run_region_addr_ = 0;
 
   // Clean acks of the SACK being processed, for one OnFeedbackBatch call
   // (flushed before any other selector call of that SACK).

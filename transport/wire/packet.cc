@@ -111,6 +111,16 @@ void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
   }
 }
 
+void SealEncodedHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
+  constexpr size_t kChunk = 16;
+  uint32_t crc[kChunk];
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = n - i < kChunk ? n - i : kChunk;
+    Crc32cZero4At4Multi(hdrs + i, lens + i, m, crc);
+    for (size_t j = 0; j < m; ++j) Put32(hdrs[i + j] + off::kCrc, crc[j]);
+  }
+}
+
 size_t HeaderCrcSpan(const uint8_t* p, size_t avail) {
   return internal::HeaderCrcSpanImpl(p, avail);
 }

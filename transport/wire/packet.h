@@ -257,6 +257,9 @@ size_t EncodePlaneStatus(const PlaneStatusHeader& h, uint8_t* out, size_t cap,
 // hdrs[i] holds lens[i] bytes (the encoder's return value; entries shorter
 // than the common header, e.g. a failed encode's 0, are skipped).
 void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n);
+// SealHeaders for headers the caller encoded itself, none skipped.
+// REQUIRES: hdrs[i] != nullptr and lens[i] >= kCommonHeaderSize for all i.
+void SealEncodedHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n);
 // The number of leading bytes of `p` the header checksum covers when `p`
 // (avail bytes) holds a common header of a known type and at least
 // HeaderSize(type) bytes; 0 otherwise (Decode rejects it without a checksum).

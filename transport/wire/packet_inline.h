@@ -344,6 +344,48 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   Put16(p + off::kDFlags, flags);
 }
 
+// True when two DATA headers agree in every byte except the per-packet
+// fields (checksum, PSN, msg_offset, remote_addr, send_ts, payload_len,
+// path_id, and the first/last-of-message flag bits): same lead (magic,
+// version, type), connection, message (msn, msg_len, rkey), the other
+// flags, reserved, immediate and payload checksum. Three 16-byte masked
+// compares (bytes 32..47, address and timestamp, are all per packet).
+// Host-endianness independent: the mask is bytes.
+[[gnu::always_inline]] inline bool SameDataMessage(const uint8_t* a,
+                                                   const uint8_t* b) {
+  using V = uint64_t __attribute__((vector_size(16)));
+  static constexpr uint8_t kFF = 0xFF;
+  static constexpr uint8_t kFlagsLo =
+      static_cast<uint8_t>(~(kFlagFirstOfMessage | kFlagLastOfMessage));
+  static_assert(((kFlagFirstOfMessage | kFlagLastOfMessage) & 0xFF00) == 0);
+  static_assert(off::kDstConn == 8 && off::kDMsn == 16 && off::kDMsgLen == 24 &&
+                off::kDRkey == 28 && off::kDRemoteAddr == 32 &&
+                off::kDSendTs == 40 && off::kDFlags == 52 &&
+                off::kDReserved == 54 && off::kDImmediate == 56 &&
+                off::kDPayloadCrc == 60 && kDataHeaderSize == 64);
+  alignas(16) static constexpr uint8_t kMask[48] = {
+      // bytes 0..15: lead, [crc], dst_conn, [psn]
+      kFF, kFF, kFF, kFF, 0, 0, 0, 0, kFF, kFF, kFF, kFF, 0, 0, 0, 0,
+      // bytes 16..31: msn, [msg_offset], msg_len, rkey
+      kFF, kFF, kFF, kFF, 0, 0, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
+      // bytes 48..63: [payload_len], [path_id], flags (but first/last),
+      // reserved, immediate, payload_crc
+      0, 0, 0, 0, kFlagsLo, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
+      kFF};
+  V a0, a1, a3, b0, b1, b3, m0, m1, m3;
+  __builtin_memcpy(&a0, a, 16);
+  __builtin_memcpy(&a1, a + 16, 16);
+  __builtin_memcpy(&a3, a + 48, 16);
+  __builtin_memcpy(&b0, b, 16);
+  __builtin_memcpy(&b1, b + 16, 16);
+  __builtin_memcpy(&b3, b + 48, 16);
+  __builtin_memcpy(&m0, kMask, 16);
+  __builtin_memcpy(&m1, kMask + 16, 16);
+  __builtin_memcpy(&m3, kMask + 32, 16);
+  const V x = ((a0 ^ b0) & m0) | ((a1 ^ b1) & m1) | ((a3 ^ b3) & m3);
+  return (x[0] | x[1]) == 0;
+}
+
 [[gnu::always_inline]] inline DecodeError DecodeSplitWithCrcImpl(
     const uint8_t* hdr, size_t hdr_len, const uint8_t* payload,
     size_t payload_len, uint32_t hdr_crc, Packet* out) {
