@@ -148,7 +148,7 @@ struct TxSlot {
   uint32_t path_seq = 0;
   uint32_t prev_path = kNil, next_path = kNil;
   uint32_t prev_all = kNil, next_all = kNil;
-  uint16_t len = 0;
+  uint32_t len = 0;  // payload bytes (up to wire::kMaxPayloadLen)
   uint16_t path = 0;
   uint8_t state = kFree;
   uint8_t tx_count = 0;
@@ -622,10 +622,10 @@ class Engine::Impl {
 
   // ----------------------------------------------------------- connections
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
-    if (opt_.mtu_payload == 0 || opt_.mtu_payload > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("EngineOptions::mtu_payload must be in [1, 65535], got ",
-                       opt_.mtu_payload));
+    if (opt_.mtu_payload == 0 || opt_.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EngineOptions::mtu_payload must be in [1, ", wire::kMaxPayloadLen,
+          "], got ", opt_.mtu_payload));
     }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
@@ -703,9 +703,10 @@ class Engine::Impl {
     if (remote.conn_id == kInvalidConn) {
       return absl::InvalidArgumentError("remote conn_id is 0");
     }
-    if (remote.mtu_payload == 0 || remote.mtu_payload > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "remote mtu_payload ", remote.mtu_payload, " outside [1, 65535]"));
+    if (remote.mtu_payload == 0 || remote.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("remote mtu_payload ", remote.mtu_payload,
+                       " outside [1, ", wire::kMaxPayloadLen, "]"));
     }
     uint16_t np = c->opt.num_paths;
     if (remote.num_paths != 0) np = std::min(np, remote.num_paths);
@@ -922,7 +923,8 @@ class Engine::Impl {
   uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
                          size_t payload_len) {
     if (placer_ != &memcpy_placer_ || claims_full_ ||
-        hdr_len != wire::kDataHeaderSize || payload_len > 0xFFFF)
+        hdr_len != wire::kDataHeaderSize ||
+        payload_len > wire::kMaxPayloadLen)
       return nullptr;
     // Decode the header alone: DecodeSplit checks the declared payload
     // length against payload_len and never reads the payload pointer.
@@ -2487,7 +2489,7 @@ class Engine::Impl {
         }
         if (psn + 1 > c->snd_nxt) c->snd_nxt = psn + 1;
       }
-      s.len = static_cast<uint16_t>(len);
+      s.len = len;
       s.path = static_cast<uint16_t>(path);
       s.sent_time = now;
       s.state = kInFlight;
@@ -2534,7 +2536,7 @@ class Engine::Impl {
       s = TxSlot{};
       s.msn = msn;
       s.pkt_idx = pi_idx;
-      s.len = static_cast<uint16_t>(len);
+      s.len = len;
       s.path = path;
       s.sent_time = now;
       s.state = kInFlight;
@@ -2558,8 +2560,7 @@ class Engine::Impl {
       if (off == 0) flags |= wire::kFlagFirstOfMessage;
       if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
       wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                      m.remote_addr + off,
-                                      static_cast<uint16_t>(len), path, flags);
+                                      m.remote_addr + off, len, path, flags);
       o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
       o.payload = len > 0 ? m.src + off : nullptr;
       o.payload_len = len;
@@ -2590,7 +2591,7 @@ class Engine::Impl {
     h.msg_len = m.len;
     h.remote_addr = m.remote_addr + off;
     h.rkey = m.rkey;
-    h.payload_len = static_cast<uint16_t>(len);
+    h.payload_len = len;
     h.path_id = path;
     uint16_t flags = 0;
     if (retx) flags |= wire::kFlagRetransmit;

@@ -25,7 +25,7 @@ inline constexpr size_t kMagic = 0, kVersion = 2, kType = 3, kCrc = 4,
 inline constexpr size_t kDPsn = 12, kDMsn = 16, kDMsgOffset = 20, kDMsgLen = 24,
                         kDRkey = 28, kDRemoteAddr = 32, kDSendTs = 40,
                         kDPayloadLen = 48, kDPathId = 50, kDFlags = 52,
-                        kDReserved = 54, kDImmediate = 56, kDPayloadCrc = 60;
+                        kDPayloadLenHi = 54, kDImmediate = 56, kDPayloadCrc = 60;
 // SACK
 inline constexpr size_t kSCumPsn = 12, kSEchoTs = 16, kSBytesReceived = 24,
                         kSBitmap = 32, kSBitmapBase = 64, kSTriggerPsn = 68,
@@ -128,14 +128,15 @@ inline size_t HeaderSizeOf(uint8_t t) {
   h.rkey = Get32(p + off::kDRkey);
   h.remote_addr = Get64(p + off::kDRemoteAddr);
   h.send_ts = Get64(p + off::kDSendTs);
-  h.payload_len = Get16(p + off::kDPayloadLen);
+  h.payload_len = Get16(p + off::kDPayloadLen) |
+                  uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
   h.path_id = Get16(p + off::kDPathId);
   h.flags = Get16(p + off::kDFlags);
   h.immediate = Get32(p + off::kDImmediate);
   h.payload_crc = Get32(p + off::kDPayloadCrc);
 
   if ((h.flags & ~kKnownDataFlags) != 0) return DecodeError::kBadField;
-  if (Get16(p + off::kDReserved) != 0) return DecodeError::kBadField;
+  if (h.payload_len > kMaxPayloadLen) return DecodeError::kBadField;
   const uint64_t end = uint64_t{h.msg_offset} + h.payload_len;
   if (end > h.msg_len) return DecodeError::kBadField;
   if (h.payload_len == 0) {
@@ -224,9 +225,10 @@ inline DecodeError DecodeConnectFields(const uint8_t* p, Packet* out) {
   h.num_paths = Get16(p + off::kCNumPaths);
   h.num_planes = Get16(p + off::kCNumPlanes);
   if ((h.flags & ~kKnownConnectFlags) != 0) return DecodeError::kBadField;
-  // A sender always names itself; a DATA payload_len is 16 bits.
+  // A sender always names itself; a DATA payload is at most
+  // kMaxPayloadLen bytes.
   if (h.src_conn == 0) return DecodeError::kBadField;
-  if (h.mtu_payload == 0 || h.mtu_payload > 0xFFFF) {
+  if (h.mtu_payload == 0 || h.mtu_payload > kMaxPayloadLen) {
     return DecodeError::kBadField;
   }
   if (h.num_paths == 0 || h.num_planes == 0 || h.num_planes > 32) {
@@ -321,10 +323,10 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   Put32(p + off::kDRkey, h.rkey);
   Put64(p + off::kDRemoteAddr, h.remote_addr);
   Put64(p + off::kDSendTs, h.send_ts);
-  Put16(p + off::kDPayloadLen, h.payload_len);
+  Put16(p + off::kDPayloadLen, static_cast<uint16_t>(h.payload_len));
   Put16(p + off::kDPathId, h.path_id);
   Put16(p + off::kDFlags, h.flags);
-  Put16(p + off::kDReserved, 0);
+  Put16(p + off::kDPayloadLenHi, static_cast<uint16_t>(h.payload_len >> 16));
   Put32(p + off::kDImmediate, h.immediate);
   Put32(p + off::kDPayloadCrc, h.payload_crc);
   return Seal(p, kDataHeaderSize, seal);
@@ -335,13 +337,14 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
 // one's header, the bytes are EncodeDataImpl's for that packet.
 [[gnu::always_inline]] inline void PatchDataHeader(
     uint8_t* p, uint32_t psn, uint32_t msg_offset, uint64_t remote_addr,
-    uint16_t payload_len, uint16_t path_id, uint16_t flags) {
+    uint32_t payload_len, uint16_t path_id, uint16_t flags) {
   Put32(p + off::kDPsn, psn);
   Put32(p + off::kDMsgOffset, msg_offset);
   Put64(p + off::kDRemoteAddr, remote_addr);
-  Put16(p + off::kDPayloadLen, payload_len);
+  Put16(p + off::kDPayloadLen, static_cast<uint16_t>(payload_len));
   Put16(p + off::kDPathId, path_id);
   Put16(p + off::kDFlags, flags);
+  Put16(p + off::kDPayloadLenHi, static_cast<uint16_t>(payload_len >> 16));
 }
 
 [[gnu::always_inline]] inline DecodeError DecodeSplitWithCrcImpl(
