@@ -36,9 +36,10 @@ run_ib() {
 }
 run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
 # Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
-# WRITE-with-immediate: 32768 = the datapath's default, 8 RoCE packets at
-# this MTU; 4096 = one RoCE packet per WRITE, as MRC sprays).
-for CHUNK in ${CHUNKS:-32768 4096}; do
+# WRITE-with-immediate: 65536 = the datapath's default, one WRITE per 64 KiB
+# message as ib_write_bw; 32768 = the default before 2026-12-03 13:00;
+# 4096 = one RoCE packet per WRITE, as MRC sprays).
+for CHUNK in ${CHUNKS:-65536 32768 4096}; do
   IB0=$IB
   "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 128 > /tmp/vperf.out 2>&1; prc=$?
   cat /tmp/vperf.out
@@ -49,7 +50,7 @@ for CHUNK in ${CHUNKS:-32768 4096}; do
   echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 done
 # prism_perf --datapath verbs: the Endpoint API (event-loop thread, blob
-# exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (32
+# exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (64
 # KiB WRITEs), verbs_perf's timers (base RTT 2 ms, RTO ceiling 2 s,
 # congestion "fixed"; vm_perf_opts.sh says why), two windows:
 #   fair   VM_PP_OPTS_FAIR: 128 x 64 KiB = 8 MiB in flight, as ib_write_bw

@@ -487,8 +487,9 @@ class VerbsDatapath::Impl {
     if (o_.num_qps == 0 || o_.num_qps > 1024) {
       return absl::InvalidArgumentError("num_qps must be 1..1024");
     }
-    if (o_.mtu_payload == 0 || o_.mtu_payload > 65535) {
-      return absl::InvalidArgumentError("mtu_payload must be 1..65535");
+    if (o_.mtu_payload == 0 || o_.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mtu_payload must be 1..", wire::kMaxPayloadLen));
     }
     if (o_.signal_every == 0 || o_.sq_depth <= o_.signal_every ||
         o_.ctrl_depth <= o_.signal_every) {
