@@ -238,6 +238,9 @@ struct VerbsStats {
   // ready_wait (the engine resends them).
   uint64_t ctrl_qp_recycles = 0;
   uint64_t tx_drop_not_ready = 0;
+  // SACKs not sent because a later SACK of the same burst, to the same
+  // connection, carries the same state (see TxBurst): control SENDs saved.
+  uint64_t tx_sacks_merged = 0;
   uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
