@@ -80,7 +80,7 @@ run_pp() { # tag options...
   run_ib
   echo "METRIC prism_perf_verbs_MBps$tag $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API, $*)"
   grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\|loop_wakeups\|app_wakeups\|nvcsw\|nivcsw\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_engine$tag /; s/\$/\n/"
-  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*\|ready_timeouts=[0-9]*\|tx_hellos=[0-9]*\|rx_hellos=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
+  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*\|ready_timeouts=[0-9]*\|tx_hellos=[0-9]*\|rx_hellos=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*\|tx_data_signalled=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
   # The receiver's side: WRITEs received, control SENDs (SACKs) sent and
   # SACKs merged into a later one of the same burst (work per byte).
   grep -m1 'tx_sacks_merged=' /tmp/pperf.server | grep -o 'tx_ctrl=[0-9]*\|tx_sacks_merged=[0-9]*\|rx_data=[0-9]*' | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_server$tag /; s/\$/\n/"

@@ -272,7 +272,7 @@ std::string VerbsStats::ToString() const {
       "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
       "close_waits=%u tx_wait_ready=%u tx_hellos=%u rx_hellos=%u "
       "ready_timeouts=%u ctrl_qp_recycles=%u tx_drop_not_ready=%u "
-      "tx_sacks_merged=%u rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
+      "tx_sacks_merged=%u tx_data_signalled=%u rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
       "completions_held=%u cq_errors=%u qp_errors=%u async_events=%u",
@@ -281,7 +281,7 @@ std::string VerbsStats::ToString() const {
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
       tx_closes, tx_drop_acked, close_waits, tx_wait_ready, tx_hellos,
       rx_hellos, ready_timeouts, ctrl_qp_recycles, tx_drop_not_ready,
-      tx_sacks_merged, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
+      tx_sacks_merged, tx_data_signalled, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
       rx_drop_bad_imm, rx_drop_unknown, rx_closes, rx_after_close,
       completions_held, cq_errors, qp_errors, async_events);
 }
@@ -1282,6 +1282,7 @@ class VerbsDatapath::Impl {
     ++q.inflight;
     ++q.posted;
     if (++q.since_signal >= o_.signal_every) {
+      st_.tx_data_signalled.Add();
       wr->send_flags |= IBV_SEND_SIGNALED;
       wr->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
       q.since_signal = 0;
@@ -1551,6 +1552,7 @@ class VerbsDatapath::Impl {
         // The message close waits for local completions: the last WR of
         // every chain is signalled, so every posted WR is covered by a
         // completion without waiting for later traffic on this QP.
+        st_.tx_data_signalled.Add();
         q.tail->send_flags |= IBV_SEND_SIGNALED;
         q.tail->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
         q.since_signal = 0;
@@ -2360,6 +2362,7 @@ class VerbsDatapath::Impl {
     s.tx_closes = st_.tx_closes.Get();
     s.tx_drop_acked = st_.tx_drop_acked.Get();
     s.tx_sacks_merged = st_.tx_sacks_merged.Get();
+    s.tx_data_signalled = st_.tx_data_signalled.Get();
     s.close_waits = st_.close_waits.Get();
     s.tx_wait_ready = st_.tx_wait_ready.Get();
     s.tx_hellos = st_.tx_hellos.Get();
@@ -2469,9 +2472,8 @@ class VerbsDatapath::Impl {
         tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
         tx_frames_queued, tx_closes, tx_drop_acked, close_waits, tx_wait_ready,
         tx_hellos, rx_hellos, ready_timeouts, ctrl_qp_recycles,
-        tx_drop_not_ready, tx_sacks_merged, rx_data, rx_data_bytes, rx_ctrl,
-        rx_descriptors,
-        rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
+        tx_drop_not_ready, tx_sacks_merged, tx_data_signalled, rx_data,
+        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
         rx_closes, rx_after_close, completions_held, cq_errors, qp_errors,
         async_events;
   } st_;

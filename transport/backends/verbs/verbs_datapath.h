@@ -241,6 +241,9 @@ struct VerbsStats {
   // SACKs not sent because a later SACK of the same burst, to the same
   // connection, carries the same state (see TxBurst): control SENDs saved.
   uint64_t tx_sacks_merged = 0;
+  // Data WRs posted signalled (one per signal_every per QP, plus, with the
+  // message close, the last WR of every chain): send completions.
+  uint64_t tx_data_signalled = 0;
   uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs
