@@ -462,6 +462,25 @@ TEST(Engine, ChunksOf64KiBAndMoreSegmentLoseAndResend) {
   EXPECT_FALSE(Engine(big).CreateConnection(o).ok());
 }
 
+// ConnectionOptions::ack_delay replaces base_rtt / 4 as the delayed-SACK
+// time; the 16th packet still forces a SACK.
+TEST(Engine, AckDelayIsTheDelayedSackTime) {
+  ConnectionOptions o = Pair::Defaults();
+  o.ack_delay = 40 * kMicrosecond;
+  Pair p(o);
+  ASSERT_TRUE(p.Write(0, 1, 0, 4 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 4u);
+  for (auto& c : pk) Deliver(*p.b, 1000, c);  // in order
+  EXPECT_TRUE(OfType(Poll(*p.b, 1000 + o.base_rtt / 4 + kMicrosecond),
+                     wire::PacketType::kSack)
+                  .empty());
+  EXPECT_EQ(p.b->NextEventTime(), 1000 + o.ack_delay);
+  EXPECT_EQ(OfType(Poll(*p.b, 1000 + o.ack_delay), wire::PacketType::kSack)
+                .size(),
+            1u);
+}
+
 TEST(Engine, PerPathLossInferenceRetransmitsWithoutTimeout) {
   ConnectionOptions o = Pair::Defaults();
   o.num_paths = 1;

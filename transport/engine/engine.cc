@@ -1772,7 +1772,9 @@ class Engine::Impl {
     }
   }
 
-  static Time AckDelay(const Conn* c) { return c->opt.base_rtt / 4; }
+  static Time AckDelay(const Conn* c) {
+    return c->opt.ack_delay > 0 ? c->opt.ack_delay : c->opt.base_rtt / 4;
+  }
 
   void NoteAck(Time now, Conn* c, const wire::DataHeader& h, uint64_t psn64,
                bool ecn, bool immediate) {
