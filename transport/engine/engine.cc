@@ -75,7 +75,8 @@
 // after messages < k are complete.
 //
 // SACKs are coalesced: one per kAckEvery placed packets, one at the latest
-// base_rtt / 4 after the first unacknowledged arrival (delayed-SACK timer,
+// ack_delay (default base_rtt / 4) after the first unacknowledged arrival
+// (delayed-SACK timer,
 // visible in NextEventTime), and one immediately for a packet that opens a
 // gap (out of order), carried ECN CE, or was a duplicate (the sender is
 // retransmitting: tell it at once). A SACK carries
