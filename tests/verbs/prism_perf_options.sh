@@ -22,8 +22,9 @@
 #   Z  W with --spin 0 (the loops sleep at once when idle)
 #   T  W with --mtu-payload 32768 (the chunk before the 64 KiB default)
 #   U  H with --mtu-payload 32768
-#   K  W with --ack-delay 4000 (one SACK per 4 ms at most, not per 500 us)
-#   L  H with --ack-delay 4000
+#   K  W with --ack-delay 0 (delayed SACK at base-rtt / 4 = 500 us, as
+#      before 2026-12-03 13:16; VM_TIMER_OPTS now has --ack-delay 4000)
+#   L  H with --ack-delay 0
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PPERF=${1:?prism_perf binary}; shift
@@ -72,8 +73,8 @@ for v in "$@"; do
     Z) run_pp Z $VM_PP_OPTS_FAIR --spin 0 ;;
     T) run_pp T $VM_PP_OPTS_FAIR --mtu-payload 32768 ;;
     U) run_pp U $F --rate 10 --mtu-payload 32768 ;;
-    K) run_pp K $VM_PP_OPTS_FAIR --ack-delay 4000 ;;
-    L) run_pp L $F --rate 10 --ack-delay 4000 ;;
+    K) run_pp K $VM_PP_OPTS_FAIR --ack-delay 0 ;;
+    L) run_pp L $F --rate 10 --ack-delay 0 ;;
     *) echo "unknown variant $v"; continue ;;
   esac
   run_ib
