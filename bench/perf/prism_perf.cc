@@ -70,6 +70,7 @@ struct Args {
   double rto_max_us = 0;  // 0: max(engine default, 8 x rto_min)
   double base_rtt_us = 100;
   double probe_us = 1000;
+  double ack_delay_us = 0;
   bool path_stats = false;
   bool json = false;
   bool busy_poll = false;
@@ -125,6 +126,7 @@ void Usage() {
       "  --rto-max=US            RTO ceiling (max(100000, 8 x rto-min))\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --probe-interval=US     probe period of retired paths (1000)\n"
+      "  --ack-delay=US          delayed-SACK time (0: base-rtt / 4)\n"
       "  --immediate             WRITE-with-immediate\n"
       "  --busy-poll             spin the event loop\n"
       "  --gso, --no-gso         UDP GSO for runs of equal-size packets (on)\n"
@@ -155,6 +157,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     kRtoMax,
     kBaseRtt,
     kProbe,
+    kAckDelay,
     kImm,
     kBusy,
     kZero,
@@ -195,6 +198,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       {"rto-max", required_argument, nullptr, kRtoMax},
       {"base-rtt", required_argument, nullptr, kBaseRtt},
       {"probe-interval", required_argument, nullptr, kProbe},
+      {"ack-delay", required_argument, nullptr, kAckDelay},
       {"immediate", no_argument, nullptr, kImm},
       {"busy-poll", no_argument, nullptr, kBusy},
       {"zero-checksum", no_argument, nullptr, kZero},
@@ -298,6 +302,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         break;
       case kProbe:
         if (!absl::SimpleAtod(optarg, &a->probe_us) || a->probe_us <= 0)
+          return false;
+        break;
+      case kAckDelay:
+        if (!absl::SimpleAtod(optarg, &a->ack_delay_us) || a->ack_delay_us < 0)
           return false;
         break;
       case kImm:
@@ -407,6 +415,8 @@ EndpointOptions MakeOptions(const Args& a) {
       static_cast<Time>(a.probe_us * prism::kMicrosecond);
   o.connection.base_rtt =
       static_cast<Time>(a.base_rtt_us * prism::kMicrosecond);
+  o.connection.ack_delay =
+      static_cast<Time>(a.ack_delay_us * prism::kMicrosecond);
   if (a.rto_min_us > 0)
     o.connection.rto_min =
         static_cast<Time>(a.rto_min_us * prism::kMicrosecond);

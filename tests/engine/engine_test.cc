@@ -419,6 +419,68 @@ TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
 }
 
+// DATA payloads of 64 KiB and more (the verbs datapath's chunk): the
+// engine segments, places, loses and resends them like any other, and the
+// length travels in the header's payload_len_hi.
+TEST(Engine, ChunksOf64KiBAndMoreSegmentLoseAndResend) {
+  ConnectionOptions o = Pair::Defaults();
+  o.num_paths = 1;
+  o.num_planes = 1;
+  o.base_rtt = 100 * kMicrosecond;  // a window of 1.9 MB: all six at once
+  Pair p(o, 65536);
+  const uint32_t len = 5 * 65536 + 3392;
+  ASSERT_TRUE(p.Write(0, 1, 0, len, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 6u);
+  for (size_t i = 0; i < pk.size(); ++i) {
+    EXPECT_EQ(pk[i].pkt.data.payload_len, i < 5 ? 65536u : 3392u) << i;
+    EXPECT_EQ(pk[i].pkt.data.msg_offset, 65536u * i);
+    EXPECT_EQ(pk[i].payload_ptr, p.src.data() + 65536 * i);
+  }
+  for (size_t i = 0; i < pk.size(); ++i) {
+    if (i != 2) Deliver(*p.b, 1000, pk[i]);
+  }
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  auto re = OfType(Poll(*p.a, 2000), wire::PacketType::kData);
+  ASSERT_EQ(re.size(), 1u);
+  EXPECT_EQ(re[0].pkt.data.psn, pk[2].pkt.data.psn);
+  EXPECT_EQ(re[0].pkt.data.payload_len, 65536u);
+  Deliver(*p.b, 3000, re[0]);
+  // In order now: acked by the delayed-SACK timer (base_rtt / 4).
+  const Time t = 3000 + 30 * kMicrosecond;
+  for (auto& c : PollAcks(*p.b, t)) Deliver(*p.a, t + 1000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), len), 0);
+  EXPECT_EQ(p.b->stats().rx_drop_malformed, 0u);
+  // The largest chunk the wire carries; one byte more is refused.
+  EngineOptions big;
+  big.mtu_payload = wire::kMaxPayloadLen;
+  EXPECT_TRUE(Engine(big).CreateConnection(o).ok());
+  big.mtu_payload = wire::kMaxPayloadLen + 1;
+  EXPECT_FALSE(Engine(big).CreateConnection(o).ok());
+}
+
+// ConnectionOptions::ack_delay replaces base_rtt / 4 as the delayed-SACK
+// time; the 16th packet still forces a SACK.
+TEST(Engine, AckDelayIsTheDelayedSackTime) {
+  ConnectionOptions o = Pair::Defaults();
+  o.ack_delay = 40 * kMicrosecond;
+  Pair p(o);
+  ASSERT_TRUE(p.Write(0, 1, 0, 4 * 4096, 0).ok());
+  auto pk = Poll(*p.a, 0);
+  ASSERT_EQ(pk.size(), 4u);
+  for (auto& c : pk) Deliver(*p.b, 1000, c);  // in order
+  EXPECT_TRUE(OfType(Poll(*p.b, 1000 + o.base_rtt / 4 + kMicrosecond),
+                     wire::PacketType::kSack)
+                  .empty());
+  EXPECT_EQ(p.b->NextEventTime(), 1000 + o.ack_delay);
+  EXPECT_EQ(OfType(Poll(*p.b, 1000 + o.ack_delay), wire::PacketType::kSack)
+                .size(),
+            1u);
+}
+
 TEST(Engine, PerPathLossInferenceRetransmitsWithoutTimeout) {
   ConnectionOptions o = Pair::Defaults();
   o.num_paths = 1;
@@ -590,7 +652,9 @@ TEST(Engine, TrimmedPacketIsRetransmittedAtOnceOnAnotherPath) {
   EXPECT_EQ(re[0].pkt.data.psn, pk[0].pkt.data.psn);
   EXPECT_NE(re[0].path, pk[0].path);
   Deliver(*p.b, 3000, re[0]);
-  for (auto& c : PollAcks(*p.b, 3000)) Deliver(*p.a, 4000, c);
+  // In order now: acked by the delayed-SACK timer (base_rtt / 4).
+  const Time t = 3000 + 30 * kMicrosecond;
+  for (auto& c : PollAcks(*p.b, t)) Deliver(*p.a, t + 1000, c);
   EXPECT_EQ(Drain(*p.a).size(), 1u);
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 4096), 0);
 }

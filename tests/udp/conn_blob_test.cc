@@ -115,6 +115,47 @@ TEST(ConnBlob, RoundTripVerbsPeerInfoOf8And49Qps) {
   EXPECT_FALSE(EncodeBlob(big).ok());
 }
 
+// A payload MTU of 64 KiB and more (the verbs datapath's chunk): flag bit 3
+// and one byte of bits 16-23 after the fixed part; below 64 KiB the blob is
+// unchanged.
+TEST(ConnBlob, MtuOf64KiBAndMoreRoundTrips) {
+  for (uint32_t mtu : {65535u, 65536u, 65537u, 1u << 20}) {
+    for (BlobDatapath dp : {BlobDatapath::kUdp, BlobDatapath::kVerbs}) {
+      ConnInfoWire w = Sample(2);
+      w.info.mtu_payload = mtu;
+      if (dp == BlobDatapath::kVerbs) {
+        w.planes.clear();
+        w.datapath = dp;
+        w.verbs.assign(40 + 4 * 8, 'v');
+      }
+      auto b = EncodeBlob(w);
+      ASSERT_TRUE(b.ok()) << mtu << ": " << b.status();
+      EXPECT_EQ((b->bytes[3] & 0x08) != 0, mtu > 0xFFFF) << mtu;
+      auto d = DecodeBlob(*b);
+      ASSERT_TRUE(d.ok()) << mtu << ": " << d.status();
+      ExpectSame(w, *d);
+    }
+  }
+  // 49 QPs still fit: 18 + 1 + 40 + 4 x 49 = 255 bytes.
+  ConnInfoWire v = Sample(1);
+  v.planes.clear();
+  v.datapath = BlobDatapath::kVerbs;
+  v.info.mtu_payload = 65536;
+  v.verbs.assign(40 + 4 * 49, 'q');
+  auto vb = EncodeBlob(v);
+  ASSERT_TRUE(vb.ok()) << vb.status();
+  EXPECT_EQ(vb->size, 255);
+  ConnInfoWire w = Sample(1);
+  w.info.mtu_payload = 1u << 24;
+  EXPECT_FALSE(EncodeBlob(w).ok());
+  // The flag with a zero high byte is not canonical: rejected.
+  w.info.mtu_payload = 1u << 16;
+  auto b = EncodeBlob(w);
+  ASSERT_TRUE(b.ok());
+  b->bytes[18] = 0;
+  EXPECT_FALSE(DecodeBlob(*b).ok());
+}
+
 TEST(ConnBlob, RejectsVersion1AndWrongLength) {
   auto good = *EncodeBlob(Sample(1));
   ConnectionBlob v1 = good;

@@ -36,9 +36,10 @@ run_ib() {
 }
 run_ib; sed -n '/#bytes/,$p' /tmp/ibwbw.client
 # Prism: 8 paths sprayed over 8 data QPs; one run per chunk size (bytes per
-# WRITE-with-immediate: 32768 = the datapath's default, 8 RoCE packets at
-# this MTU; 4096 = one RoCE packet per WRITE, as MRC sprays).
-for CHUNK in ${CHUNKS:-32768 4096}; do
+# WRITE-with-immediate: 65536 = the datapath's default, one WRITE per 64 KiB
+# message as ib_write_bw; 32768 = the default before 2026-12-03 13:00;
+# 4096 = one RoCE packet per WRITE, as MRC sprays).
+for CHUNK in ${CHUNKS:-65536 32768 4096}; do
   IB0=$IB
   "$PERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $CHUNK --depth 128 > /tmp/vperf.out 2>&1; prc=$?
   cat /tmp/vperf.out
@@ -49,7 +50,7 @@ for CHUNK in ${CHUNKS:-32768 4096}; do
   echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 done
 # prism_perf --datapath verbs: the Endpoint API (event-loop thread, blob
-# exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (32
+# exchange over TCP), 8 paths on 8 data QPs, the datapath's chunk size (64
 # KiB WRITEs), verbs_perf's timers (base RTT 2 ms, RTO ceiling 2 s,
 # congestion "fixed"; vm_perf_opts.sh says why), two windows:
 #   fair   VM_PP_OPTS_FAIR: 128 x 64 KiB = 8 MiB in flight, as ib_write_bw
@@ -68,7 +69,7 @@ run_pp() { # tag options...
   local tag=$1; shift
   IB0=$IB
   PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $*"
-  "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
+  PRISM_VERBS_STATS=1 "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
   PRISM_VERBS_STATS=1 timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
   wait $ppid; src=$?
@@ -79,7 +80,10 @@ run_pp() { # tag options...
   run_ib
   echo "METRIC prism_perf_verbs_MBps$tag $PR (device $DEV, $SIZE B x $COUNT, 8 paths on 8 QPs, Endpoint API, $*)"
   grep -o '"\(rto_events\|path_timeouts\|paths_retired\|retransmitted_packets\|tail_loss_probes\|srtt_us\|cwnd_bytes\|loop_wakeups\|app_wakeups\|nvcsw\|nivcsw\)": *[0-9.]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_engine$tag /; s/\$/\n/"
-  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*\|ready_timeouts=[0-9]*\|tx_hellos=[0-9]*\|rx_hellos=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
+  grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*\|ready_timeouts=[0-9]*\|tx_hellos=[0-9]*\|rx_hellos=[0-9]*\|tx_closes=[0-9]*\|completions_held=[0-9]*\|rx_ctrl=[0-9]*\|tx_data_signalled=[0-9]*' /tmp/pperf.client | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_datapath$tag /; s/\$/\n/"
+  # The receiver's side: WRITEs received, control SENDs (SACKs) sent and
+  # SACKs merged into a later one of the same burst (work per byte).
+  grep -m1 'tx_sacks_merged=' /tmp/pperf.server | grep -o 'tx_ctrl=[0-9]*\|tx_sacks_merged=[0-9]*\|rx_data=[0-9]*' | tr '\n' ' ' | sed "s/^/METRIC prism_perf_verbs_server$tag /; s/\$/\n/"
   echo "METRIC prism_perf_verbs_vs_ib_write_bw$tag $(awk "BEGIN{printf \"%.2f\", $PR/(($IB0+$IB)/2)}") (ib_write_bw $IB0 before, $IB after)"
 }
 if [ -n "$PPERF" ]; then

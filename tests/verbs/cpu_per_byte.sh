@@ -4,12 +4,15 @@
 # Endpoint's loop threads and soft-RoCE's kernel work together) for
 # ib_write_bw, verbs_perf (engine + datapath, one thread per side) and
 # prism_perf --datapath verbs (the Endpoint API), all 65536 B x COUNT on
-# rxe_lo, 32 KiB chunks, 8 paths on 8 QPs. Diagnosis tool for
+# rxe_lo, 8 paths on 8 QPs, one verbs_perf and one prism_perf run per
+# chunk size in CHUNKS (default "65536 32768": the chunk before and since
+# 2026-12-03; METRIC names end in _cC). Diagnosis tool for
 # docs/verbs.md ("Where the Endpoint path loses"); not in the manifest. Run:
 #   printf 'cpu\t600\tbash %s/tests/verbs/cpu_per_byte.sh %s/build/bin/verbs_perf %s/build/bin/prism_perf\n' \
 #     $PWD $PWD $PWD > /tmp/m.txt && tests/rxe/run-rxe-vm.sh /tmp/m.txt /tmp/cpu-out
-# Environment: COUNT (500), ROUNDS (2), PP_EXTRA (more prism_perf options,
-# e.g. "--spin=0"; the tag TAG names them in the METRIC lines).
+# Environment: COUNT (500), ROUNDS (2), CHUNKS ("65536 32768"), PP_EXTRA
+# (more prism_perf options, e.g. "--spin=0"; the tag TAG names them in the
+# METRIC lines).
 # busy_s includes process start-up and connection set-up, so read the
 # figures relative to each other (same VM run), not as absolute costs.
 set -u
@@ -35,20 +38,23 @@ run_ib() {
   wait $spid
   report ib_write_bw "$t0" "$b0" "$i0" "$(awk '/^ *#bytes/{h=1;next} h&&NF>=4{print $4; exit}' /tmp/ibc)"
 }
-run_vp() {
+run_vp() { # chunk
   local t0 b0 i0; t0=$(date +%s.%N); b0=$(busy); i0=$(idle)
-  "$VPERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk 32768 --depth 128 > /tmp/vp 2>&1
-  report verbs_perf "$t0" "$b0" "$i0" "$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vp)"
+  "$VPERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk $1 --depth 128 > /tmp/vp 2>&1
+  report verbs_perf_c$1 "$t0" "$b0" "$i0" "$(awk '/^METRIC verbs_perf_MBps/{print $3}' /tmp/vp)"
 }
-run_pp() {
-  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $VM_PP_OPTS ${PP_EXTRA:-}"
+run_pp() { # chunk
+  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $VM_PP_OPTS --mtu-payload $1 ${PP_EXTRA:-}"
   local t0 b0 i0; t0=$(date +%s.%N); b0=$(busy); i0=$(idle)
   PRISM_VERBS_STATS=1 "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pps 2>&1 & local ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
   PRISM_VERBS_STATS=1 timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/ppc 2>&1
   wait $ppid
-  report prism_perf${TAG:-} "$t0" "$b0" "$i0" "$(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
-  grep -h 'prism verbs stats' /tmp/pps /tmp/ppc
+  report prism_perf_c$1${TAG:-} "$t0" "$b0" "$i0" "$(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
+  grep -h 'prism verbs stats' /tmp/pps /tmp/ppc | sed "s/^/c$1 /"
 }
-for round in $(seq 1 ${ROUNDS:-2}); do run_ib; run_vp; run_pp; done
+for round in $(seq 1 ${ROUNDS:-2}); do
+  run_ib
+  for c in ${CHUNKS:-65536 32768}; do run_vp $c; run_pp $c; done
+done
 run_ib

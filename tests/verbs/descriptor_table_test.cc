@@ -38,7 +38,10 @@ TEST(DescriptorTest, EncodeDecodeRoundTripAndRejects) {
   bad[32] = bad[33] = bad[34] = bad[35] = 0;  // mtu 0
   EXPECT_FALSE(DecodeDescriptor(bad, &x));
   memcpy(bad, b, sizeof(b));
-  bad[34] = 1;  // mtu 65536 + ...
+  bad[34] = 1;  // mtu 65536 + 4096: a chunk above 64 KiB is fine
+  EXPECT_TRUE(DecodeDescriptor(bad, &x));
+  EXPECT_EQ(x.mtu, 65536u + 4096u);
+  bad[34] = 0x10;  // mtu 1 MiB + 4096: above wire::kMaxPayloadLen
   EXPECT_FALSE(DecodeDescriptor(bad, &x));
   memcpy(bad, b, sizeof(b));
   bad[36] |= 0x80;  // unknown flag
@@ -68,6 +71,28 @@ TEST(DescriptorTest, FromHeaderInvertsRebuild) {
   wire::DataHeader r;
   ASSERT_TRUE(RebuildDataHeader(d, h.psn, 4096, 2, &r));
   EXPECT_EQ(r, h);  // send_ts 0 and payload_crc 0 on both sides
+}
+
+// 64 KiB chunks (the datapath's default): the rebuilt header's 32-bit
+// payload length is the completion's byte_len.
+TEST(DescriptorTest, RebuildsChunksOf64KiB) {
+  const MessageDescriptor d = Msg(1, 500, 2 * 65536 + 7, 65536);
+  ASSERT_EQ(d.npkts(), 3u);
+  wire::DataHeader h;
+  const uint32_t lens[3] = {65536, 65536, 7};
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(RebuildDataHeader(d, 500 + i, lens[i], 1, &h)) << i;
+    EXPECT_EQ(h.payload_len, lens[i]);
+    EXPECT_EQ(h.msg_offset, i * 65536u);
+    uint8_t b[wire::kDataHeaderSize];
+    ASSERT_EQ(wire::EncodeData(h, b, sizeof(b)), wire::kDataHeaderSize);
+    wire::Packet p;
+    ASSERT_EQ(wire::DecodeSplit(b, sizeof(b), b, lens[i], &p),
+              wire::DecodeError::kOk);
+    EXPECT_EQ(p.data.payload_len, lens[i]);
+  }
+  EXPECT_FALSE(RebuildDataHeader(d, 500, 65535, 1, &h));
+  EXPECT_FALSE(RebuildDataHeader(d, 501, 65537, 1, &h));
 }
 
 TEST(DescriptorTest, RebuildOffsetsFlagsAndLengths) {

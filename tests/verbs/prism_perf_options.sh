@@ -20,6 +20,11 @@
 #   S  W with --remote-slots 2 (a 128 KiB receive buffer: the footprint of
 #      ib_write_bw, which writes every message into the same few buffers)
 #   Z  W with --spin 0 (the loops sleep at once when idle)
+#   T  W with --mtu-payload 32768 (the chunk before the 64 KiB default)
+#   U  H with --mtu-payload 32768
+#   K  W with --ack-delay 0 (delayed SACK at base-rtt / 4 = 500 us, as
+#      before 2026-12-03 13:16; VM_TIMER_OPTS now has --ack-delay 4000)
+#   L  H with --ack-delay 0
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 PPERF=${1:?prism_perf binary}; shift
@@ -44,7 +49,7 @@ run_pp() {
   PRISM_VERBS_STATS=1 timeout 70 "$PPERF" $PP -n $COUNT -p $pp --json 127.0.0.1 > /tmp/ppc 2>&1; local crc=$?
   sleep 1; kill $ppid 2>/dev/null; wait $ppid
   echo "=== $name: $* (client rc=$crc)"
-  tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes|loop_wakeups|app_wakeups|nvcsw|nivcsw)"' | tr -d '\n '; echo
+  tr ',' '\n' < /tmp/ppc | grep -E '"(MBps|rto_events|path_timeouts|tail_loss_probes|retransmitted_packets|paths_retired|srtt_us|cwnd_bytes|loop_wakeups|app_wakeups|nvcsw|nivcsw|mtu_payload|sacks_received|dp_tx_packets|dp_rx_packets|cpu_seconds)"' | tr -d '\n '; echo
   grep -o 'tx_fallback=[0-9]*\|tx_wait_ready=[0-9]*' /tmp/ppc | tr '\n' ' ' | sed "s/^/METRIC prism_perf_datapath_$name /"; echo
   echo "METRIC prism_perf_$name $(grep -o '"MBps": *[0-9.]*' /tmp/ppc | grep -o '[0-9.]*$')"
 }
@@ -66,6 +71,10 @@ for v in "$@"; do
     Y) run_pp Y $VM_PP_OPTS_FAIR --remote-slots 64 ;;
     S) run_pp S $VM_PP_OPTS_FAIR --remote-slots 2 ;;
     Z) run_pp Z $VM_PP_OPTS_FAIR --spin 0 ;;
+    T) run_pp T $VM_PP_OPTS_FAIR --mtu-payload 32768 ;;
+    U) run_pp U $F --rate 10 --mtu-payload 32768 ;;
+    K) run_pp K $VM_PP_OPTS_FAIR --ack-delay 0 ;;
+    L) run_pp L $F --rate 10 --ack-delay 0 ;;
     *) echo "unknown variant $v"; continue ;;
   esac
   run_ib

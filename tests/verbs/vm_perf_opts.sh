@@ -6,7 +6,11 @@
 #   VM_TIMER_OPTS  base RTT 2 ms, RTO in [100 ms, 2 s], probes every 20 ms:
 #                  under TCG the RTT with 128 x 64 KiB in flight is 50-200 ms;
 #                  an RTO ceiling at or below it fired spurious RTOs
-#                  (docs/verbs.md "Through the Endpoint API").
+#                  (docs/verbs.md "Through the Endpoint API"). Delayed SACK
+#                  after 4 ms, not base-rtt / 4 = 500 us: under TCG the
+#                  64 KiB chunks arrive about 1 ms apart, so 500 us sent
+#                  one SACK per chunk in the fast runs (since 2026-12-03
+#                  13:16; docs/verbs.md "64 KiB chunks and the SACK merge").
 #   VM_PP_OPTS     congestion "fixed" at 10 Gb/s (window 1.5 x 10 Gb/s x 2 ms
 #                  = 3.75 MB, 57 messages of 64 KiB) + VM_TIMER_OPTS: what
 #                  compare_bw.sh and cpu_per_byte.sh run.
@@ -24,7 +28,7 @@
 #                  compare_bw.sh.
 #   vm_roce_gid DEV  prints the index of DEV's RoCE v2 IPv4-mapped GID on
 #                  port 1 (what verbs_perf and prism_perf pick), -1 if none.
-VM_TIMER_OPTS="--base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000"
+VM_TIMER_OPTS="--base-rtt 2000 --rto-min 100000 --rto-max 2000000 --probe-interval 20000 --ack-delay 4000"
 VM_PP_OPTS="--cc fixed --rate 10 $VM_TIMER_OPTS"
 VM_PP_OPTS_FAIR="--cc fixed --rate 23 $VM_TIMER_OPTS --rto-min 1000000 --rto-max 4000000 --remote-slots 128 --wait-us 5000"
 vm_roce_gid() {

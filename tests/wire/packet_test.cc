@@ -89,7 +89,7 @@ TEST(WireLayout, DataFieldsAtDocumentedOffsets) {
   EXPECT_EQ(Le16(b + 48), h.payload_len);
   EXPECT_EQ(Le16(b + 50), h.path_id);
   EXPECT_EQ(Le16(b + 52), h.flags);
-  EXPECT_EQ(Le16(b + 54), 0);
+  EXPECT_EQ(Le16(b + 54), 0);  // payload_len_hi: 0 below 64 KiB
   EXPECT_EQ(Le32(b + 56), h.immediate);
   EXPECT_EQ(Le32(b + 60), h.payload_crc);
   // Header checksum: CRC32C of the header with the checksum field zeroed.
@@ -505,6 +505,36 @@ DecodeError DecodeMutatedData(const DataHeader& h, size_t payload_bytes,
   return Decode(b.data(), b.size(), &p);
 }
 
+// Payloads of 64 KiB and more (the verbs datapath's chunk): the length's
+// high 16 bits at offset 54, up to kMaxPayloadLen; one more is refused.
+TEST(WireLayout, DataPayloadOf64KiBAndMore) {
+  for (uint32_t len : {65535u, 65536u, 65537u, 200000u, kMaxPayloadLen}) {
+    DataHeader h;
+    h.dst_conn = 7;
+    h.msg_len = 3 * kMaxPayloadLen;
+    h.msg_offset = kMaxPayloadLen;
+    h.payload_len = len;
+    std::vector<uint8_t> b(kDataHeaderSize + len, 0x33);
+    ASSERT_EQ(EncodeData(h, b.data(), kDataHeaderSize), kDataHeaderSize);
+    EXPECT_EQ(Le16(b.data() + 48), len & 0xFFFF) << len;
+    EXPECT_EQ(Le16(b.data() + 54), len >> 16) << len;
+    Packet p;
+    ASSERT_EQ(Decode(b.data(), b.size(), &p), DecodeError::kOk) << len;
+    EXPECT_EQ(p.data, h);
+    EXPECT_EQ(p.payload_len, len);
+    ASSERT_EQ(DecodeSplit(b.data(), kDataHeaderSize, b.data() + kDataHeaderSize,
+                          len, &p),
+              DecodeError::kOk);
+    EXPECT_EQ(p.data.payload_len, len);
+  }
+  DataHeader h;
+  h.msg_len = 3 * kMaxPayloadLen;
+  h.payload_len = kMaxPayloadLen;
+  EXPECT_EQ(DecodeMutatedData(h, kMaxPayloadLen + 1,
+                              [](uint8_t* b) { b[48] = 1; }),
+            DecodeError::kBadField);
+}
+
 TEST(WireMalformed, DataForbiddenFields) {
   DataHeader h;
   h.msg_len = 1000;
@@ -523,7 +553,7 @@ TEST(WireMalformed, DataForbiddenFields) {
               DecodeError::kBadField)
         << bit;
   }
-  // Reserved must be zero.
+  // payload_len_hi: the length then passes msg_len, or kMaxPayloadLen.
   EXPECT_EQ(DecodeMutatedData(h, 100, [](uint8_t* b) { b[54] = 1; }),
             DecodeError::kBadField);
   EXPECT_EQ(DecodeMutatedData(h, 100, [](uint8_t* b) { b[55] = 0x80; }),
@@ -621,7 +651,12 @@ TEST(WireMalformed, ControlForbiddenFields) {
             DecodeError::kBadField);  // mtu 0
   EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
                           [](uint8_t* b) { SetLe32(b + 24, 0x10000); }),
-            DecodeError::kBadField);  // mtu beyond a 16-bit payload_len
+            DecodeError::kOk);  // 64 KiB: payload_len_hi in use
+  EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
+                          [](uint8_t* b) {
+                            SetLe32(b + 24, kMaxPayloadLen + 1);
+                          }),
+            DecodeError::kBadField);  // mtu beyond kMaxPayloadLen
   EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
                           [](uint8_t* b) { SetLe16(b + 32, 0); }),
             DecodeError::kBadField);  // no paths
@@ -909,7 +944,7 @@ TEST(WireBurst, PatchedDataHeaderEqualsEncode) {
       h->psn = rng.Next32();
       h->msg_offset = rng.Next32();
       h->remote_addr = rng.Next();
-      h->payload_len = static_cast<uint16_t>(rng.Next32());
+      h->payload_len = rng.Next32() % (kMaxPayloadLen + 1);
       h->path_id = static_cast<uint16_t>(rng.Next32());
       h->flags = static_cast<uint16_t>(rng.Uniform(kKnownDataFlags + 1));
     }

@@ -75,7 +75,8 @@
 // after messages < k are complete.
 //
 // SACKs are coalesced: one per kAckEvery placed packets, one at the latest
-// base_rtt / 4 after the first unacknowledged arrival (delayed-SACK timer,
+// ack_delay (default base_rtt / 4) after the first unacknowledged arrival
+// (delayed-SACK timer,
 // visible in NextEventTime), and one immediately for a packet that opens a
 // gap (out of order), carried ECN CE, or was a duplicate (the sender is
 // retransmitting: tell it at once). A SACK carries
@@ -151,7 +152,7 @@ struct TxSlot {
   uint32_t path_seq = 0;
   uint32_t prev_path = kNil, next_path = kNil;
   uint32_t prev_all = kNil, next_all = kNil;
-  uint16_t len = 0;
+  uint32_t len = 0;  // payload bytes (up to wire::kMaxPayloadLen)
   uint16_t path = 0;
   uint8_t state = kFree;
   uint8_t tx_count = 0;
@@ -623,10 +624,10 @@ class Engine::Impl {
 
   // ----------------------------------------------------------- connections
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
-    if (opt_.mtu_payload == 0 || opt_.mtu_payload > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("EngineOptions::mtu_payload must be in [1, 65535], got ",
-                       opt_.mtu_payload));
+    if (opt_.mtu_payload == 0 || opt_.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EngineOptions::mtu_payload must be in [1, ", wire::kMaxPayloadLen,
+          "], got ", opt_.mtu_payload));
     }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
@@ -704,9 +705,10 @@ class Engine::Impl {
     if (remote.conn_id == kInvalidConn) {
       return absl::InvalidArgumentError("remote conn_id is 0");
     }
-    if (remote.mtu_payload == 0 || remote.mtu_payload > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "remote mtu_payload ", remote.mtu_payload, " outside [1, 65535]"));
+    if (remote.mtu_payload == 0 || remote.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("remote mtu_payload ", remote.mtu_payload,
+                       " outside [1, ", wire::kMaxPayloadLen, "]"));
     }
     uint16_t np = c->opt.num_paths;
     if (remote.num_paths != 0) np = std::min(np, remote.num_paths);
@@ -939,7 +941,8 @@ class Engine::Impl {
   uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
                          size_t payload_len) {
     if (placer_ != &memcpy_placer_ || claims_full_ ||
-        hdr_len != wire::kDataHeaderSize || payload_len > 0xFFFF)
+        hdr_len != wire::kDataHeaderSize ||
+        payload_len > wire::kMaxPayloadLen)
       return nullptr;
     // Decode the header alone: DecodeSplit checks the declared payload
     // length against payload_len and never reads the payload pointer.
@@ -1811,7 +1814,8 @@ class Engine::Impl {
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
     const uint16_t flags = Get16(p + off::kDFlags);
     const uint32_t msg_off = Get32(p + off::kDMsgOffset);
-    const uint16_t plen = Get16(p + off::kDPayloadLen);
+    const uint32_t plen = Get16(p + off::kDPayloadLen) |
+                          uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
     const uint16_t path = Get16(p + off::kDPathId);
     const uint64_t addr = Get64(p + off::kDRemoteAddr);
     const uint64_t end = uint64_t{msg_off} + plen;
@@ -1907,7 +1911,9 @@ class Engine::Impl {
     }
   }
 
-  static Time AckDelay(const Conn* c) { return c->opt.base_rtt / 4; }
+  static Time AckDelay(const Conn* c) {
+    return c->opt.ack_delay > 0 ? c->opt.ack_delay : c->opt.base_rtt / 4;
+  }
 
   void NoteAck(Time now, Conn* c, const wire::DataHeader& h, uint64_t psn64,
                bool ecn, bool immediate) {
@@ -2710,7 +2716,7 @@ class Engine::Impl {
         }
         if (psn + 1 > c->snd_nxt) c->snd_nxt = psn + 1;
       }
-      s.len = static_cast<uint16_t>(len);
+      s.len = len;
       s.path = static_cast<uint16_t>(path);
       s.sent_time = now;
       s.state = kInFlight;
@@ -2790,7 +2796,7 @@ class Engine::Impl {
         if (off == 0) flags |= wire::kFlagFirstOfMessage;
         if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                        raddr + off, static_cast<uint16_t>(len),
+                                        raddr + off, len,
                                         path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
         o.payload = len > 0 ? src + off : nullptr;
@@ -2848,7 +2854,7 @@ class Engine::Impl {
     h.msg_len = m.len;
     h.remote_addr = m.remote_addr + off;
     h.rkey = m.rkey;
-    h.payload_len = static_cast<uint16_t>(len);
+    h.payload_len = len;
     h.path_id = path;
     uint16_t flags = 0;
     if (retx) flags |= wire::kFlagRetransmit;

@@ -37,6 +37,8 @@ constexpr uint8_t kBlobMagic = 0xA7;
 constexpr uint8_t kBlobVersion = 2;
 constexpr size_t kFixed = 18;
 constexpr uint8_t kFlagPorts = 0x04;  // a port per further plane follows
+// mtu_payload >= 64 KiB: its bits 16-23 follow the fixed part (one byte).
+constexpr uint8_t kFlagMtuHi = 0x08;
 
 class Writer {
  public:
@@ -104,7 +106,9 @@ absl::Status Bad(absl::string_view why) {
 }  // namespace
 
 absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
-  if (w.info.mtu_payload > 0xffff) return Bad("mtu_payload above 65535");
+  if (w.info.mtu_payload > 0xffffff)
+    return Bad("mtu_payload above 24 bits");
+  const bool mtu_hi = w.info.mtu_payload > 0xffff;
   if (w.info.num_planes > 0xff) return Bad("more than 255 planes");
   if (w.datapath == BlobDatapath::kUdp &&
       (w.planes.empty() || w.planes.size() > 15))
@@ -120,6 +124,7 @@ absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
   wr.U8(0);  // length, patched below
   wr.U8(static_cast<uint8_t>(static_cast<uint8_t>(w.datapath) |
                              (same_ports ? 0 : kFlagPorts) |
+                             (mtu_hi ? kFlagMtuHi : 0) |
                              (w.info.payload_checksum ? 0x80 : 0)));
   wr.U8(w.datapath == BlobDatapath::kUdp ? static_cast<uint8_t>(w.planes.size())
                                          : 0);
@@ -128,6 +133,7 @@ absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
   wr.U16(static_cast<uint16_t>(w.info.mtu_payload));
   wr.U16(w.info.num_paths);
   wr.U8(static_cast<uint8_t>(w.info.num_planes));
+  if (mtu_hi) wr.U8(static_cast<uint8_t>(w.info.mtu_payload >> 16));
   if (w.datapath == BlobDatapath::kUdp) {
     wr.U16(w.planes[0].port);
     wr.Put(w.planes[0].addr.data(), 16);
@@ -175,15 +181,22 @@ absl::StatusOr<ConnInfoWire> DecodeBlob(const ConnectionBlob& b) {
   if (length != b.size)
     return Bad(
         absl::StrCat("length byte says ", length, " bytes, blob has ", b.size));
-  if ((flags & 0x78) != 0) return Bad("unknown flags");
+  if ((flags & 0x70) != 0) return Bad("unknown flags");
   const uint8_t kind = flags & 0x3;
   if (kind > 2) return Bad("unknown datapath");
   w.datapath = static_cast<BlobDatapath>(kind);
   w.info.payload_checksum = (flags & 0x80) != 0;
   w.info.mtu_payload = mtu16;
+  if (flags & kFlagMtuHi) {
+    uint8_t hi;
+    if (!rd.U8(&hi)) return Bad("truncated mtu");
+    if (hi == 0) return Bad("mtu flag with a zero high byte");
+    w.info.mtu_payload |= uint32_t{hi} << 16;
+  }
   w.info.num_planes = planes8;
   if (w.info.conn_id == kInvalidConn) return Bad("connection id 0");
-  if (w.info.num_paths == 0 || w.info.num_planes == 0 || mtu16 == 0)
+  if (w.info.num_paths == 0 || w.info.num_planes == 0 ||
+      w.info.mtu_payload == 0)
     return Bad("zero paths, planes or mtu");
   if (w.datapath == BlobDatapath::kUdp) {
     if (n_addr == 0 || n_addr > 15) return Bad("udp needs 1..15 addresses");
@@ -208,7 +221,7 @@ absl::StatusOr<ConnInfoWire> DecodeBlob(const ConnectionBlob& b) {
   } else if (w.datapath == BlobDatapath::kVerbs) {
     if (n_addr != 0) return Bad("verbs blob with addresses");
     if (flags & kFlagPorts) return Bad("port flag on a verbs blob");
-    const size_t rest = b.size - kFixed;
+    const size_t rest = b.size - kFixed - ((flags & kFlagMtuHi) ? 1 : 0);
     if (rest == 0) return Bad("verbs blob without peer info");
     w.verbs.resize(rest);
     if (!rd.Get(w.verbs.data(), rest)) return Bad("truncated peer info");

@@ -350,7 +350,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
   if (dp_mtu <= wire::kDataHeaderSize + 64)
     return absl::InvalidArgumentError("datapath MTU too small");
   uint32_t mtu_payload = static_cast<uint32_t>(
-      std::min<size_t>(dp_mtu - wire::kDataHeaderSize, 65535));
+      std::min<size_t>(dp_mtu - wire::kDataHeaderSize, wire::kMaxPayloadLen));
   if (options.mtu_payload != 0) {
     if (options.mtu_payload > mtu_payload)
       return absl::InvalidArgumentError(absl::StrCat(

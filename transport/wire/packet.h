@@ -40,10 +40,16 @@ inline constexpr uint16_t kDefaultUdpPort = 20562;
 inline constexpr size_t kCommonHeaderSize = 12;
 inline constexpr size_t kHeaderCrcOffset = 4;
 //   DATA: 12 psn u32 | 16 msn u32 | 20 msg_offset u32 | 24 msg_len u32 |
-//     28 rkey u32 | 32 remote_addr u64 | 40 send_ts u64 | 48 payload_len u16 |
-//     50 path_id u16 | 52 flags u16 | 54 reserved u16 (0) | 56 immediate u32 |
+//     28 rkey u32 | 32 remote_addr u64 | 40 send_ts u64 |
+//     48 payload_len u16 (bits 0-15) | 50 path_id u16 | 52 flags u16 |
+//     54 payload_len_hi u16 (bits 16-31; 0 below 64 KiB) | 56 immediate u32 |
 //     60 payload_crc u32 | 64 payload...
 inline constexpr size_t kDataHeaderSize = 64;
+// Largest DATA payload (and CONNECT mtu_payload) a decoder accepts: 1 MiB.
+// Payloads of 64 KiB and more set payload_len_hi, which a peer accepts only
+// after agreeing to an mtu_payload above 0xFFFF in CONNECT (older version-1
+// decoders refuse both; docs/wire-format.md, "Versioning").
+inline constexpr uint32_t kMaxPayloadLen = 1u << 20;
 //   SACK: 12 cum_psn u32 | 16 echo_ts u64 | 24 bytes_received u64 |
 //     32 bitmap u64[4] | 64 bitmap_base u32 | 68 trigger_psn u32 |
 //     72 ooo_count u32 | 76 echo_path u16 | 78 rx_window_penalty u16 |
@@ -112,7 +118,7 @@ struct DataHeader {
   uint32_t msg_len = 0;      // total message length
   uint64_t remote_addr = 0;  // final address of this packet's first byte
   uint32_t rkey = 0;
-  uint16_t payload_len = 0;  // payload bytes the sender put after the header
+  uint32_t payload_len = 0;  // payload bytes after the header (<= 1 MiB)
   uint16_t path_id = 0;      // path (entropy value slot) it was sent on
   uint16_t flags = 0;        // DataFlags
   uint64_t send_ts = 0;      // sender's timestamp, echoed back in SACK/NACK

@@ -25,7 +25,7 @@ inline constexpr size_t kMagic = 0, kVersion = 2, kType = 3, kCrc = 4,
 inline constexpr size_t kDPsn = 12, kDMsn = 16, kDMsgOffset = 20, kDMsgLen = 24,
                         kDRkey = 28, kDRemoteAddr = 32, kDSendTs = 40,
                         kDPayloadLen = 48, kDPathId = 50, kDFlags = 52,
-                        kDReserved = 54, kDImmediate = 56, kDPayloadCrc = 60;
+                        kDPayloadLenHi = 54, kDImmediate = 56, kDPayloadCrc = 60;
 // SACK
 inline constexpr size_t kSCumPsn = 12, kSEchoTs = 16, kSBytesReceived = 24,
                         kSBitmap = 32, kSBitmapBase = 64, kSTriggerPsn = 68,
@@ -128,14 +128,15 @@ inline size_t HeaderSizeOf(uint8_t t) {
   h.rkey = Get32(p + off::kDRkey);
   h.remote_addr = Get64(p + off::kDRemoteAddr);
   h.send_ts = Get64(p + off::kDSendTs);
-  h.payload_len = Get16(p + off::kDPayloadLen);
+  h.payload_len = Get16(p + off::kDPayloadLen) |
+                  uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
   h.path_id = Get16(p + off::kDPathId);
   h.flags = Get16(p + off::kDFlags);
   h.immediate = Get32(p + off::kDImmediate);
   h.payload_crc = Get32(p + off::kDPayloadCrc);
 
   if ((h.flags & ~kKnownDataFlags) != 0) return DecodeError::kBadField;
-  if (Get16(p + off::kDReserved) != 0) return DecodeError::kBadField;
+  if (h.payload_len > kMaxPayloadLen) return DecodeError::kBadField;
   const uint64_t end = uint64_t{h.msg_offset} + h.payload_len;
   if (end > h.msg_len) return DecodeError::kBadField;
   if (h.payload_len == 0) {
@@ -224,9 +225,10 @@ inline DecodeError DecodeConnectFields(const uint8_t* p, Packet* out) {
   h.num_paths = Get16(p + off::kCNumPaths);
   h.num_planes = Get16(p + off::kCNumPlanes);
   if ((h.flags & ~kKnownConnectFlags) != 0) return DecodeError::kBadField;
-  // A sender always names itself; a DATA payload_len is 16 bits.
+  // A sender always names itself; a DATA payload is at most
+  // kMaxPayloadLen bytes.
   if (h.src_conn == 0) return DecodeError::kBadField;
-  if (h.mtu_payload == 0 || h.mtu_payload > 0xFFFF) {
+  if (h.mtu_payload == 0 || h.mtu_payload > kMaxPayloadLen) {
     return DecodeError::kBadField;
   }
   if (h.num_paths == 0 || h.num_planes == 0 || h.num_planes > 32) {
@@ -321,10 +323,10 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   Put32(p + off::kDRkey, h.rkey);
   Put64(p + off::kDRemoteAddr, h.remote_addr);
   Put64(p + off::kDSendTs, h.send_ts);
-  Put16(p + off::kDPayloadLen, h.payload_len);
+  Put16(p + off::kDPayloadLen, static_cast<uint16_t>(h.payload_len));
   Put16(p + off::kDPathId, h.path_id);
   Put16(p + off::kDFlags, h.flags);
-  Put16(p + off::kDReserved, 0);
+  Put16(p + off::kDPayloadLenHi, static_cast<uint16_t>(h.payload_len >> 16));
   Put32(p + off::kDImmediate, h.immediate);
   Put32(p + off::kDPayloadCrc, h.payload_crc);
   return Seal(p, kDataHeaderSize, seal);
@@ -335,20 +337,21 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
 // one's header, the bytes are EncodeDataImpl's for that packet.
 [[gnu::always_inline]] inline void PatchDataHeader(
     uint8_t* p, uint32_t psn, uint32_t msg_offset, uint64_t remote_addr,
-    uint16_t payload_len, uint16_t path_id, uint16_t flags) {
+    uint32_t payload_len, uint16_t path_id, uint16_t flags) {
   Put32(p + off::kDPsn, psn);
   Put32(p + off::kDMsgOffset, msg_offset);
   Put64(p + off::kDRemoteAddr, remote_addr);
-  Put16(p + off::kDPayloadLen, payload_len);
+  Put16(p + off::kDPayloadLen, static_cast<uint16_t>(payload_len));
   Put16(p + off::kDPathId, path_id);
   Put16(p + off::kDFlags, flags);
+  Put16(p + off::kDPayloadLenHi, static_cast<uint16_t>(payload_len >> 16));
 }
 
 // True when two DATA headers agree in every byte except the per-packet
-// fields (checksum, PSN, msg_offset, remote_addr, send_ts, payload_len,
-// path_id, and the first/last-of-message flag bits): same lead (magic,
-// version, type), connection, message (msn, msg_len, rkey), the other
-// flags, reserved, immediate and payload checksum. Three 16-byte masked
+// fields (checksum, PSN, msg_offset, remote_addr, send_ts, payload_len and
+// payload_len_hi, path_id, and the first/last-of-message flag bits): same
+// lead (magic, version, type), connection, message (msn, msg_len, rkey), the
+// other flags, immediate and payload checksum. Three 16-byte masked
 // compares (bytes 32..47, address and timestamp, are all per packet).
 // Host-endianness independent: the mask is bytes.
 [[gnu::always_inline]] inline bool SameDataMessage(const uint8_t* a,
@@ -361,7 +364,7 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
   static_assert(off::kDstConn == 8 && off::kDMsn == 16 && off::kDMsgLen == 24 &&
                 off::kDRkey == 28 && off::kDRemoteAddr == 32 &&
                 off::kDSendTs == 40 && off::kDFlags == 52 &&
-                off::kDReserved == 54 && off::kDImmediate == 56 &&
+                off::kDPayloadLenHi == 54 && off::kDImmediate == 56 &&
                 off::kDPayloadCrc == 60 && kDataHeaderSize == 64);
   alignas(16) static constexpr uint8_t kMask[48] = {
       // bytes 0..15: lead, [crc], dst_conn, [psn]
@@ -369,8 +372,8 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
       // bytes 16..31: msn, [msg_offset], msg_len, rkey
       kFF, kFF, kFF, kFF, 0, 0, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
       // bytes 48..63: [payload_len], [path_id], flags (but first/last),
-      // reserved, immediate, payload_crc
-      0, 0, 0, 0, kFlagsLo, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
+      // [payload_len_hi], immediate, payload_crc
+      0, 0, 0, 0, kFlagsLo, kFF, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
       kFF};
   V a0, a1, a3, b0, b1, b3, m0, m1, m3;
   __builtin_memcpy(&a0, a, 16);

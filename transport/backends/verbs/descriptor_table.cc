@@ -51,13 +51,14 @@ bool DecodeDescriptor(const uint8_t in[kDescriptorBytes],
   d->base_addr = Get64(in + 24);
   d->mtu = Get32(in + 32);
   d->flags = Get16(in + 36);
-  return d->mtu >= 1 && d->mtu <= 65535 && (d->flags & ~kKnownFlags) == 0 &&
+  return d->mtu >= 1 && d->mtu <= wire::kMaxPayloadLen && (d->flags & ~kKnownFlags) == 0 &&
          Get16(in + 38) == 0;
 }
 
 bool RebuildDataHeader(const MessageDescriptor& d, uint32_t psn,
                        uint32_t byte_len, uint16_t path, wire::DataHeader* h) {
-  if (d.mtu == 0 || d.mtu > 65535 || !d.Contains(psn)) return false;
+  if (d.mtu == 0 || d.mtu > wire::kMaxPayloadLen || !d.Contains(psn))
+    return false;
   const uint32_t idx = psn - d.first_psn;
   const uint64_t off = uint64_t{idx} * d.mtu;
   if (off > d.msg_len) return false;
@@ -71,7 +72,7 @@ bool RebuildDataHeader(const MessageDescriptor& d, uint32_t psn,
   h->msg_len = d.msg_len;
   h->remote_addr = d.base_addr + off;
   h->rkey = d.rkey;
-  h->payload_len = static_cast<uint16_t>(byte_len);
+  h->payload_len = byte_len;
   h->path_id = path;
   if (idx == 0) h->flags |= wire::kFlagFirstOfMessage;
   if (idx + 1 == d.npkts()) h->flags |= wire::kFlagLastOfMessage;

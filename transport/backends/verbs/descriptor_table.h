@@ -37,7 +37,7 @@ struct MessageDescriptor {
   uint32_t rkey = 0;       // the engine's rkey
   uint32_t immediate = 0;  // the application's immediate
   uint64_t base_addr = 0;  // remote_addr of the message's first byte
-  uint32_t mtu = 0;        // payload bytes per packet (1 .. 65535)
+  uint32_t mtu = 0;        // payload bytes per packet (1 .. 1 MiB)
   uint16_t flags = 0;      // DescriptorFlags
 
   uint32_t npkts() const {
@@ -55,8 +55,8 @@ MessageDescriptor DescriptorFromHeader(const wire::DataHeader& h, uint32_t mtu);
 
 void EncodeDescriptor(const MessageDescriptor& d,
                       uint8_t out[kDescriptorBytes]);
-// False (and *d unspecified) for an mtu outside 1..65535, unknown flags or a
-// non-zero reserved field.
+// False (and *d unspecified) for an mtu outside 1..wire::kMaxPayloadLen,
+// unknown flags or a non-zero reserved field.
 bool DecodeDescriptor(const uint8_t in[kDescriptorBytes], MessageDescriptor* d);
 
 // Rebuilds the DATA header of packet `psn` of message `d` that the NIC placed

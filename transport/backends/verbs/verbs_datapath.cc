@@ -20,6 +20,7 @@
 #include "transport/backends/verbs/descriptor_table.h"
 #include "transport/base/bytes.h"
 #include "transport/wire/packet.h"
+#include "transport/wire/packet_inline.h"
 
 namespace prism::verbs {
 namespace {
@@ -271,7 +272,7 @@ std::string VerbsStats::ToString() const {
       "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
       "close_waits=%u tx_wait_ready=%u tx_hellos=%u rx_hellos=%u "
       "ready_timeouts=%u ctrl_qp_recycles=%u tx_drop_not_ready=%u "
-      "rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
+      "tx_sacks_merged=%u tx_data_signalled=%u rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
       "completions_held=%u cq_errors=%u qp_errors=%u async_events=%u",
@@ -279,8 +280,8 @@ std::string VerbsStats::ToString() const {
       tx_backpressure, tx_drop_dead_path, tx_drop_unknown_peer,
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
       tx_closes, tx_drop_acked, close_waits, tx_wait_ready, tx_hellos,
-      rx_hellos, ready_timeouts, ctrl_qp_recycles, tx_drop_not_ready, rx_data,
-      rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
+      rx_hellos, ready_timeouts, ctrl_qp_recycles, tx_drop_not_ready,
+      tx_sacks_merged, tx_data_signalled, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
       rx_drop_bad_imm, rx_drop_unknown, rx_closes, rx_after_close,
       completions_held, cq_errors, qp_errors, async_events);
 }
@@ -487,8 +488,9 @@ class VerbsDatapath::Impl {
     if (o_.num_qps == 0 || o_.num_qps > 1024) {
       return absl::InvalidArgumentError("num_qps must be 1..1024");
     }
-    if (o_.mtu_payload == 0 || o_.mtu_payload > 65535) {
-      return absl::InvalidArgumentError("mtu_payload must be 1..65535");
+    if (o_.mtu_payload == 0 || o_.mtu_payload > wire::kMaxPayloadLen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mtu_payload must be 1..", wire::kMaxPayloadLen));
     }
     if (o_.signal_every == 0 || o_.sq_depth <= o_.signal_every ||
         o_.ctrl_depth <= o_.signal_every) {
@@ -1125,9 +1127,14 @@ class VerbsDatapath::Impl {
     nwr_ = 0;
     nqp_touched_ = 0;
     npeer_touched_ = 0;
+    const uint64_t repeated = RepeatedSacks(pkts, n);
     size_t i = 0;
     for (; i < n; ++i) {
       const TxPacket& t = pkts[i];
+      if ((repeated >> i) & 1) {
+        st_.tx_sacks_merged.Add();
+        continue;
+      }
       Peer* p = PeerById(t.peer);
       if (p == nullptr || !p->connected || !p->ctrl_alive) {
         st_.tx_drop_unknown_peer.Add();
@@ -1171,6 +1178,46 @@ class VerbsDatapath::Impl {
     Flush();
     ++sends_since_poll_;
     return i;
+  }
+
+  // Bit i set: pkts[i] is a SACK that the next SACK of the burst repeats,
+  // so only that one is sent. The engine fills in a SACK's state
+  // (cumulative PSN, bitmap, bytes and out-of-order count) when it emits
+  // it, so SACKs of one connection emitted in one poll (one per packet that
+  // arrived out of order in a receive batch) differ only in their trigger
+  // (trigger PSN, echo timestamp and path, coalesced count). The later
+  // trigger is the newer one; an earlier one's ECN mark is never dropped.
+  // What is lost is the earlier triggers' echo (RTT samples, path
+  // feedback), as when the SACK is lost on the wire.
+  static uint64_t RepeatedSacks(const TxPacket* pkts, size_t n) {
+    static_assert(kMaxBurst <= 64);
+    constexpr uint8_t kSack = static_cast<uint8_t>(wire::PacketType::kSack);
+    uint64_t repeated = 0;
+    const TxPacket* later = nullptr;
+    for (size_t k = n; k-- > 0;) {
+      const TxPacket& t = pkts[k];
+      if (t.header_len != wire::kSackHeaderSize || t.header[3] != kSack)
+        continue;
+      if (later != nullptr && later->peer == t.peer) {
+        namespace off = wire::internal::off;
+        const uint8_t* a = t.header;
+        const uint8_t* b = later->header;
+        static_assert(off::kDstConn + 4 == off::kSCumPsn &&
+                      off::kSBytesReceived + 8 == off::kSBitmap &&
+                      off::kSBitmapBase + 4 == off::kSTriggerPsn);
+        if (memcmp(a + off::kDstConn, b + off::kDstConn, 8) == 0 &&
+            memcmp(a + off::kSBytesReceived, b + off::kSBytesReceived,
+                   off::kSTriggerPsn - off::kSBytesReceived) == 0 &&
+            memcmp(a + off::kSOooCount, b + off::kSOooCount, 4) == 0 &&
+            memcmp(a + off::kSRxWindowPenalty, b + off::kSRxWindowPenalty,
+                   2) == 0 &&
+            a[off::kSEcnSeen] <= b[off::kSEcnSeen]) {
+          repeated |= uint64_t{1} << k;
+        }
+      }
+      later = &t;
+    }
+    return repeated;
   }
 
   // Packets for a peer whose control QP is not up wait while ready_wait has
@@ -1235,6 +1282,7 @@ class VerbsDatapath::Impl {
     ++q.inflight;
     ++q.posted;
     if (++q.since_signal >= o_.signal_every) {
+      st_.tx_data_signalled.Add();
       wr->send_flags |= IBV_SEND_SIGNALED;
       wr->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
       q.since_signal = 0;
@@ -1504,6 +1552,7 @@ class VerbsDatapath::Impl {
         // The message close waits for local completions: the last WR of
         // every chain is signalled, so every posted WR is covered by a
         // completion without waiting for later traffic on this QP.
+        st_.tx_data_signalled.Add();
         q.tail->send_flags |= IBV_SEND_SIGNALED;
         q.tail->wr_id = MakeWrId(kWrData, p->id - 1, qi, q.since_signal);
         q.since_signal = 0;
@@ -2312,6 +2361,8 @@ class VerbsDatapath::Impl {
     s.tx_frames_queued = st_.tx_frames_queued.Get();
     s.tx_closes = st_.tx_closes.Get();
     s.tx_drop_acked = st_.tx_drop_acked.Get();
+    s.tx_sacks_merged = st_.tx_sacks_merged.Get();
+    s.tx_data_signalled = st_.tx_data_signalled.Get();
     s.close_waits = st_.close_waits.Get();
     s.tx_wait_ready = st_.tx_wait_ready.Get();
     s.tx_hellos = st_.tx_hellos.Get();
@@ -2421,8 +2472,8 @@ class VerbsDatapath::Impl {
         tx_drop_device_lost, tx_drop_malformed, tx_post_errors,
         tx_frames_queued, tx_closes, tx_drop_acked, close_waits, tx_wait_ready,
         tx_hellos, rx_hellos, ready_timeouts, ctrl_qp_recycles,
-        tx_drop_not_ready, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors,
-        rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
+        tx_drop_not_ready, tx_sacks_merged, tx_data_signalled, rx_data,
+        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
         rx_closes, rx_after_close, completions_held, cq_errors, qp_errors,
         async_events;
   } st_;

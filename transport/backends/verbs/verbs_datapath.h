@@ -135,10 +135,12 @@ struct VerbsOptions {
   // per WRITE-with-immediate (the NIC segments it to the path MTU). This is
   // the datapath's chunk size: the unit the engine sprays, acknowledges and
   // retransmits. A WRITE costs a work request, a receive completion and a
-  // rebuilt header whatever its size, so the default is 32 KiB (8 RoCE
-  // packets at a 4096 MTU); 4096 sprays every wire packet on its own, as
-  // MRC does, at 8x the per-WRITE cost. At most 65535 (16-bit length).
-  uint32_t mtu_payload = 32768;
+  // rebuilt header whatever its size, so the default is 64 KiB (16 RoCE
+  // packets at a 4096 MTU: one WRITE per 64 KiB message, as ib_write_bw
+  // posts); 4096 sprays every wire packet on its own, as MRC does, at 16x
+  // the per-WRITE cost. At most wire::kMaxPayloadLen (1 MiB; payloads of 64
+  // KiB and more use the DATA header's payload_len_hi).
+  uint32_t mtu_payload = 65536;
   uint32_t sq_depth = 512;        // per data QP
   uint32_t data_rq_depth = 4096;  // shared receive queue of all data QPs
   // Control QP send ring / receive queue; capped so that each pool of
@@ -236,6 +238,12 @@ struct VerbsStats {
   // ready_wait (the engine resends them).
   uint64_t ctrl_qp_recycles = 0;
   uint64_t tx_drop_not_ready = 0;
+  // SACKs not sent because a later SACK of the same burst, to the same
+  // connection, carries the same state (see TxBurst): control SENDs saved.
+  uint64_t tx_sacks_merged = 0;
+  // Data WRs posted signalled (one per signal_every per QP, plus, with the
+  // message close, the last WR of every chain): send completions.
+  uint64_t tx_data_signalled = 0;
   uint64_t rx_data = 0;  // NIC-placed DATA handed to the engine
   uint64_t rx_data_bytes = 0;
   uint64_t rx_ctrl = 0;  // engine packets from SENDs

@@ -123,6 +123,13 @@ struct ConnectionOptions {
   // retransmitted on another path (at most twice per stall, then the RTO
   // takes over). A failure then costs about two RTTs instead of rto_min.
   bool tail_loss_probe = true;
+  // Delayed SACK: an in-order packet is acknowledged at the latest this
+  // long after it arrived (or with the 16th unacknowledged packet). 0:
+  // base_rtt / 4. Longer means fewer SACKs per byte where packets arrive
+  // further apart than base_rtt / 4 (soft-RoCE under TCG: one SACK per
+  // 64 KiB chunk at 500 us), and RTT samples and loss reports up to this
+  // much later.
+  Time ack_delay = 0;
   // ASSUMED_BAD paths are probed this often.
   Time probe_interval = 50 * kMicrosecond;
   // The connection fails only when no packet from the peer has been received
