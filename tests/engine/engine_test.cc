@@ -454,6 +454,13 @@ TEST(Engine, ChunksOf64KiBAndMoreSegmentLoseAndResend) {
   EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), len), 0);
   EXPECT_EQ(p.b->stats().rx_drop_malformed, 0u);
+  // Every byte sent was accounted back when acked (a send slot that kept
+  // only 16 bits of the length would leave 6 x 64 KiB in flight forever and
+  // stall the window).
+  const auto cs = p.a->connection_stats(p.ca);
+  ASSERT_TRUE(cs.ok());
+  EXPECT_EQ(cs->inflight_bytes, 0u);
+  EXPECT_EQ(cs->bytes_acked, len);
   // The largest chunk the wire carries; one byte more is refused.
   EngineOptions big;
   big.mtu_payload = wire::kMaxPayloadLen;

@@ -2833,7 +2833,7 @@ class Engine::Impl {
     n.msn = msn;
     n.pkt_idx = pkt_idx;
     n.path_seq = ++pi.tx_seq;
-    n.len = static_cast<uint16_t>(len);
+    n.len = len;
     n.path = path;
     n.state = kInFlight;
     n.tx_count = 1;
