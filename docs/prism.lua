@@ -67,6 +67,8 @@ f.remote_addr = ProtoField.uint64("prismtp.remote_addr", "Remote address",
                                   base.HEX)
 f.payload_len = ProtoField.uint16("prismtp.payload_len", "Payload length",
                                   base.DEC)
+f.payload_len_hi = ProtoField.uint16("prismtp.payload_len_hi",
+                                     "Payload length, bits 16-31", base.DEC)
 f.flags = ProtoField.uint16("prismtp.flags", "Flags", base.HEX)
 f.flag_retransmit = ProtoField.bool("prismtp.flags.retransmit", "Retransmit",
                                     16, nil, 0x0001)
@@ -202,12 +204,12 @@ local function dissect_data(tvb, pinfo, t, info)
   ft:add_le(f.flag_payload_crc, tvb(52, 2))
   ft:add_le(f.flag_first, tvb(52, 2))
   ft:add_le(f.flag_unknown, tvb(52, 2))
-  t:add_le(f.reserved, tvb(54, 2))
+  t:add_le(f.payload_len_hi, tvb(54, 2))
   t:add_le(f.immediate, tvb(56, 4))
   t:add_le(f.payload_crc, tvb(60, 4))
 
   local flags = le16(tvb, 52)
-  local payload_len = le16(tvb, 48)
+  local payload_len = le16(tvb, 48) + le16(tvb, 54) * 65536
   local have = tvb:len() - 64
   local names = {}
   if bit32.band(flags, 0x20) ~= 0 then names[#names + 1] = "FIRST" end
