@@ -8,9 +8,12 @@
 // replay command.
 //
 // Usage: prism_fault_sweep [--seeds=A:B] [--seed=N] [--cc=fixed|nscc]
-//                          [--max_mib=M] [--verbose]
+//                          [--max_mib=M] [--mtu=BYTES] [--verbose]
 // --max_mib caps the bytes per seed (default 40); the quick "unit" sweep
-// uses a small cap so it stays fast under ASan.
+// uses a small cap so it stays fast under ASan. --mtu replaces every plan's
+// packet payload size (drawn from 512 B .. 8 KiB otherwise; the plan is
+// otherwise the same): 65536 and more exercise payload_len_hi, the verbs
+// datapath's chunk.
 //   (gtest flags are accepted too). Default: --seeds=0:20.
 #include <algorithm>
 #include <cinttypes>
@@ -37,6 +40,7 @@ const char* g_cc = "fixed";
 
 constexpr size_t kPatternBytes = (16u << 20) + 4096;
 uint64_t g_max_bytes_per_seed = 40u << 20;
+uint32_t g_mtu = 0;  // 0: the plan's
 constexpr Time kVirtualBudget = 20 * kSecond;
 
 const std::vector<uint8_t>& Pattern() {
@@ -102,6 +106,7 @@ Plan MakePlan(Rng& r) {
   Plan p;
   static const uint32_t kMtus[] = {512, 1024, 2048, 4096, 4096, 8192};
   p.mtu = kMtus[r.Uniform(6)];
+  if (g_mtu != 0) p.mtu = g_mtu;
   static const uint16_t kPaths[] = {1, 2, 7, 16, 64, 128, 256, 256};
   p.paths = kPaths[r.Uniform(8)];
   static const uint16_t kPlanes[] = {1, 2, 4, 8};
@@ -146,6 +151,11 @@ Plan MakePlan(Rng& r) {
   }
   p.max_outstanding =
       r.Bernoulli(0.2) ? static_cast<uint32_t>(r.Range(1, 8)) : 4096;
+  // The wire must carry the chosen packets (header included).
+  if (g_mtu != 0) {
+    p.link.max_packet_bytes =
+        std::max<uint32_t>(p.link.max_packet_bytes, g_mtu + 256);
+  }
   return p;
 }
 
@@ -399,7 +409,9 @@ TEST(FaultSweep, SeedsCompleteExactlyOnceByteExactInOrder) {
                     << (g_max_bytes_per_seed != (40u << 20)
                             ? " --max_mib=" +
                                   std::to_string(g_max_bytes_per_seed >> 20)
-                            : std::string());
+                            : std::string())
+                    << (g_mtu != 0 ? " --mtu=" + std::to_string(g_mtu)
+                                   : std::string());
       if (failures >= 10) break;
     }
   }
@@ -428,6 +440,8 @@ int main(int argc, char** argv) {
       prism::g_verbose = true;
     } else if (std::strncmp(a, "--max_mib=", 10) == 0) {
       prism::g_max_bytes_per_seed = std::strtoull(a + 10, nullptr, 10) << 20;
+    } else if (std::strncmp(a, "--mtu=", 6) == 0) {
+      prism::g_mtu = static_cast<uint32_t>(std::strtoul(a + 6, nullptr, 10));
     } else if (std::strncmp(a, "--cc=", 5) == 0) {
       prism::g_cc = a + 5;
     } else if (std::strcmp(a, "--verbose") == 0 || std::strcmp(a, "-v") == 0) {
