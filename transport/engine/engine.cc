@@ -1958,6 +1958,33 @@ class Engine::Impl {
     bool any_acked_sent;
     bool clean_fb;  // c->sel->CleanAcksMatter()
   };
+  // What an ack of the copy of `s` that is in flight on path `p` says about
+  // the path and the connection's send order: the path's highest acked send
+  // sequence and latest acked send time, the run's and the plane's latest
+  // acked send time, an answered tail-loss probe, and the path marked for
+  // OnSack's per-path pass. Shared by AckSlot and OnSack's cumulative run
+  // loop (inlined into both).
+  __attribute__((always_inline)) void NoteCopyAcked(Conn* c, PathInfo& p,
+                                                    const TxSlot& s,
+                                                    SackRun& run) {
+    if (!p.any_acked ||
+        static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+      p.acked_seq_hi = s.path_seq;
+      p.any_acked = true;
+    }
+    if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
+    if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
+    Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
+    if (s.sent_time > pr) pr = s.sent_time;
+    if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
+      c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
+    }
+    if (!p.dirty) {
+      p.dirty = true;
+      c->dirty_paths.push_back(s.path);
+    }
+  }
+
   // Inlined into OnSack's two loops (cumulative part and bitmap), so the
   // SACK's fields and the connection's arrays stay in registers.
   __attribute__((always_inline)) void AckSlot(Conn* c, uint64_t psn,
@@ -1989,23 +2016,8 @@ class Engine::Impl {
         (s.tx_count == 1 || (is_trig && echo_path == s.path &&
                              echo_ts == static_cast<uint64_t>(s.sent_time)));
     if (this_copy) {
-      if (!p.any_acked ||
-          static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
-        p.acked_seq_hi = s.path_seq;
-        p.any_acked = true;
-      }
-      if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
-      if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
+      NoteCopyAcked(c, p, s, run);
       run.any_acked_sent = true;
-      Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
-      if (s.sent_time > pr) pr = s.sent_time;
-      if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
-        c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
-      }
-      if (!p.dirty) {
-        p.dirty = true;
-        c->dirty_paths.push_back(s.path);
-      }
     }
     if (c->tlp_blame) {
       if (psn == c->tlp_psn) {
@@ -2113,22 +2125,7 @@ class Engine::Impl {
         }
         PathInfo& p = c->paths[s.path];
         UnlinkSlot(c, idx);
-        if (!p.any_acked ||
-            static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
-          p.acked_seq_hi = s.path_seq;
-          p.any_acked = true;
-        }
-        if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
-        if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
-        Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
-        if (s.sent_time > pr) pr = s.sent_time;
-        if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
-          c->tlp_rack = c->tlp_stall_at;
-        }
-        if (!p.dirty) {
-          p.dirty = true;
-          c->dirty_paths.push_back(s.path);
-        }
+        NoteCopyAcked(c, p, s, run);
         s.state = kFree;
         ++p.st.acked_packets;
         bytes += s.len;
