@@ -483,9 +483,9 @@ TEST(Engine, AckDelayIsTheDelayedSackTime) {
                      wire::PacketType::kSack)
                   .empty());
   EXPECT_EQ(p.b->NextEventTime(), 1000 + o.ack_delay);
-  EXPECT_EQ(OfType(Poll(*p.b, 1000 + o.ack_delay), wire::PacketType::kSack)
-                .size(),
-            1u);
+  EXPECT_EQ(
+      OfType(Poll(*p.b, 1000 + o.ack_delay), wire::PacketType::kSack).size(),
+      1u);
 }
 
 TEST(Engine, PerPathLossInferenceRetransmitsWithoutTimeout) {

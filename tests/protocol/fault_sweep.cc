@@ -400,18 +400,15 @@ TEST(FaultSweep, SeedsCompleteExactlyOnceByteExactInOrder) {
     if (!e.empty()) {
       ++failures;
       Rng r(s * 0x9E3779B97F4A7C15ull + 12345);
-      ADD_FAILURE() << "seed " << s << ": " << e
-                    << "\n  plan: " << MakePlan(r).Describe()
-                    << "\n  replay: build/bin/prism_fault_sweep --seed=" << s
-                    << (std::strcmp(g_cc, "fixed") != 0
-                            ? std::string(" --cc=") + g_cc
-                            : std::string())
-                    << (g_max_bytes_per_seed != (40u << 20)
-                            ? " --max_mib=" +
-                                  std::to_string(g_max_bytes_per_seed >> 20)
-                            : std::string())
-                    << (g_mtu != 0 ? " --mtu=" + std::to_string(g_mtu)
-                                   : std::string());
+      ADD_FAILURE()
+          << "seed " << s << ": " << e << "\n  plan: " << MakePlan(r).Describe()
+          << "\n  replay: build/bin/prism_fault_sweep --seed=" << s
+          << (std::strcmp(g_cc, "fixed") != 0 ? std::string(" --cc=") + g_cc
+                                              : std::string())
+          << (g_max_bytes_per_seed != (40u << 20)
+                  ? " --max_mib=" + std::to_string(g_max_bytes_per_seed >> 20)
+                  : std::string())
+          << (g_mtu != 0 ? " --mtu=" + std::to_string(g_mtu) : std::string());
       if (failures >= 10) break;
     }
   }

@@ -625,9 +625,9 @@ class Engine::Impl {
   // ----------------------------------------------------------- connections
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
     if (opt_.mtu_payload == 0 || opt_.mtu_payload > wire::kMaxPayloadLen) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "EngineOptions::mtu_payload must be in [1, ", wire::kMaxPayloadLen,
-          "], got ", opt_.mtu_payload));
+      return absl::InvalidArgumentError(
+          absl::StrCat("EngineOptions::mtu_payload must be in [1, ",
+                       wire::kMaxPayloadLen, "], got ", opt_.mtu_payload));
     }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
@@ -941,8 +941,7 @@ class Engine::Impl {
   uint8_t* RxDestination(const uint8_t* hdr, size_t hdr_len,
                          size_t payload_len) {
     if (placer_ != &memcpy_placer_ || claims_full_ ||
-        hdr_len != wire::kDataHeaderSize ||
-        payload_len > wire::kMaxPayloadLen)
+        hdr_len != wire::kDataHeaderSize || payload_len > wire::kMaxPayloadLen)
       return nullptr;
     // Decode the header alone: DecodeSplit checks the declared payload
     // length against payload_len and never reads the payload pointer.
@@ -1967,8 +1966,7 @@ class Engine::Impl {
   __attribute__((always_inline)) void NoteCopyAcked(Conn* c, PathInfo& p,
                                                     const TxSlot& s,
                                                     SackRun& run) {
-    if (!p.any_acked ||
-        static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+    if (!p.any_acked || static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
       p.acked_seq_hi = s.path_seq;
       p.any_acked = true;
     }
@@ -2793,8 +2791,7 @@ class Engine::Impl {
         if (off == 0) flags |= wire::kFlagFirstOfMessage;
         if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
-                                        raddr + off, len,
-                                        path, flags);
+                                        raddr + off, len, path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
         o.payload = len > 0 ? src + off : nullptr;
         o.payload_len = len;

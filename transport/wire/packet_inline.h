@@ -25,7 +25,8 @@ inline constexpr size_t kMagic = 0, kVersion = 2, kType = 3, kCrc = 4,
 inline constexpr size_t kDPsn = 12, kDMsn = 16, kDMsgOffset = 20, kDMsgLen = 24,
                         kDRkey = 28, kDRemoteAddr = 32, kDSendTs = 40,
                         kDPayloadLen = 48, kDPathId = 50, kDFlags = 52,
-                        kDPayloadLenHi = 54, kDImmediate = 56, kDPayloadCrc = 60;
+                        kDPayloadLenHi = 54, kDImmediate = 56,
+                        kDPayloadCrc = 60;
 // SACK
 inline constexpr size_t kSCumPsn = 12, kSEchoTs = 16, kSBytesReceived = 24,
                         kSBitmap = 32, kSBitmapBase = 64, kSTriggerPsn = 68,
@@ -373,8 +374,7 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
       kFF, kFF, kFF, kFF, 0, 0, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
       // bytes 48..63: [payload_len], [path_id], flags (but first/last),
       // [payload_len_hi], immediate, payload_crc
-      0, 0, 0, 0, kFlagsLo, kFF, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF,
-      kFF};
+      0, 0, 0, 0, kFlagsLo, kFF, 0, 0, kFF, kFF, kFF, kFF, kFF, kFF, kFF, kFF};
   V a0, a1, a3, b0, b1, b3, m0, m1, m3;
   __builtin_memcpy(&a0, a, 16);
   __builtin_memcpy(&a1, a + 16, 16);
