@@ -110,6 +110,7 @@
 #include "prism/engine.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -158,11 +159,18 @@ struct TxSlot {
   uint8_t tx_count = 0;
 };
 
-// Per-path sender state (allocated with the sender state, one per path).
+// Per-path sender state (allocated with the sender state, one per path):
+// PathInfo holds what every transmission and its ack touch, in one 64-byte
+// cache line per path (at the packed 104-byte stride of the earlier single
+// struct the hot fields of most paths straddled two lines); the counters of
+// rarer events are in PathCold, a parallel array. Same footprint.
 struct PathCounters {
   uint64_t tx_packets = 0;
   uint64_t tx_bytes = 0;
   uint64_t acked_packets = 0;
+};
+
+struct PathCold {
   uint64_t lost_packets = 0;
   uint64_t trimmed_packets = 0;
   uint64_t ecn_marked = 0;
@@ -170,7 +178,7 @@ struct PathCounters {
   uint64_t restored = 0;
 };
 
-struct PathInfo {
+struct alignas(64) PathInfo {
   uint32_t head = kNil, tail = kNil;
   uint32_t tx_seq = 0;
   uint32_t acked_seq_hi = 0;
@@ -180,6 +188,7 @@ struct PathInfo {
   bool dirty = false;
   PathCounters st;
 };
+static_assert(sizeof(PathInfo) == 64, "PathInfo is one cache line");
 
 struct TxMsg {
   uint64_t wr_id = 0;
@@ -308,6 +317,7 @@ struct Conn {
   // grows by doubling up to max_outstanding_messages)
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
+  std::vector<PathCold> path_cold;  // parallel to paths
   std::vector<uint8_t> plane_of;  // path % num_planes (no division per ack)
   std::vector<TxMsg> msgs;
   uint32_t msg_mask = 0;
@@ -388,6 +398,7 @@ struct Conn {
 
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
+  PathCold& Cold(const PathInfo& p) { return path_cold[&p - paths.data()]; }
   TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
   const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
   // RTO without backoff: srtt + 4 rttvar clamped to [rto_min, rto_max].
@@ -507,6 +518,7 @@ struct Conn {
     if (!slots.empty()) return;
     slots.assign(win, TxSlot{});
     paths.assign(num_paths, PathInfo{});
+    path_cold.assign(num_paths, PathCold{});
     plane_of.resize(num_paths);
     for (uint32_t p = 0; p < num_paths; ++p) {
       plane_of[p] = static_cast<uint8_t>(p % num_planes);
@@ -1136,11 +1148,11 @@ class Engine::Impl {
       s.tx_packets = pi.st.tx_packets;
       s.tx_bytes = pi.st.tx_bytes;
       s.acked_packets = pi.st.acked_packets;
-      s.lost_packets = pi.st.lost_packets;
-      s.trimmed_packets = pi.st.trimmed_packets;
-      s.ecn_marked = pi.st.ecn_marked;
-      s.retired = pi.st.retired;
-      s.restored = pi.st.restored;
+      s.lost_packets = c->path_cold[path].lost_packets;
+      s.trimmed_packets = c->path_cold[path].trimmed_packets;
+      s.ecn_marked = c->path_cold[path].ecn_marked;
+      s.retired = c->path_cold[path].retired;
+      s.restored = c->path_cold[path].restored;
       s.srtt = pi.srtt;
     }
     s.state = static_cast<uint8_t>(c->sel->state(path));
@@ -1468,7 +1480,7 @@ class Engine::Impl {
         if (before == routing::PathState::kAssumedBad &&
             c->sel->state(p) != routing::PathState::kAssumedBad) {
           ++c->st.paths_restored;
-          if (!c->paths.empty()) ++c->paths[p].st.restored;
+          if (!c->paths.empty()) ++c->path_cold[p].restored;
         }
         c->no_path = false;
         return;
@@ -1510,7 +1522,7 @@ class Engine::Impl {
       while (c->paths[p].head != kNil) {
         const uint32_t idx = c->paths[p].head;
         const uint64_t psn = PsnOfSlot(c, idx);
-        ++c->paths[p].st.lost_packets;
+        ++c->path_cold[p].lost_packets;
         MarkLost(c, psn, false);
       }
     }
@@ -2031,7 +2043,7 @@ class Engine::Impl {
     ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
-      ++p.st.ecn_marked;
+      ++c->Cold(p).ecn_marked;
       ++c->st.ecn_echoes;
       ++ev.ecn_marked;
     }
@@ -2232,7 +2244,7 @@ class Engine::Impl {
                           s.sent_time + reo <= p.last_acked_sent;
         if (!lost) break;
         const uint64_t psn = PsnOfSlot(c, p.head);
-        ++p.st.lost_packets;
+        ++c->Cold(p).lost_packets;
         ++ev.lost;
         MarkLost(c, psn, false);
         RetireFeedback(c, pid, routing::PathFeedback::kLost, now);
@@ -2288,7 +2300,7 @@ class Engine::Impl {
       const TxSlot& s = c->slots[idx];
       if (c->LossDeadline(s) > now) break;
       const uint16_t path = s.path;
-      ++c->paths[path].st.lost_packets;
+      ++c->path_cold[path].lost_packets;
       ++c->st.path_timeouts;
       MarkLost(c, PsnOfSlot(c, idx), false);
       RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
@@ -2319,7 +2331,7 @@ class Engine::Impl {
     if (before != routing::PathState::kAssumedBad &&
         c->sel->state(path) == routing::PathState::kAssumedBad) {
       ++c->st.paths_retired;
-      if (!c->paths.empty()) ++c->paths[path].st.retired;
+      if (!c->paths.empty()) ++c->path_cold[path].retired;
     }
   }
 
@@ -2359,13 +2371,13 @@ class Engine::Impl {
     switch (h.reason) {
       case wire::NackReason::kTrimmed:
         ++c->st.trims_received;
-        ++c->paths[path].st.trimmed_packets;
+        ++c->path_cold[path].trimmed_packets;
         MarkLost(c, psn, /*front=*/true);
         c->sel->OnFeedback(path, routing::PathFeedback::kTrimmed, now, 0);
         ev.trimmed = 1;
         break;
       case wire::NackReason::kCorrupt:
-        ++c->paths[path].st.lost_packets;
+        ++c->path_cold[path].lost_packets;
         MarkLost(c, psn, /*front=*/true);
         RetireFeedback(c, path, routing::PathFeedback::kLost, now);
         ev.lost = 1;
@@ -2492,7 +2504,7 @@ class Engine::Impl {
              c->slots[c->all_head].sent_time < c->rack_sent) {
         const uint32_t idx = c->all_head;
         const uint16_t path = c->slots[idx].path;
-        ++c->paths[path].st.lost_packets;
+        ++c->path_cold[path].lost_packets;
         ++ev.lost;
         MarkLost(c, PsnOfSlot(c, idx), false);
         RetireFeedback(c, path, routing::PathFeedback::kLost, now);
@@ -2512,7 +2524,7 @@ class Engine::Impl {
             c->any_acked_sent && c->slots[idx].sent_time <= c->rack_sent;
         c->tlp_psn = PsnOfSlot(c, idx);
         c->tlp_orig_path = path;
-        ++c->paths[path].st.lost_packets;
+        ++c->path_cold[path].lost_packets;
         MarkLost(c, c->tlp_psn, false);
       }
       ev.lost += probed;
@@ -2547,7 +2559,7 @@ class Engine::Impl {
       if (s.sent_time + c->SlowPathGrace(s.path) <= now) {
         const uint16_t path = s.path;
         const bool overtaken = Overtaken(c, s.sent_time);
-        ++c->paths[path].st.lost_packets;
+        ++c->path_cold[path].lost_packets;
         MarkLost(c, PsnOfSlot(c, idx), false);
         if (overtaken) {
           RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
