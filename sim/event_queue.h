@@ -70,13 +70,11 @@ class EventQueue {
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop();
-  // Hints the CPU to load what the next few ready events point at (the
-  // packet of an arrival, the port of a port-done, the timer), so that
-  // their cache misses overlap with handling the current one. No effect on
-  // results.
-  void PrefetchNext() const {
-    const size_t end = std::min(ready_.size(), ready_pos_ + 2);
-    for (size_t i = ready_pos_; i < end; ++i) __builtin_prefetch(ready_[i].ptr);
+  // The i-th event after the one last popped, if it is already known to be
+  // next (in the bucket being drained; an event pushed later may still come
+  // before it), else nullptr. For prefetching only: no effect on results.
+  const Event* PeekReady(size_t i) const {
+    return ready_pos_ + i < ready_.size() ? &ready_[ready_pos_ + i] : nullptr;
   }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }

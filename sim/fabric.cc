@@ -324,7 +324,7 @@ void Fabric::HandleEvent(const Event& e) {
       PortDone(e.time, e.arg);
       break;
     case kWireKind:
-      WireArrive(e.time, e.arg);
+      WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr));
       break;
     case kConvergeKind:
       RecomputeRoutes(static_cast<uint16_t>(e.arg));
@@ -614,15 +614,15 @@ void Fabric::StartTx(Time now, uint32_t id) {
   } else {
     p->last_port = id;
     p->epoch = pt.epoch;
-    p->wire_time = pt.busy_until + pt.delay;
+    const Time arrive = pt.busy_until + pt.delay;
     ++on_wire_;
-    // Arrivals on one port are in transmission order, so the heap holds
+    // Arrivals on one port are in transmission order, so the queue holds
     // one event per busy wire rather than one per packet in flight.
     if (pt.wire_tail) {
       pt.wire_tail->next = p;
+      pt.wire_tail->next_wire_time = arrive;
     } else {
-      pt.wire_head = p;
-      q_->Push(p->wire_time, kWireKind, id, &pt);
+      q_->Push(arrive, kWireKind, id, p);
     }
     pt.wire_tail = p;
   }
@@ -634,18 +634,15 @@ void Fabric::StartTx(Time now, uint32_t id) {
   }
 }
 
-void Fabric::WireArrive(Time now, uint32_t id) {
-  Port& pt = ports_[id];
-  SimPacket* p = pt.wire_head;
-  if (p == nullptr) return;
-  pt.wire_head = p->next;
-  if (pt.wire_head == nullptr) {
-    pt.wire_tail = nullptr;
+void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
+  SimPacket* nx = p->next;
+  if (nx == nullptr) {
+    ports_[id].wire_tail = nullptr;
   } else {
-    q_->Push(pt.wire_head->wire_time, kWireKind, id, &pt);
+    q_->Push(p->next_wire_time, kWireKind, id, nx);
   }
   p->next = nullptr;
-  Arrive(now, pt.to, p);
+  Arrive(now, ports_[id].to, p);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {

@@ -129,8 +129,9 @@ struct PortCounters {
 // far node, epoch) shares the first cache line; counters and cold state
 // follow.
 struct Port {
-  // Packets on the wire, in arrival order (FIFO: one event at a time).
-  SimPacket* wire_head = nullptr;
+  // Packets on the wire, in arrival order (FIFO: one event at a time, for
+  // the head, which the event carries). Only the tail is kept: an arrival
+  // takes the next packet from the head's `next`.
   SimPacket* wire_tail = nullptr;
   SimPacket* dq_head = nullptr;
   SimPacket* cq_head = nullptr;
@@ -177,7 +178,8 @@ class Fabric {
   static constexpr uint16_t kArriveKind = 1;
   static constexpr uint16_t kPortDoneKind = 2;  // arg = port id, ptr = port
   static constexpr uint16_t kConvergeKind = 3;
-  static constexpr uint16_t kWireKind = 4;  // arg = port id, ptr = port
+  // arg = port id, ptr = the packet at the head of that port's wire.
+  static constexpr uint16_t kWireKind = 4;
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,
          EventQueue* queue, PacketPool* pool, uint64_t seed,
@@ -286,7 +288,7 @@ class Fabric {
   void Enqueue(Time now, uint32_t port, SimPacket* p);
   void StartTx(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
-  void WireArrive(Time now, uint32_t port);
+  void WireArrive(Time now, uint32_t port, SimPacket* p);
   void Flush(uint32_t port);
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);

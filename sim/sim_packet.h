@@ -37,7 +37,10 @@ enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
 // pointer, baseline fields and header bytes follow (read at the hosts).
 struct alignas(64) SimPacket {
   SimPacket* next = nullptr;  // intrusive queue link
-  Time wire_time = 0;         // arrival time at the far end while on a wire
+  // While on a wire: when the packet behind it (`next`) on the same wire
+  // arrives at the far end, so that an arrival needs nothing from the next
+  // packet's cache line to schedule it.
+  Time next_wire_time = 0;
   uint32_t src = 0;           // source host
   uint32_t dst = 0;           // destination host
   uint32_t entropy = 0;
