@@ -95,7 +95,9 @@ void EventQueue::Advance() {
   while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
     ready_.push_back(HeapPop(far_));
   }
-  std::sort(ready_.begin(), ready_.end(), Less);
+  // A lambda (not the function pointer) so that the comparison is inlined.
+  std::sort(ready_.begin(), ready_.end(),
+            [](const Event& a, const Event& b) { return Less(a, b); });
 }
 
 Event EventQueue::Pop() {

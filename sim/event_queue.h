@@ -84,7 +84,8 @@ class EventQueue {
   size_t memory_bytes() const;
 
  private:
-  static bool Less(const Event& a, const Event& b) {
+  __attribute__((always_inline)) static bool Less(const Event& a,
+                                                  const Event& b) {
     return a.time < b.time || (a.time == b.time && a.seq < b.seq);
   }
   static void HeapPush(std::vector<Event>& h, const Event& e);
