@@ -58,6 +58,8 @@ absl::Status Fabric::Init() {
   if (planes_ == 0 || planes_ > 64) {
     return absl::InvalidArgumentError("fabric: planes must be 1..64");
   }
+  nic_pull_below_ =
+      std::min(config_.nic_pull_watermark, config_.nic_queue_packets - 1);
   trim_threshold_ =
       config_.trim_threshold_bytes == 0
           ? config_.buffer_bytes
@@ -654,7 +656,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
     return;
   }
   if (pt.up && pt.q_packets > 0) StartTx(now, id);
-  if (pt.host_port && pt.up && pt.q_packets < config_.nic_queue_packets) {
+  if (pt.host_port && pt.up && pt.q_packets <= nic_pull_below_) {
     client_->HostPortIdle(now, pt.from,
                           static_cast<uint16_t>(nodes_[pt.to].plane));
   }

@@ -110,7 +110,12 @@ struct FabricConfig {
   uint32_t trim_threshold_bytes = 0;           // 0 = buffer_bytes
   uint32_t control_buffer_bytes = 256 * 1024;  // switch control queue
   uint32_t nic_buffer_bytes = 4 * 1024 * 1024;
-  uint32_t nic_queue_packets = 4;  // a NIC port pulls while below this
+  uint32_t nic_queue_packets = 4;  // a host pulls while a port is below this
+  // A NIC port tells its host it has room when a transmit leaves it holding
+  // at most this many packets (clamped to nic_queue_packets - 1), so the
+  // host pulls a batch rather than one packet per transmit.
+  // nic_queue_packets - 1 gives the old per-transmit pull.
+  uint32_t nic_pull_watermark = 2;
   uint32_t wire_overhead_bytes = 66;
   Time routing_convergence = 1 * kSecond;
   uint8_t max_hops = 12;
@@ -315,6 +320,7 @@ class Fabric {
   uint32_t planes_ = 1;
   uint32_t hosts_ = 0;
   uint32_t trim_threshold_ = 0;
+  uint32_t nic_pull_below_ = 0;  // resolved nic_pull_watermark
 
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
