@@ -58,8 +58,11 @@ absl::Status Fabric::Init() {
   if (planes_ == 0 || planes_ > 64) {
     return absl::InvalidArgumentError("fabric: planes must be 1..64");
   }
-  nic_pull_below_ =
-      std::min(config_.nic_pull_watermark, config_.nic_queue_packets - 1);
+  nic_pull_below_ = config_.nic_queue_packets - 1;
+  if (config_.nic_pull_watermark >= 0) {
+    nic_pull_below_ = std::min(
+        static_cast<uint32_t>(config_.nic_pull_watermark), nic_pull_below_);
+  }
   trim_threshold_ =
       config_.trim_threshold_bytes == 0
           ? config_.buffer_bytes
@@ -98,6 +101,7 @@ absl::Status Fabric::Init() {
       p.delay = lk.delay;
       p.host_port = nodes_[i].kind == NodeKind::kHost;
       p.last_hop = !p.host_port && p.to < hosts_;
+      p.lazy = !p.host_port && config_.lazy_switch_ports;
       link_port_[2 * l + (from_a ? 0 : 1)] = id;
     }
   }
@@ -363,6 +367,7 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
     return;
   }
   p->next = nullptr;
+  p->when = now;
   if (p->tclass == TrafficClass::kControl) {
     if (pt.cq_tail)
       pt.cq_tail->next = p;
@@ -520,6 +525,9 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     Drop(p, DropReason::kLinkDown);
     return;
   }
+  // What left before now is no longer queued (ECN and trimming look at the
+  // queue as it is now).
+  if (pt.lazy) CatchUp(now, id);
   uint32_t size = WireSize(p);
   bool control = p->tclass == TrafficClass::kControl || p->trimmed;
   if (!control) {
@@ -552,6 +560,7 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     }
   }
   p->next = nullptr;
+  p->when = now;
   if (control) {
     if (pt.cq_bytes + size > config_.control_buffer_bytes) {
       ++pt.c.drops;
@@ -576,6 +585,12 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   }
   ++pt.q_packets;
   ++queued_packets_;
+  if (pt.lazy) {
+    // Caught up: a port still busy has a packet on the wire (or a port-done
+    // pending) whose event will transmit what waits.
+    if (now >= pt.busy_until) StartTx(now, id);
+    return;
+  }
   if (pt.done_pending) return;
   if (now >= pt.busy_until) {
     StartTx(now, id);
@@ -585,10 +600,52 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   }
 }
 
+void Fabric::CatchUp(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  while (pt.q_packets > 0 && pt.busy_until <= now) StartTx(pt.busy_until, id);
+  // Nothing on the wire to come back for the rest (the last transmissions
+  // were lost at random): wake when the port is free.
+  if (pt.q_packets > 0 && pt.wire_tail == nullptr && !pt.done_pending) {
+    pt.done_pending = true;
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
+  }
+}
+
+void Fabric::Settle(Time now) {
+  for (uint32_t id = 0; id < ports_.size(); ++id) {
+    if (ports_[id].lazy && ports_[id].q_packets > 0) CatchUp(now, id);
+  }
+}
+
+uint32_t Fabric::DataQueueBytes(Time now, uint32_t id) const {
+  const Port& pt = ports_[id];
+  if (!pt.lazy) return pt.dq_bytes;
+  // What CatchUp(now) would leave, without changing anything.
+  uint32_t bytes = pt.dq_bytes;
+  Time t = pt.busy_until;
+  const SimPacket* c = pt.cq_head;
+  const SimPacket* d = pt.dq_head;
+  while (t <= now && (c || d)) {
+    if (c && (c->when <= t || !d)) {
+      t += SerializationTime(WireSize(c), pt.rate_bps);
+      c = c->next;
+    } else {
+      bytes -= WireSize(d);
+      t += SerializationTime(WireSize(d), pt.rate_bps);
+      d = d->next;
+    }
+  }
+  return bytes;
+}
+
 void Fabric::StartTx(Time now, uint32_t id) {
   Port& pt = ports_[id];
   SimPacket* p;
-  if (pt.cq_head) {
+  // Control first, if it had arrived by `now` (a switch port transmits
+  // lazily: CatchUp decides past transmissions, and a control packet queued
+  // later must not overtake them). Whatever waits arrived before the port
+  // went busy, so one of the two heads always had.
+  if (pt.cq_head && (pt.cq_head->when <= now || !pt.dq_head)) {
     p = pt.cq_head;
     pt.cq_head = p->next;
     if (!pt.cq_head) pt.cq_tail = nullptr;
@@ -622,15 +679,17 @@ void Fabric::StartTx(Time now, uint32_t id) {
     // one event per busy wire rather than one per packet in flight.
     if (pt.wire_tail) {
       pt.wire_tail->next = p;
-      pt.wire_tail->next_wire_time = arrive;
+      pt.wire_tail->when = arrive;
     } else {
       q_->Push(arrive, kWireKind, id, p);
     }
     pt.wire_tail = p;
   }
   // A NIC port needs to know when it is free (to pull more); a switch port
-  // only when something waits.
-  if (pt.q_packets > 0 || pt.host_port) {
+  // only when something waits, and a lazy one not even then: it transmits
+  // what waits when its wire's last packet arrives (WireArrive) or
+  // something is queued (Enqueue), whichever comes first.
+  if (pt.host_port || (!pt.lazy && pt.q_packets > 0)) {
     pt.done_pending = true;
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
@@ -639,9 +698,13 @@ void Fabric::StartTx(Time now, uint32_t id) {
 void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
   SimPacket* nx = p->next;
   if (nx == nullptr) {
-    ports_[id].wire_tail = nullptr;
+    Port& pt = ports_[id];
+    pt.wire_tail = nullptr;
+    // The last packet on the wire arrives after the port went free (the
+    // propagation delay is not negative): transmit what waited since.
+    if (pt.lazy && pt.q_packets > 0) CatchUp(now, id);
   } else {
-    q_->Push(p->next_wire_time, kWireKind, id, nx);
+    q_->Push(p->when, kWireKind, id, nx);
   }
   p->next = nullptr;
   Arrive(now, ports_[id].to, p);
@@ -650,6 +713,10 @@ void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
 void Fabric::PortDone(Time now, uint32_t id) {
   Port& pt = ports_[id];
   pt.done_pending = false;
+  if (pt.lazy) {
+    CatchUp(now, id);
+    return;
+  }
   if (now < pt.busy_until) {  // rate changed / stale: wait until free
     pt.done_pending = true;
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
@@ -688,6 +755,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     if (up == pt.up) continue;
     pt.up = up;
     if (!up) {
+      if (pt.lazy) CatchUp(now, id);
       pt.down_since = now;
       ++pt.epoch;
       Flush(id);
@@ -727,7 +795,10 @@ void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
   if (link >= link_up_.size()) return;
   fraction = std::clamp(fraction, 1e-6, 1.0);
   for (int dir = 0; dir < 2; ++dir) {
-    Port& pt = ports_[link_port_[2 * link + dir]];
+    const uint32_t id = link_port_[2 * link + dir];
+    Port& pt = ports_[id];
+    // Transmissions that started before now keep the old rate.
+    if (pt.lazy) CatchUp(q_->now(), id);
     pt.rate_bps = std::max<uint64_t>(
         1,
         static_cast<uint64_t>(static_cast<double>(pt.nominal_bps) * fraction));
@@ -737,8 +808,9 @@ void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
 void Fabric::SetLinkLoss(uint32_t link, double rate) {
   if (link >= link_up_.size()) return;
   for (int dir = 0; dir < 2; ++dir) {
-    ports_[link_port_[2 * link + dir]].loss =
-        static_cast<float>(std::clamp(rate, 0.0, 1.0));
+    const uint32_t id = link_port_[2 * link + dir];
+    if (ports_[id].lazy) CatchUp(q_->now(), id);
+    ports_[id].loss = static_cast<float>(std::clamp(rate, 0.0, 1.0));
   }
 }
 

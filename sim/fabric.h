@@ -112,10 +112,15 @@ struct FabricConfig {
   uint32_t nic_buffer_bytes = 4 * 1024 * 1024;
   uint32_t nic_queue_packets = 4;  // a host pulls while a port is below this
   // A NIC port tells its host it has room when a transmit leaves it holding
-  // at most this many packets (clamped to nic_queue_packets - 1), so the
-  // host pulls a batch rather than one packet per transmit.
-  // nic_queue_packets - 1 gives the old per-transmit pull.
-  uint32_t nic_pull_watermark = 2;
+  // at most this many packets (clamped to nic_queue_packets - 1); -1 (the
+  // default) = nic_queue_packets - 1: the host pulls after every transmit.
+  // A lower value makes the host pull a batch every few transmits (fewer
+  // engine polls; see docs/simulator.md for what it changes).
+  int32_t nic_pull_watermark = -1;
+  // Switch ports decide their transmissions lazily, without a port-done
+  // event per transmit (docs/simulator.md, "Links and ports"): the same
+  // schedule except for the order of simultaneous events. Off by default.
+  bool lazy_switch_ports = false;
   uint32_t wire_overhead_bytes = 66;
   Time routing_convergence = 1 * kSecond;
   uint8_t max_hops = 12;
@@ -156,6 +161,7 @@ struct Port {
   bool done_pending = false;
   bool host_port = false;  // from a host (NIC port)
   bool last_hop = false;   // T0 -> host
+  bool lazy = false;       // switch port with lazy_switch_ports
   uint8_t profile = 0;     // index into Fabric::profiles()
   uint32_t from = 0;
   uint32_t max_dq_bytes = 0;
@@ -249,6 +255,13 @@ class Fabric {
   uint64_t packet_hops() const { return packet_hops_; }
   uint64_t queued_packets() const { return queued_packets_; }
   uint64_t on_wire() const { return on_wire_; }
+  // Makes every switch-port transmission that starts at or before `now`
+  // (they are decided lazily, see docs/simulator.md), so that port counters
+  // and packet_hops() are complete. Called at the end of a run.
+  void Settle(Time now);
+  // Bytes in port `id`'s data queue at `now` (a switch port's own dq_bytes
+  // can lag: its transmissions are decided lazily). Changes nothing.
+  uint32_t DataQueueBytes(Time now, uint32_t id) const;
   // OK when every queue stayed within its limit and counts add up.
   absl::Status CheckInvariants() const;
   const std::vector<Port>& ports() const { return ports_; }
@@ -291,7 +304,13 @@ class Fabric {
 
   void Arrive(Time now, uint32_t node, SimPacket* p);
   void Enqueue(Time now, uint32_t port, SimPacket* p);
+  // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
+  // A switch port's transmissions are decided lazily: this makes every one
+  // that starts at or before `now` (in order, control first among what had
+  // arrived by each start), and if packets still wait with nothing on the
+  // wire to come back for them, schedules a port-done when it is free.
+  void CatchUp(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
   void WireArrive(Time now, uint32_t port, SimPacket* p);
   void Flush(uint32_t port);

@@ -37,10 +37,12 @@ enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
 // pointer, baseline fields and header bytes follow (read at the hosts).
 struct alignas(64) SimPacket {
   SimPacket* next = nullptr;  // intrusive queue link
-  // While on a wire: when the packet behind it (`next`) on the same wire
-  // arrives at the far end, so that an arrival needs nothing from the next
-  // packet's cache line to schedule it.
-  Time next_wire_time = 0;
+  // Queued at a port: when it was queued (a switch port decides its
+  // transmissions lazily and needs to know what had arrived by then). On a
+  // wire: when the packet behind it (`next`) on the same wire arrives at the
+  // far end, so that an arrival needs nothing from the next packet's cache
+  // line to schedule it.
+  Time when = 0;
   uint32_t src = 0;           // source host
   uint32_t dst = 0;           // destination host
   uint32_t entropy = 0;

@@ -518,10 +518,12 @@ void Simulator::TakeSample(Time now) {
     if (!s.host_bytes.empty()) s.host_bytes[f.dst] += d;
     s.total_bytes += d;
   }
-  for (const Port& p : fabric_->ports()) {
-    if (p.host_port) continue;
-    s.max_queue = std::max(s.max_queue, p.dq_bytes);
-    s.sum_queue += p.dq_bytes;
+  const std::vector<Port>& ports = fabric_->ports();
+  for (uint32_t id = 0; id < ports.size(); ++id) {
+    if (ports[id].host_port) continue;
+    const uint32_t q = fabric_->DataQueueBytes(now, id);
+    s.max_queue = std::max(s.max_queue, q);
+    s.sum_queue += q;
   }
   result_.samples.push_back(std::move(s));
 }
@@ -609,6 +611,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
 }
 
 void Simulator::Finish(Time now) {
+  fabric_->Settle(now);
   if (sc_.timeseries) TakeSample(now);
   RunResult& r = result_;
   r.completed = flows_done_ == flows_.size();
