@@ -431,9 +431,9 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
 
 Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
                               const SimPacket* p, uint32_t* dead_port) const {
-  if (!p->srv6 || p->usid_len == 0 || src >= hosts_ || dst >= hosts_ ||
-      plane >= planes_) {
-    return -1;
+  if (ports_down_ == 0 || !p->srv6 || p->usid_len == 0 || src >= hosts_ ||
+      dst >= hosts_ || plane >= planes_) {
+    return -1;  // (every port up: no hop is dead)
   }
   Time since = -1;
   auto dead = [&](uint32_t id) {
@@ -754,6 +754,11 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     const bool up = link_up_[link] && nodes_[pt.from].up && nodes_[pt.to].up;
     if (up == pt.up) continue;
     pt.up = up;
+    if (up) {
+      --ports_down_;
+    } else {
+      ++ports_down_;
+    }
     if (!up) {
       if (pt.lazy) CatchUp(now, id);
       pt.down_since = now;

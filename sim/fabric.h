@@ -340,6 +340,7 @@ class Fabric {
   uint32_t hosts_ = 0;
   uint32_t trim_threshold_ = 0;
   uint32_t nic_pull_below_ = 0;  // resolved nic_pull_watermark
+  uint64_t ports_down_ = 0;      // ports with up == false
 
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
