@@ -105,6 +105,8 @@ absl::Status Fabric::Init() {
       link_port_[2 * l + (from_a ? 0 : 1)] = id;
     }
   }
+  port_to_.resize(ports_.size());
+  for (size_t id = 0; id < ports_.size(); ++id) port_to_[id] = ports_[id].to;
   for (size_t l = 0; l < t.num_links(); ++l) {
     if (link_port_[2 * l] == kNone || link_port_[2 * l + 1] == kNone) {
       return absl::InternalError(
@@ -424,7 +426,7 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
     const uint32_t pick = choice % cnt;
     choice /= cnt;
     const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
-    cur = ports_[port].to;
+    cur = port_to_[port];
     p->usids[p->usid_len++] = nodes_[cur].usid;
   }
 }
@@ -847,6 +849,7 @@ size_t Fabric::memory_bytes() const {
          nodes_.capacity() * sizeof(NodeInfo) +
          nbr_.capacity() * sizeof(nbr_[0]) +
          link_port_.capacity() * sizeof(uint32_t) +
+         port_to_.capacity() * sizeof(uint32_t) +
          host_port_.capacity() * sizeof(uint32_t) * 2;
 }
 

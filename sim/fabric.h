@@ -346,6 +346,9 @@ class Fabric {
   std::vector<NodeInfo> nodes_;
   std::vector<Port> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
+  // Port::to of every port, compact (BuildCarrier walks it per packet; the
+  // 128-byte ports would cost a cache miss per hop).
+  std::vector<uint32_t> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
