@@ -93,13 +93,16 @@ class EventQueue {
   // Makes the next non-empty bucket current (moves it into ready_).
   // REQUIRES: ready_ drained, late_ empty, size_ > 0.
   void Advance();
+  // Sorts ready_ (one bucket, in increasing seq) by (time, seq).
+  void SortReady();
 
   // A calendar bucket is a singly linked list of chunks from chunks_
-  // (indices; free list through `next`). Events fill a chunk in push order.
+  // (indices; free list through `next`). Events fill a chunk in push order;
+  // every chunk but a bucket's last is full, and the last holds
+  // tail_n_[slot] events.
   static constexpr uint32_t kChunkEvents = 31;
   struct alignas(64) Chunk {
     uint32_t next;
-    uint32_t n;
     Event ev[kChunkEvents];
   };
   static constexpr uint32_t kNil = 0xffffffffu;
@@ -108,10 +111,12 @@ class EventQueue {
   uint32_t free_ = kNil;
   std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
   std::vector<uint32_t> tail_;
+  std::vector<uint32_t> tail_n_;  // events in each bucket's last chunk
   std::vector<uint64_t> bits_;  // non-empty buckets
   uint64_t in_calendar_ = 0;    // events in the buckets
   int64_t cur_ = 0;             // current absolute bucket
   std::vector<Event> ready_;    // current bucket, sorted
+  std::vector<Event> scratch_;  // SortReady's radix buffer
   size_t ready_pos_ = 0;
   std::vector<Event> late_;  // pushed into the current bucket (4-ary heap)
   std::vector<Event> far_;   // beyond the horizon (4-ary heap)
