@@ -127,6 +127,14 @@ absl::Status Fabric::Init() {
       host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
     }
   }
+  nic_room_.assign(static_cast<size_t>(hosts_) * planes_, 0);
+  for (uint32_t h = 0; h < hosts_; ++h) {
+    for (uint32_t p = 0; p < planes_; ++p) {
+      Port& pt = ports_[host_port_[h * planes_ + p]];
+      pt.plane = static_cast<uint8_t>(p);
+      SetNicRoom(pt);
+    }
+  }
   absl::Status pst = BuildProfiles();
   if (!pst.ok()) return pst;
   // Neighbour tables and uSID maps.
@@ -388,6 +396,7 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
     pt.max_dq_bytes = std::max(pt.max_dq_bytes, pt.dq_bytes);
   }
   ++pt.q_packets;
+  SetNicRoom(pt);
   ++queued_packets_;
   if (!pt.done_pending && now >= pt.busy_until) StartTx(now, id);
 }
@@ -661,6 +670,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
     return;
   }
   --pt.q_packets;
+  if (pt.host_port) SetNicRoom(pt);
   --queued_packets_;
   p->next = nullptr;
   const uint32_t size = WireSize(p);
@@ -747,6 +757,7 @@ void Fabric::Flush(uint32_t id) {
   pt.cq_tail = pt.dq_tail = nullptr;
   pt.cq_bytes = pt.dq_bytes = 0;
   pt.q_packets = 0;
+  if (pt.host_port) SetNicRoom(pt);
 }
 
 void Fabric::UpdateLink(Time now, uint32_t link) {
@@ -761,6 +772,7 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     } else {
       ++ports_down_;
     }
+    if (pt.host_port) SetNicRoom(pt);
     if (!up) {
       if (pt.lazy) CatchUp(now, id);
       pt.down_since = now;
@@ -850,6 +862,7 @@ size_t Fabric::memory_bytes() const {
          nbr_.capacity() * sizeof(nbr_[0]) +
          link_port_.capacity() * sizeof(uint32_t) +
          port_to_.capacity() * sizeof(uint32_t) +
+         nic_room_.capacity() * sizeof(uint16_t) +
          host_port_.capacity() * sizeof(uint32_t) * 2;
 }
 

@@ -163,6 +163,7 @@ struct Port {
   bool last_hop = false;   // T0 -> host
   bool lazy = false;       // switch port with lazy_switch_ports
   uint8_t profile = 0;     // index into Fabric::profiles()
+  uint8_t plane = 0;       // NIC port: its plane
   uint32_t from = 0;
   uint32_t max_dq_bytes = 0;
   uint32_t max_cq_bytes = 0;
@@ -213,6 +214,15 @@ class Fabric {
   bool HostPortHasRoom(uint32_t host, uint16_t plane) const {
     const Port& pt = ports_[host_port_[host * planes_ + plane]];
     return pt.up && pt.q_packets < config_.nic_queue_packets;
+  }
+  // Packets host's NIC ports can take before reaching nic_queue_packets,
+  // summed over the ports that are up (kept in a compact per-host array:
+  // the host asks after every transmit).
+  uint32_t HostRoom(uint32_t host) const {
+    const uint16_t* r = &nic_room_[static_cast<size_t>(host) * planes_];
+    uint32_t room = 0;
+    for (uint32_t p = 0; p < planes_; ++p) room += r[p];
+    return room;
   }
   uint64_t HostPortRate(uint32_t host, uint16_t plane) const {
     return ports_[host_port_[host * planes_ + plane]].rate_bps;
@@ -314,6 +324,13 @@ class Fabric {
   void PortDone(Time now, uint32_t port);
   void WireArrive(Time now, uint32_t port, SimPacket* p);
   void Flush(uint32_t port);
+  // Refreshes nic_room_ for NIC port pt.
+  void SetNicRoom(const Port& pt) {
+    const uint32_t cap = config_.nic_queue_packets;
+    nic_room_[static_cast<size_t>(pt.from) * planes_ + pt.plane] =
+        static_cast<uint16_t>(pt.up && pt.q_packets < cap ? cap - pt.q_packets
+                                                          : 0);
+  }
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
@@ -351,6 +368,9 @@ class Fabric {
   std::vector<uint32_t> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
+  // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
+  // queued (at least 0) : 0. Maintained by SetNicRoom.
+  std::vector<uint16_t> nic_room_;
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.
