@@ -135,6 +135,13 @@ void EventQueue::SortReady() {
     }
     return;
   }
+  if (n > 4096) {
+    // A burst (e.g. every flow starting at once): sort in place rather
+    // than hold a radix buffer as large as the burst.
+    std::sort(ready_.begin(), ready_.end(),
+              [](const Event& a, const Event& b) { return Less(a, b); });
+    return;
+  }
   // LSD radix sort (stable): low 6 bits, then the next 6.
   scratch_.resize(n);
   uint32_t lo[64] = {}, hi[64] = {};
