@@ -135,7 +135,7 @@ void EventQueue::SortReady() {
     }
     return;
   }
-  if (n > 4096) {
+  if (n > 16384) {
     // A burst (e.g. every flow starting at once): sort in place rather
     // than hold a radix buffer as large as the burst.
     std::sort(ready_.begin(), ready_.end(),

@@ -116,7 +116,7 @@ class EventQueue {
   uint64_t in_calendar_ = 0;    // events in the buckets
   int64_t cur_ = 0;             // current absolute bucket
   std::vector<Event> ready_;    // current bucket, sorted
-  std::vector<Event> scratch_;  // SortReady's radix buffer (<= 4096)
+  std::vector<Event> scratch_;  // SortReady's radix buffer (<= 16384)
   size_t ready_pos_ = 0;
   std::vector<Event> late_;  // pushed into the current bucket (4-ary heap)
   std::vector<Event> far_;   // beyond the horizon (4-ary heap)
