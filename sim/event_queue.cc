@@ -7,39 +7,54 @@
 namespace prism::sim {
 
 EventQueue::EventQueue()
-    : head_(kBuckets, kNil), tail_(kBuckets, kNil), bits_(kBuckets / 64, 0) {}
+    : head_(kBuckets, kNil),
+      tail_(kBuckets, kNil),
+      tail_n_(kBuckets, 0),
+      bits_(kBuckets / 64, 0) {}
 
 uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
   if (time < now_) time = now_;  // never into the past
-  Event e;
-  e.time = time;
-  e.seq = next_seq_++;
-  e.kind = kind;
-  e.arg = arg;
-  e.ptr = ptr;
+  const uint64_t seq = next_seq_++;
   ++size_;
   const int64_t b = time >> kShift;
-  if (b <= cur_) {
-    HeapPush(late_, e);
-  } else if (b < cur_ + static_cast<int64_t>(kBuckets)) {
+  if (b > cur_ && b < cur_ + static_cast<int64_t>(kBuckets)) {
     const uint32_t slot = static_cast<uint32_t>(b) & (kBuckets - 1);
+    // Only stores touch the chunk (its fill count lives in tail_n_), so a
+    // push does not wait for the chunk's cache line.
     uint32_t t = tail_[slot];
+    uint32_t n = tail_n_[slot];
     if (t == kNil) {
       t = NewChunk();
       head_[slot] = tail_[slot] = t;
+      n = 0;
       bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
-    } else if (chunks_[t].n == kChunkEvents) {
+    } else if (n == kChunkEvents) {
       const uint32_t c = NewChunk();
       chunks_[t].next = c;
       tail_[slot] = t = c;
+      n = 0;
     }
-    Chunk& ch = chunks_[t];
-    ch.ev[ch.n++] = e;
+    // Written field by field in place: an Event built on the stack and
+    // copied was read back with wider loads than it was stored with, which
+    // stalls store forwarding.
+    Event& d = chunks_[t].ev[n];
+    d.time = time;
+    d.seq = seq;
+    d.ptr = ptr;
+    d.arg = arg;
+    d.kind = kind;
+    tail_n_[slot] = n + 1;
     ++in_calendar_;
-  } else {
-    HeapPush(far_, e);
+    return seq;
   }
-  return e.seq;
+  Event e;
+  e.time = time;
+  e.seq = seq;
+  e.kind = kind;
+  e.arg = arg;
+  e.ptr = ptr;
+  HeapPush(b <= cur_ ? late_ : far_, e);
+  return seq;
 }
 
 uint32_t EventQueue::NewChunk() {
@@ -51,7 +66,6 @@ uint32_t EventQueue::NewChunk() {
     free_ = chunks_[c].next;
   }
   chunks_[c].next = kNil;
-  chunks_[c].n = 0;
   return c;
 }
 
@@ -77,25 +91,74 @@ void EventQueue::Advance() {
   cur_ = next;
   ready_.clear();
   ready_pos_ = 0;
+  // Far events first: every one of them was pushed before any event went
+  // into this bucket's chunks (a bucket takes pushes once it is within the
+  // horizon, and the horizon only moves forward), and the chunks hold
+  // events in push order, so ready_ is in increasing seq and a stable sort
+  // by time alone gives (time, seq) order.
+  while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
+    ready_.push_back(HeapPop(far_));
+  }
   const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
   if (head_[slot] != kNil) {
+    const size_t before = ready_.size();
     uint32_t c = head_[slot];
     while (c != kNil) {
       Chunk& ch = chunks_[c];
-      ready_.insert(ready_.end(), ch.ev, ch.ev + ch.n);
       const uint32_t nx = ch.next;
+      const uint32_t n = nx == kNil ? tail_n_[slot] : kChunkEvents;
+      ready_.insert(ready_.end(), ch.ev, ch.ev + n);
       ch.next = free_;
       free_ = c;
       c = nx;
     }
     head_[slot] = tail_[slot] = kNil;
     bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
-    in_calendar_ -= ready_.size();
+    in_calendar_ -= ready_.size() - before;
   }
-  while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
-    ready_.push_back(HeapPop(far_));
+  SortReady();
+}
+
+void EventQueue::SortReady() {
+  // All events share the bucket, so time's low kShift bits order them.
+  static_assert(kShift == 12, "two 6-bit radix passes");
+  const size_t n = ready_.size();
+  if (n < 32) {  // stable insertion sort by time
+    for (size_t i = 1; i < n; ++i) {
+      const Event e = ready_[i];
+      size_t j = i;
+      while (j > 0 && ready_[j - 1].time > e.time) {
+        ready_[j] = ready_[j - 1];
+        --j;
+      }
+      ready_[j] = e;
+    }
+    return;
   }
-  std::sort(ready_.begin(), ready_.end(), Less);
+  if (n > 16384) {
+    // A burst (e.g. every flow starting at once): sort in place rather
+    // than hold a radix buffer as large as the burst.
+    std::sort(ready_.begin(), ready_.end(),
+              [](const Event& a, const Event& b) { return Less(a, b); });
+    return;
+  }
+  // LSD radix sort (stable): low 6 bits, then the next 6.
+  scratch_.resize(n);
+  uint32_t lo[64] = {}, hi[64] = {};
+  for (const Event& e : ready_) {
+    ++lo[e.time & 63];
+    ++hi[(e.time >> 6) & 63];
+  }
+  uint32_t a = 0, b = 0;
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t x = lo[i], y = hi[i];
+    lo[i] = a;
+    hi[i] = b;
+    a += x;
+    b += y;
+  }
+  for (const Event& e : ready_) scratch_[lo[e.time & 63]++] = e;
+  for (const Event& e : scratch_) ready_[hi[(e.time >> 6) & 63]++] = e;
 }
 
 Event EventQueue::Pop() {
@@ -114,9 +177,10 @@ Event EventQueue::Pop() {
 }
 
 size_t EventQueue::memory_bytes() const {
-  const size_t n = ready_.capacity() + late_.capacity() + far_.capacity();
+  const size_t n = ready_.capacity() + scratch_.capacity() + late_.capacity() +
+                   far_.capacity();
   return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
-         (head_.size() + tail_.size()) * sizeof(uint32_t) +
+         (head_.size() + tail_.size() + tail_n_.size()) * sizeof(uint32_t) +
          bits_.size() * sizeof(uint64_t);
 }
 

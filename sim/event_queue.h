@@ -70,13 +70,11 @@ class EventQueue {
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop();
-  // Hints the CPU to load what the next few ready events point at (the
-  // packet of an arrival, the port of a port-done, the timer), so that
-  // their cache misses overlap with handling the current one. No effect on
-  // results.
-  void PrefetchNext() const {
-    const size_t end = std::min(ready_.size(), ready_pos_ + 2);
-    for (size_t i = ready_pos_; i < end; ++i) __builtin_prefetch(ready_[i].ptr);
+  // The i-th event after the one last popped, if it is already known to be
+  // next (in the bucket being drained; an event pushed later may still come
+  // before it), else nullptr. For prefetching only: no effect on results.
+  const Event* PeekReady(size_t i) const {
+    return ready_pos_ + i < ready_.size() ? &ready_[ready_pos_ + i] : nullptr;
   }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
@@ -86,7 +84,8 @@ class EventQueue {
   size_t memory_bytes() const;
 
  private:
-  static bool Less(const Event& a, const Event& b) {
+  __attribute__((always_inline)) static bool Less(const Event& a,
+                                                  const Event& b) {
     return a.time < b.time || (a.time == b.time && a.seq < b.seq);
   }
   static void HeapPush(std::vector<Event>& h, const Event& e);
@@ -94,13 +93,16 @@ class EventQueue {
   // Makes the next non-empty bucket current (moves it into ready_).
   // REQUIRES: ready_ drained, late_ empty, size_ > 0.
   void Advance();
+  // Sorts ready_ (one bucket, in increasing seq) by (time, seq).
+  void SortReady();
 
   // A calendar bucket is a singly linked list of chunks from chunks_
-  // (indices; free list through `next`). Events fill a chunk in push order.
+  // (indices; free list through `next`). Events fill a chunk in push order;
+  // every chunk but a bucket's last is full, and the last holds
+  // tail_n_[slot] events.
   static constexpr uint32_t kChunkEvents = 31;
   struct alignas(64) Chunk {
     uint32_t next;
-    uint32_t n;
     Event ev[kChunkEvents];
   };
   static constexpr uint32_t kNil = 0xffffffffu;
@@ -109,10 +111,12 @@ class EventQueue {
   uint32_t free_ = kNil;
   std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
   std::vector<uint32_t> tail_;
+  std::vector<uint32_t> tail_n_;  // events in each bucket's last chunk
   std::vector<uint64_t> bits_;  // non-empty buckets
   uint64_t in_calendar_ = 0;    // events in the buckets
   int64_t cur_ = 0;             // current absolute bucket
   std::vector<Event> ready_;    // current bucket, sorted
+  std::vector<Event> scratch_;  // SortReady's radix buffer (<= 16384)
   size_t ready_pos_ = 0;
   std::vector<Event> late_;  // pushed into the current bucket (4-ary heap)
   std::vector<Event> far_;   // beyond the horizon (4-ary heap)

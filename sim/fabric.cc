@@ -58,6 +58,11 @@ absl::Status Fabric::Init() {
   if (planes_ == 0 || planes_ > 64) {
     return absl::InvalidArgumentError("fabric: planes must be 1..64");
   }
+  nic_pull_below_ = config_.nic_queue_packets - 1;
+  if (config_.nic_pull_watermark >= 0) {
+    nic_pull_below_ = std::min(
+        static_cast<uint32_t>(config_.nic_pull_watermark), nic_pull_below_);
+  }
   trim_threshold_ =
       config_.trim_threshold_bytes == 0
           ? config_.buffer_bytes
@@ -96,9 +101,12 @@ absl::Status Fabric::Init() {
       p.delay = lk.delay;
       p.host_port = nodes_[i].kind == NodeKind::kHost;
       p.last_hop = !p.host_port && p.to < hosts_;
+      p.lazy = !p.host_port && config_.lazy_switch_ports;
       link_port_[2 * l + (from_a ? 0 : 1)] = id;
     }
   }
+  port_to_.resize(ports_.size());
+  for (size_t id = 0; id < ports_.size(); ++id) port_to_[id] = ports_[id].to;
   for (size_t l = 0; l < t.num_links(); ++l) {
     if (link_port_[2 * l] == kNone || link_port_[2 * l + 1] == kNone) {
       return absl::InternalError(
@@ -117,6 +125,14 @@ absl::Status Fabric::Init() {
       const int dir_from_host = lk.a == h ? 0 : 1;
       host_port_[h * planes_ + p] = link_port_[2 * l + dir_from_host];
       host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
+    }
+  }
+  nic_room_.assign(static_cast<size_t>(hosts_) * planes_, 0);
+  for (uint32_t h = 0; h < hosts_; ++h) {
+    for (uint32_t p = 0; p < planes_; ++p) {
+      Port& pt = ports_[host_port_[h * planes_ + p]];
+      pt.plane = static_cast<uint8_t>(p);
+      SetNicRoom(pt);
     }
   }
   absl::Status pst = BuildProfiles();
@@ -324,7 +340,7 @@ void Fabric::HandleEvent(const Event& e) {
       PortDone(e.time, e.arg);
       break;
     case kWireKind:
-      WireArrive(e.time, e.arg);
+      WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr));
       break;
     case kConvergeKind:
       RecomputeRoutes(static_cast<uint16_t>(e.arg));
@@ -361,6 +377,7 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
     return;
   }
   p->next = nullptr;
+  p->when = now;
   if (p->tclass == TrafficClass::kControl) {
     if (pt.cq_tail)
       pt.cq_tail->next = p;
@@ -379,6 +396,7 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
     pt.max_dq_bytes = std::max(pt.max_dq_bytes, pt.dq_bytes);
   }
   ++pt.q_packets;
+  SetNicRoom(pt);
   ++queued_packets_;
   if (!pt.done_pending && now >= pt.busy_until) StartTx(now, id);
 }
@@ -417,16 +435,16 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
     const uint32_t pick = choice % cnt;
     choice /= cnt;
     const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
-    cur = ports_[port].to;
+    cur = port_to_[port];
     p->usids[p->usid_len++] = nodes_[cur].usid;
   }
 }
 
 Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
                               const SimPacket* p, uint32_t* dead_port) const {
-  if (!p->srv6 || p->usid_len == 0 || src >= hosts_ || dst >= hosts_ ||
-      plane >= planes_) {
-    return -1;
+  if (ports_down_ == 0 || !p->srv6 || p->usid_len == 0 || src >= hosts_ ||
+      dst >= hosts_ || plane >= planes_) {
+    return -1;  // (every port up: no hop is dead)
   }
   Time since = -1;
   auto dead = [&](uint32_t id) {
@@ -518,6 +536,9 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     Drop(p, DropReason::kLinkDown);
     return;
   }
+  // What left before now is no longer queued (ECN and trimming look at the
+  // queue as it is now).
+  if (pt.lazy) CatchUp(now, id);
   uint32_t size = WireSize(p);
   bool control = p->tclass == TrafficClass::kControl || p->trimmed;
   if (!control) {
@@ -550,6 +571,7 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
     }
   }
   p->next = nullptr;
+  p->when = now;
   if (control) {
     if (pt.cq_bytes + size > config_.control_buffer_bytes) {
       ++pt.c.drops;
@@ -574,6 +596,12 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   }
   ++pt.q_packets;
   ++queued_packets_;
+  if (pt.lazy) {
+    // Caught up: a port still busy has a packet on the wire (or a port-done
+    // pending) whose event will transmit what waits.
+    if (now >= pt.busy_until) StartTx(now, id);
+    return;
+  }
   if (pt.done_pending) return;
   if (now >= pt.busy_until) {
     StartTx(now, id);
@@ -583,10 +611,52 @@ void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   }
 }
 
+void Fabric::CatchUp(Time now, uint32_t id) {
+  Port& pt = ports_[id];
+  while (pt.q_packets > 0 && pt.busy_until <= now) StartTx(pt.busy_until, id);
+  // Nothing on the wire to come back for the rest (the last transmissions
+  // were lost at random): wake when the port is free.
+  if (pt.q_packets > 0 && pt.wire_tail == nullptr && !pt.done_pending) {
+    pt.done_pending = true;
+    q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
+  }
+}
+
+void Fabric::Settle(Time now) {
+  for (uint32_t id = 0; id < ports_.size(); ++id) {
+    if (ports_[id].lazy && ports_[id].q_packets > 0) CatchUp(now, id);
+  }
+}
+
+uint32_t Fabric::DataQueueBytes(Time now, uint32_t id) const {
+  const Port& pt = ports_[id];
+  if (!pt.lazy) return pt.dq_bytes;
+  // What CatchUp(now) would leave, without changing anything.
+  uint32_t bytes = pt.dq_bytes;
+  Time t = pt.busy_until;
+  const SimPacket* c = pt.cq_head;
+  const SimPacket* d = pt.dq_head;
+  while (t <= now && (c || d)) {
+    if (c && (c->when <= t || !d)) {
+      t += SerializationTime(WireSize(c), pt.rate_bps);
+      c = c->next;
+    } else {
+      bytes -= WireSize(d);
+      t += SerializationTime(WireSize(d), pt.rate_bps);
+      d = d->next;
+    }
+  }
+  return bytes;
+}
+
 void Fabric::StartTx(Time now, uint32_t id) {
   Port& pt = ports_[id];
   SimPacket* p;
-  if (pt.cq_head) {
+  // Control first, if it had arrived by `now` (a switch port transmits
+  // lazily: CatchUp decides past transmissions, and a control packet queued
+  // later must not overtake them). Whatever waits arrived before the port
+  // went busy, so one of the two heads always had.
+  if (pt.cq_head && (pt.cq_head->when <= now || !pt.dq_head)) {
     p = pt.cq_head;
     pt.cq_head = p->next;
     if (!pt.cq_head) pt.cq_tail = nullptr;
@@ -600,6 +670,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
     return;
   }
   --pt.q_packets;
+  if (pt.host_port) SetNicRoom(pt);
   --queued_packets_;
   p->next = nullptr;
   const uint32_t size = WireSize(p);
@@ -614,50 +685,57 @@ void Fabric::StartTx(Time now, uint32_t id) {
   } else {
     p->last_port = id;
     p->epoch = pt.epoch;
-    p->wire_time = pt.busy_until + pt.delay;
+    const Time arrive = pt.busy_until + pt.delay;
     ++on_wire_;
-    // Arrivals on one port are in transmission order, so the heap holds
+    // Arrivals on one port are in transmission order, so the queue holds
     // one event per busy wire rather than one per packet in flight.
     if (pt.wire_tail) {
       pt.wire_tail->next = p;
+      pt.wire_tail->when = arrive;
     } else {
-      pt.wire_head = p;
-      q_->Push(p->wire_time, kWireKind, id, &pt);
+      q_->Push(arrive, kWireKind, id, p);
     }
     pt.wire_tail = p;
   }
   // A NIC port needs to know when it is free (to pull more); a switch port
-  // only when something waits.
-  if (pt.q_packets > 0 || pt.host_port) {
+  // only when something waits, and a lazy one not even then: it transmits
+  // what waits when its wire's last packet arrives (WireArrive) or
+  // something is queued (Enqueue), whichever comes first.
+  if (pt.host_port || (!pt.lazy && pt.q_packets > 0)) {
     pt.done_pending = true;
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
   }
 }
 
-void Fabric::WireArrive(Time now, uint32_t id) {
-  Port& pt = ports_[id];
-  SimPacket* p = pt.wire_head;
-  if (p == nullptr) return;
-  pt.wire_head = p->next;
-  if (pt.wire_head == nullptr) {
+void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
+  SimPacket* nx = p->next;
+  if (nx == nullptr) {
+    Port& pt = ports_[id];
     pt.wire_tail = nullptr;
+    // The last packet on the wire arrives after the port went free (the
+    // propagation delay is not negative): transmit what waited since.
+    if (pt.lazy && pt.q_packets > 0) CatchUp(now, id);
   } else {
-    q_->Push(pt.wire_head->wire_time, kWireKind, id, &pt);
+    q_->Push(p->when, kWireKind, id, nx);
   }
   p->next = nullptr;
-  Arrive(now, pt.to, p);
+  Arrive(now, ports_[id].to, p);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {
   Port& pt = ports_[id];
   pt.done_pending = false;
+  if (pt.lazy) {
+    CatchUp(now, id);
+    return;
+  }
   if (now < pt.busy_until) {  // rate changed / stale: wait until free
     pt.done_pending = true;
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
   if (pt.up && pt.q_packets > 0) StartTx(now, id);
-  if (pt.host_port && pt.up && pt.q_packets < config_.nic_queue_packets) {
+  if (pt.host_port && pt.up && pt.q_packets <= nic_pull_below_) {
     client_->HostPortIdle(now, pt.from,
                           static_cast<uint16_t>(nodes_[pt.to].plane));
   }
@@ -679,6 +757,7 @@ void Fabric::Flush(uint32_t id) {
   pt.cq_tail = pt.dq_tail = nullptr;
   pt.cq_bytes = pt.dq_bytes = 0;
   pt.q_packets = 0;
+  if (pt.host_port) SetNicRoom(pt);
 }
 
 void Fabric::UpdateLink(Time now, uint32_t link) {
@@ -688,7 +767,14 @@ void Fabric::UpdateLink(Time now, uint32_t link) {
     const bool up = link_up_[link] && nodes_[pt.from].up && nodes_[pt.to].up;
     if (up == pt.up) continue;
     pt.up = up;
+    if (up) {
+      --ports_down_;
+    } else {
+      ++ports_down_;
+    }
+    if (pt.host_port) SetNicRoom(pt);
     if (!up) {
+      if (pt.lazy) CatchUp(now, id);
       pt.down_since = now;
       ++pt.epoch;
       Flush(id);
@@ -728,7 +814,10 @@ void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
   if (link >= link_up_.size()) return;
   fraction = std::clamp(fraction, 1e-6, 1.0);
   for (int dir = 0; dir < 2; ++dir) {
-    Port& pt = ports_[link_port_[2 * link + dir]];
+    const uint32_t id = link_port_[2 * link + dir];
+    Port& pt = ports_[id];
+    // Transmissions that started before now keep the old rate.
+    if (pt.lazy) CatchUp(q_->now(), id);
     pt.rate_bps = std::max<uint64_t>(
         1,
         static_cast<uint64_t>(static_cast<double>(pt.nominal_bps) * fraction));
@@ -738,8 +827,9 @@ void Fabric::SetLinkRateFraction(uint32_t link, double fraction) {
 void Fabric::SetLinkLoss(uint32_t link, double rate) {
   if (link >= link_up_.size()) return;
   for (int dir = 0; dir < 2; ++dir) {
-    ports_[link_port_[2 * link + dir]].loss =
-        static_cast<float>(std::clamp(rate, 0.0, 1.0));
+    const uint32_t id = link_port_[2 * link + dir];
+    if (ports_[id].lazy) CatchUp(q_->now(), id);
+    ports_[id].loss = static_cast<float>(std::clamp(rate, 0.0, 1.0));
   }
 }
 
@@ -771,6 +861,8 @@ size_t Fabric::memory_bytes() const {
          nodes_.capacity() * sizeof(NodeInfo) +
          nbr_.capacity() * sizeof(nbr_[0]) +
          link_port_.capacity() * sizeof(uint32_t) +
+         port_to_.capacity() * sizeof(uint32_t) +
+         nic_room_.capacity() * sizeof(uint16_t) +
          host_port_.capacity() * sizeof(uint32_t) * 2;
 }
 

@@ -110,7 +110,17 @@ struct FabricConfig {
   uint32_t trim_threshold_bytes = 0;           // 0 = buffer_bytes
   uint32_t control_buffer_bytes = 256 * 1024;  // switch control queue
   uint32_t nic_buffer_bytes = 4 * 1024 * 1024;
-  uint32_t nic_queue_packets = 4;  // a NIC port pulls while below this
+  uint32_t nic_queue_packets = 4;  // a host pulls while a port is below this
+  // A NIC port tells its host it has room when a transmit leaves it holding
+  // at most this many packets (clamped to nic_queue_packets - 1); -1 (the
+  // default) = nic_queue_packets - 1: the host pulls after every transmit.
+  // A lower value makes the host pull a batch every few transmits (fewer
+  // engine polls; see docs/simulator.md for what it changes).
+  int32_t nic_pull_watermark = -1;
+  // Switch ports decide their transmissions lazily, without a port-done
+  // event per transmit (docs/simulator.md, "Links and ports"): the same
+  // schedule except for the order of simultaneous events. Off by default.
+  bool lazy_switch_ports = false;
   uint32_t wire_overhead_bytes = 66;
   Time routing_convergence = 1 * kSecond;
   uint8_t max_hops = 12;
@@ -129,8 +139,9 @@ struct PortCounters {
 // far node, epoch) shares the first cache line; counters and cold state
 // follow.
 struct Port {
-  // Packets on the wire, in arrival order (FIFO: one event at a time).
-  SimPacket* wire_head = nullptr;
+  // Packets on the wire, in arrival order (FIFO: one event at a time, for
+  // the head, which the event carries). Only the tail is kept: an arrival
+  // takes the next packet from the head's `next`.
   SimPacket* wire_tail = nullptr;
   SimPacket* dq_head = nullptr;
   SimPacket* cq_head = nullptr;
@@ -150,7 +161,9 @@ struct Port {
   bool done_pending = false;
   bool host_port = false;  // from a host (NIC port)
   bool last_hop = false;   // T0 -> host
+  bool lazy = false;       // switch port with lazy_switch_ports
   uint8_t profile = 0;     // index into Fabric::profiles()
+  uint8_t plane = 0;       // NIC port: its plane
   uint32_t from = 0;
   uint32_t max_dq_bytes = 0;
   uint32_t max_cq_bytes = 0;
@@ -177,7 +190,8 @@ class Fabric {
   static constexpr uint16_t kArriveKind = 1;
   static constexpr uint16_t kPortDoneKind = 2;  // arg = port id, ptr = port
   static constexpr uint16_t kConvergeKind = 3;
-  static constexpr uint16_t kWireKind = 4;  // arg = port id, ptr = port
+  // arg = port id, ptr = the packet at the head of that port's wire.
+  static constexpr uint16_t kWireKind = 4;
 
   Fabric(const routing::Topology* topo, const FabricConfig& config,
          EventQueue* queue, PacketPool* pool, uint64_t seed,
@@ -200,6 +214,15 @@ class Fabric {
   bool HostPortHasRoom(uint32_t host, uint16_t plane) const {
     const Port& pt = ports_[host_port_[host * planes_ + plane]];
     return pt.up && pt.q_packets < config_.nic_queue_packets;
+  }
+  // Packets host's NIC ports can take before reaching nic_queue_packets,
+  // summed over the ports that are up (kept in a compact per-host array:
+  // the host asks after every transmit).
+  uint32_t HostRoom(uint32_t host) const {
+    const uint16_t* r = &nic_room_[static_cast<size_t>(host) * planes_];
+    uint32_t room = 0;
+    for (uint32_t p = 0; p < planes_; ++p) room += r[p];
+    return room;
   }
   uint64_t HostPortRate(uint32_t host, uint16_t plane) const {
     return ports_[host_port_[host * planes_ + plane]].rate_bps;
@@ -242,6 +265,13 @@ class Fabric {
   uint64_t packet_hops() const { return packet_hops_; }
   uint64_t queued_packets() const { return queued_packets_; }
   uint64_t on_wire() const { return on_wire_; }
+  // Makes every switch-port transmission that starts at or before `now`
+  // (they are decided lazily, see docs/simulator.md), so that port counters
+  // and packet_hops() are complete. Called at the end of a run.
+  void Settle(Time now);
+  // Bytes in port `id`'s data queue at `now` (a switch port's own dq_bytes
+  // can lag: its transmissions are decided lazily). Changes nothing.
+  uint32_t DataQueueBytes(Time now, uint32_t id) const;
   // OK when every queue stayed within its limit and counts add up.
   absl::Status CheckInvariants() const;
   const std::vector<Port>& ports() const { return ports_; }
@@ -284,10 +314,23 @@ class Fabric {
 
   void Arrive(Time now, uint32_t node, SimPacket* p);
   void Enqueue(Time now, uint32_t port, SimPacket* p);
+  // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
+  // A switch port's transmissions are decided lazily: this makes every one
+  // that starts at or before `now` (in order, control first among what had
+  // arrived by each start), and if packets still wait with nothing on the
+  // wire to come back for them, schedules a port-done when it is free.
+  void CatchUp(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
-  void WireArrive(Time now, uint32_t port);
+  void WireArrive(Time now, uint32_t port, SimPacket* p);
   void Flush(uint32_t port);
+  // Refreshes nic_room_ for NIC port pt.
+  void SetNicRoom(const Port& pt) {
+    const uint32_t cap = config_.nic_queue_packets;
+    nic_room_[static_cast<size_t>(pt.from) * planes_ + pt.plane] =
+        static_cast<uint16_t>(pt.up && pt.q_packets < cap ? cap - pt.q_packets
+                                                          : 0);
+  }
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
@@ -313,13 +356,21 @@ class Fabric {
   uint32_t planes_ = 1;
   uint32_t hosts_ = 0;
   uint32_t trim_threshold_ = 0;
+  uint32_t nic_pull_below_ = 0;  // resolved nic_pull_watermark
+  uint64_t ports_down_ = 0;      // ports with up == false
 
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
   std::vector<Port> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
+  // Port::to of every port, compact (BuildCarrier walks it per packet; the
+  // 128-byte ports would cost a cache miss per hop).
+  std::vector<uint32_t> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
+  // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
+  // queued (at least 0) : 0. Maintained by SetNicRoom.
+  std::vector<uint16_t> nic_room_;
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.

@@ -348,17 +348,9 @@ void PrismHost::Pull(Time now) {
   Simulator& sim = *d_->sim_;
   Fabric& fab = sim.fabric();
   const uint32_t planes = sim.planes();
-  const uint32_t cap = fab.config().nic_queue_packets;
   const bool srv6 = sim.scenario().srv6;
   while (true) {
-    size_t room = 0;
-    for (uint32_t p = 0; p < planes; ++p) {
-      if (fab.HostPortUp(host_, static_cast<uint16_t>(p))) {
-        const Port& pt =
-            fab.ports()[fab.host_port(host_, static_cast<uint16_t>(p))];
-        if (pt.q_packets < cap) room += cap - pt.q_packets;
-      }
-    }
+    const size_t room = fab.HostRoom(host_);
     if (room == 0) break;
     const size_t want = std::min(room, kTxBurst);
     const size_t n = engine_.PollTransmit(now, d_->txv_, want);

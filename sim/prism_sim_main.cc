@@ -2,6 +2,8 @@
 //
 //   prism_sim --scenario FILE.json --out DIR [--seed N] [--quiet]
 //             [--transport NAME] [--no-plot]
+//   (any mode) [--lazy-ports] [--nic-pull-watermark N]: set the scenario's
+//   fabric.lazy_switch_ports / fabric.nic_pull_watermark (docs/simulator.md)
 //   prism_sim --bench [--hosts N] [--planes P] [--duration_us T] [--out DIR]
 //   prism_sim --bench-scale [--hosts N] [--out DIR]
 //
@@ -39,7 +41,8 @@ int Usage() {
                "[--duration_us T] [--transport NAME] [--window N]\n"
                "                 [--max-messages N] [--out DIR]\n"
                "       prism_sim --bench-scale [--transport NAME] [--hosts N] "
-               "[--out DIR]\n");
+               "[--out DIR]\n"
+               "  any mode: [--lazy-ports] [--nic-pull-watermark N]\n");
   return 2;
 }
 
@@ -136,7 +139,8 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
 int main(int argc, char** argv) {
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
-  bool have_seed = false, have_hosts = false;
+  bool have_seed = false, have_hosts = false, lazy_ports = false;
+  int32_t nic_pull_watermark = -1;
   uint64_t seed = 0;
   uint32_t hosts = 1024, planes = 8, group = 8, window = 0, max_messages = 0;
   double dur_us = 0;
@@ -175,6 +179,14 @@ int main(int argc, char** argv) {
     } else if (a == "--duration_us") {
       const char* v = next();
       if (!v || !absl::SimpleAtod(v, &dur_us) || dur_us <= 0) return Usage();
+    } else if (a == "--lazy-ports") {
+      lazy_ports = true;
+    } else if (a == "--nic-pull-watermark") {
+      const char* v = next();
+      if (!v || !absl::SimpleAtoi(v, &nic_pull_watermark) ||
+          nic_pull_watermark < 0) {
+        return Usage();
+      }
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a == "--no-plot") {
@@ -212,6 +224,10 @@ int main(int argc, char** argv) {
   if (!sc.ok()) {
     std::fprintf(stderr, "prism_sim: %s\n", sc.status().ToString().c_str());
     return 1;
+  }
+  if (lazy_ports) sc->fabric.lazy_switch_ports = true;
+  if (nic_pull_watermark >= 0) {
+    sc->fabric.nic_pull_watermark = nic_pull_watermark;
   }
   if (have_seed) sc->seed = seed;
   if (dur_us > 0 && !bench && !bench_scale) {

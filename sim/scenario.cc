@@ -137,9 +137,14 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   PRISM_ASSIGN_OR(x, v->GetInt("nic_queue_packets", f.nic_queue_packets));
   if (x < 1 || x > 4096) return Bad("nic_queue_packets must be in 1..4096");
   f.nic_queue_packets = static_cast<uint32_t>(x);
+  PRISM_ASSIGN_OR(x, v->GetInt("nic_pull_watermark", f.nic_pull_watermark));
+  if (x < -1 || x > 4096) return Bad("nic_pull_watermark must be in -1..4096");
+  f.nic_pull_watermark = static_cast<int32_t>(x);
   PRISM_ASSIGN_OR(x, v->GetInt("wire_overhead_bytes", f.wire_overhead_bytes));
   if (x < 0 || x > 1024) return Bad("wire_overhead_bytes out of range");
   f.wire_overhead_bytes = static_cast<uint32_t>(x);
+  PRISM_ASSIGN_OR(f.lazy_switch_ports,
+                  v->GetBool("lazy_switch_ports", f.lazy_switch_ports));
   PRISM_ASSIGN_OR(f.trimming, v->GetBool("trimming", f.trimming));
   PRISM_ASSIGN_OR(f.trim_last_hop,
                   v->GetBool("trim_last_hop", f.trim_last_hop));
@@ -440,6 +445,8 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
     fb.Set("overrides", ov);
   }
   fb.Set("nic_queue_packets", Value::Int(f.nic_queue_packets));
+  fb.Set("nic_pull_watermark", Value::Int(f.nic_pull_watermark));
+  fb.Set("lazy_switch_ports", Value::Bool(f.lazy_switch_ports));
   fb.Set("nic_buffer_bytes", Value::Int(f.nic_buffer_bytes));
   fb.Set("wire_overhead_bytes", Value::Int(f.wire_overhead_bytes));
   fb.Set("routing_convergence_us",

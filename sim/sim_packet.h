@@ -37,7 +37,12 @@ enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
 // pointer, baseline fields and header bytes follow (read at the hosts).
 struct alignas(64) SimPacket {
   SimPacket* next = nullptr;  // intrusive queue link
-  Time wire_time = 0;         // arrival time at the far end while on a wire
+  // Queued at a port: when it was queued (a switch port decides its
+  // transmissions lazily and needs to know what had arrived by then). On a
+  // wire: when the packet behind it (`next`) on the same wire arrives at the
+  // far end, so that an arrival needs nothing from the next packet's cache
+  // line to schedule it.
+  Time when = 0;
   uint32_t src = 0;           // source host
   uint32_t dst = 0;           // destination host
   uint32_t entropy = 0;
@@ -78,6 +83,8 @@ class PacketPool {
     if (free_ == nullptr) Grow();
     SimPacket* p = free_;
     free_ = p->next;
+    // The next Alloc reads that packet's link: start loading it now.
+    __builtin_prefetch(free_);
     p->next = nullptr;
     ++allocated_;
     return p;

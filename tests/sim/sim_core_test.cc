@@ -112,6 +112,55 @@ TEST(EventQueueTest, CalendarMatchesReferenceOrder) {
   EXPECT_GT(popped, 50000u);
 }
 
+// Buckets with many events (the radix-sorted path), same-time ties, and far
+// events that join a bucket already holding near ones.
+TEST(EventQueueTest, CrowdedBucketsMatchReferenceOrder) {
+  EventQueue q;
+  Rng rng(12);
+  using Key = std::pair<Time, uint64_t>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ref;
+  const Time bucket = Time{1} << EventQueue::kShift;
+  const Time horizon = Time{EventQueue::kBuckets} << EventQueue::kShift;
+  Time now = 0;
+  uint64_t popped = 0;
+  for (int round = 0; round < 400; ++round) {
+    const int burst = static_cast<int>(rng.Uniform(300));
+    const Time tie = now + rng.Range(0, 4 * bucket);
+    for (int i = 0; i < burst; ++i) {
+      Time t;
+      switch (rng.Uniform(4)) {
+        case 0:
+          t = tie;
+          break;
+        case 1:
+          t = now + horizon + rng.Range(0, 4 * bucket);
+          break;
+        default:
+          t = now + rng.Range(0, 4 * bucket);
+          break;
+      }
+      const uint64_t seq = q.Push(t, 1, 0, nullptr);
+      ref.push({t, seq});
+    }
+    const uint64_t pops = rng.Uniform(ref.size() + 1);
+    for (uint64_t i = 0; i < pops; ++i) {
+      const Event e = q.Pop();
+      ASSERT_EQ(e.time, ref.top().first) << round;
+      ASSERT_EQ(e.seq, ref.top().second) << round;
+      ref.pop();
+      now = e.time;
+      ++popped;
+    }
+  }
+  while (!ref.empty()) {
+    const Event e = q.Pop();
+    ASSERT_EQ(e.seq, ref.top().second);
+    ref.pop();
+  }
+  EXPECT_TRUE(q.empty());
+  EXPECT_GT(popped, 10000u);
+}
+
 TEST(EventQueueTest, NeverSchedulesIntoThePast) {
   EventQueue q;
   q.Push(100, 1, 0, nullptr);
