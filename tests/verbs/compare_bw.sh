@@ -21,17 +21,23 @@
 # Each run's ratio against the ib_write_bw runs just before and after it is
 # printed too (..._run1 ...), and the CPU ms per MB of the sending process
 # (prism_perf client: both threads; verbs_perf sender) over its transfer, per
-# run and median. Then one run each of verbs_perf with 32 KiB
-# and 4 KiB chunks (EXTRA_CHUNKS) and of prism_perf with the 3.75 MB window
-# (VM_PP_OPTS), against the median ib_write_bw.
+# run and median. Then one run each of verbs_perf with 4 KiB chunks
+# (EXTRA_CHUNKS="4096": one RoCE packet per WRITE, as MRC sprays; the 32 KiB
+# run of before is EXTRA_CHUNKS="32768 4096") and of prism_perf with the
+# 3.75 MB window (VM_PP_OPTS), against the median ib_write_bw.
 # Speed assertion (loose, so a shared CI host does not flake): FAIL when the
 # ratio of record is below MIN_RATIO (default 0.3: it catches a collapse,
 # such as the 0.77 MB/s run of 2026-12-02 that gave up after 84 RTOs, not a
 # slow boot; the ratio of medians was 0.53 at host load 4 and 0.74 at load 3.5 on
 # 2026-12-03, single runs go down to 0.36). MIN_RATIO=0 turns it off.
-# A/B inside one boot: PP_B="options" adds a second prism_perf per round
-# with VM_PP_OPTS_FAIR plus these options (METRIC ..._b, its own medians);
-# PP_EXTRA="options" is added to the prism_perf of record.
+# A/B inside one boot (off by default): PP_B="options" adds a prism_perf
+# "B" run to every round (METRIC ..._b, its own medians and ratios) with
+# VM_PP_OPTS_FAIR plus these options; PP_B_SERVER / PP_B_CLIENT add options
+# to one side of the B runs only; PINNED=1 makes the B runs pin the
+# client's loop thread to CPU 0 and the server's to CPU 1 (`--cpu`; the
+# record runs leave placement to the guest's scheduler; docs/verbs.md
+# "Rounds and medians"). PP_EXTRA="options" is added to the prism_perf of
+# record.
 # Exit 77 outside the VM.
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
@@ -39,7 +45,13 @@ PERF=${1:?verbs_perf binary}
 DEV=${2:-${PRISM_RXE_DEV:-rxe_lo}}
 PPERF=${3:-}
 SIZE=${SIZE:-65536}; COUNT=${COUNT:-500}; ROUNDS=${ROUNDS:-4}
-MIN_RATIO=${MIN_RATIO:-0.3}; PP_EXTRA=${PP_EXTRA:-}; PP_B=${PP_B:-}
+MIN_RATIO=${MIN_RATIO:-0.3}; PP_EXTRA=${PP_EXTRA:-}
+# PINNED=1: B runs with the two loop threads pinned apart (client 0,
+# server 1).
+if [ "${PINNED:-0}" = 1 ] && [ -z "${PP_B:-}" ] && [ "$(nproc)" -ge 2 ]; then
+  PP_B=" "; PP_B_SERVER=${PP_B_SERVER:---cpu 1}; PP_B_CLIENT=${PP_B_CLIENT:---cpu 0}
+fi
+PP_B=${PP_B:-}; PP_B_SERVER=${PP_B_SERVER:-}; PP_B_CLIENT=${PP_B_CLIENT:-}; SRV_X=""; CLI_X=""
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV (runs in the rxe VM)"; exit 77; }
 command -v ib_write_bw >/dev/null || { echo "SKIP: ib_write_bw (perftest) missing"; exit 77; }
 # GID index of the RoCE v2 IPv4-mapped GID (what verbs_perf picks too).
@@ -85,9 +97,9 @@ run_vp() {
 run_pp() { # tag options...
   local tag=$1; shift
   PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $*"
-  PRISM_VERBS_STATS=1 "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
+  PRISM_VERBS_STATS=1 "$PPERF" $PP $SRV_X -n $COUNT -p 18600 > /tmp/pperf.server 2>&1 & ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
-  PRISM_VERBS_STATS=1 timeout 120 "$PPERF" $PP -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
+  PRISM_VERBS_STATS=1 timeout 120 "$PPERF" $PP $CLI_X -n $COUNT -p 18600 --json 127.0.0.1 > /tmp/pperf.client 2>&1; crc=$?
   wait $ppid; src=$?
   [ $crc = 0 ] && [ $src = 0 ] || { echo "FAIL: prism_perf --datapath verbs $tag (client rc=$crc server rc=$src)"; cat /tmp/pperf.client /tmp/pperf.server; exit 1; }
   PR=$(grep -o '"MBps": *[0-9.]*' /tmp/pperf.client | grep -o '[0-9.]*$')
@@ -102,13 +114,15 @@ run_pp() { # tag options...
 }
 VPTAGS=(); PPTAGS=(); PBTAGS=()
 T0=$(cut -d' ' -f1 /proc/uptime)
-echo "compare_bw: $ROUNDS rounds (ib_write_bw, prism_perf, verbs_perf 64 KiB), device $DEV, $SIZE B x $COUNT"
+echo "compare_bw: $ROUNDS rounds (ib_write_bw, prism_perf${PP_B:+, prism_perf B}, verbs_perf 64 KiB), device $DEV, $SIZE B x $COUNT"
 for r in $(seq 1 $ROUNDS); do
   echo "--- round $r"
   run_ib; [ $r = 1 ] && sed -n '/#bytes/,$p' /tmp/ibwbw.client
   if [ -n "$PPERF" ]; then
     run_pp _run$r $VM_PP_OPTS_FAIR $PP_EXTRA; PPS="$PPS $PR"; PPC="$PPC $PC"; PPTAGS+=("$r:$PR")
-    if [ -n "$PP_B" ]; then run_pp _b_run$r $VM_PP_OPTS_FAIR $PP_B; PBS="$PBS $PR"; PBTAGS+=("$r:$PR"); fi
+    if [ -n "$PP_B" ]; then
+      SRV_X=$PP_B_SERVER CLI_X=$PP_B_CLIENT run_pp _b_run$r $VM_PP_OPTS_FAIR $PP_B; PBS="$PBS $PR"; PBTAGS+=("$r:$PR")
+    fi
   fi
   run_vp 65536; VPS="$VPS $VP"; VPC="$VPC $VC"; VPTAGS+=("$r:$VP")
 done
@@ -136,13 +150,14 @@ if [ -n "$PPERF" ]; then
   echo "METRIC prism_perf_client_cpu_ms_per_MB $(echo $PPC | median) (median; both threads; runs:$PPC)"
   if [ -n "$PP_B" ]; then
     PBM=$(echo $PBS | median)
-    echo "METRIC prism_perf_verbs_b_median_MBps $PBM ($PP_B; runs:$PBS)"
+    echo "METRIC prism_perf_verbs_b_median_MBps $PBM (B:$PP_B client $PP_B_CLIENT, server $PP_B_SERVER; runs:$PBS)"
     echo "METRIC prism_perf_verbs_b_vs_ib_write_bw $(ratio $PBM $IBM) (ratio of medians; record: $(ratio $PPM $IBM))"
+    echo "METRIC prism_perf_verbs_b_vs_record $(ratio $PBM $PPM) (ratio of medians)"
   fi
 fi
 # Single runs against the median ib_write_bw: smaller chunks, the 3.75 MB
 # window (the runs before 2026-12-02 19:50; kept for continuity).
-for CHUNK in ${EXTRA_CHUNKS-32768 4096}; do
+for CHUNK in ${EXTRA_CHUNKS-4096}; do
   run_vp $CHUNK
   echo "METRIC prism_vs_ib_write_bw_chunk$CHUNK $(ratio $VP $IBM) (against the median ib_write_bw)"
 done
