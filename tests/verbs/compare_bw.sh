@@ -28,8 +28,8 @@
 # Speed assertion (loose, so a shared CI host does not flake): FAIL when the
 # ratio of record is below MIN_RATIO (default 0.25: it catches a collapse,
 # such as the 0.77 MB/s run of 2026-12-02 that gave up after 84 RTOs, not a
-# slow boot; in ten boots at host load 2-6 on 2026-12-03 the ratio of
-# medians was 0.38-0.74, single runs went down to 0.20). MIN_RATIO=0 turns
+# slow boot; in eleven boots at host load 2-6 on 2026-12-03 the ratio of
+# medians was 0.34-0.74, single runs went down to 0.20). MIN_RATIO=0 turns
 # it off.
 # A/B inside one boot (off by default): PP_B="options" adds a prism_perf
 # "B" run to every round (METRIC ..._b, its own medians and ratios) with
