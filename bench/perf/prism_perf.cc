@@ -542,11 +542,14 @@ struct Result {
   uint64_t bytes = 0;
   uint64_t iterations = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // this process, every thread, over `seconds`
   double peak_gbps = 0;
   double avg_gbps = 0;
   double mpps = 0;
   uint64_t errors = 0;
 };
+
+double CpuSeconds();
 
 // Posts WRITEs from `ep` on `conn` into the remote buffer and measures.
 Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
@@ -563,6 +566,7 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
     return r;
   }
   const uint64_t lslots = buf.size() / a.size;
+  const double cpu_start = CpuSeconds();
   const Time start = Endpoint::Now();
   const Time end = a.duration > 0
                        ? start + static_cast<Time>(a.duration * prism::kSecond)
@@ -638,6 +642,7 @@ Result RunClient(Endpoint& ep, ConnId conn, const Args& a, uint64_t raddr,
     }
   }
   const Time finish = Endpoint::Now();
+  r.cpu_seconds = CpuSeconds() - cpu_start;
   r.iterations = completed;
   r.bytes = completed * a.size;
   r.seconds = (finish - start) / 1e12;
@@ -735,7 +740,7 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         "\"tail_loss_probes\": %llu, \"sacks_received\": %llu, "
         "\"tx_sacks\": %llu, \"cwnd_bytes\": %llu, \"srtt_us\": %.1f, "
         "\"path_timeouts\": %llu, \"loop_iterations\": %llu, "
-        "\"loop_sleeps\": %llu",
+        "\"loop_sleeps\": %llu, \"run_cpu_seconds\": %.3f",
         static_cast<unsigned long long>(r.bytes), r.seconds, r.avg_gbps,
         r.peak_gbps, r.avg_gbps * 1e3 / 8, r.mpps,
         static_cast<unsigned long long>(a.size),
@@ -752,7 +757,7 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         static_cast<unsigned long long>(cs.cwnd_bytes), cs.srtt / 1e6,
         static_cast<unsigned long long>(cs.path_timeouts),
         static_cast<unsigned long long>(ds.loop_iterations),
-        static_cast<unsigned long long>(ds.loop_sleeps));
+        static_cast<unsigned long long>(ds.loop_sleeps), r.cpu_seconds);
     if (a.path_stats && ep) {
       printf(", \"path_stats\": [");
       for (uint32_t p = 0; p < a.paths; ++p) {

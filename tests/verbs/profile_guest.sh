@@ -11,11 +11,16 @@
 #     $PWD $PWD $PWD > /tmp/m.txt && tests/rxe/run-rxe-vm.sh /tmp/m.txt /tmp/prof-out
 # Output in /tmp/prof-out/prof.log. Environment: COUNT (500), PP_EXTRA (more
 # prism_perf options), RUNS ("vp pp": which runs, in order; see the end),
-# TOP (40), PERF_G ("-g": kernel call chains).
+# TOP (40), PERF_G ("-g": kernel call chains), VP_CHUNK (verbs_perf's chunk,
+# 32768), FAIR=1 (see below).
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
 VPERF=${1:?verbs_perf}; PPERF=${2:?prism_perf}
 DEV=${PRISM_RXE_DEV:-rxe_lo}; SIZE=65536; COUNT=${COUNT:-500}
+# FAIR=1: what compare_bw.sh has compared since 2026-12-03 (verbs_perf with
+# 64 KiB chunks, prism_perf with VM_PP_OPTS_FAIR: 8 MiB in flight).
+PP_BASE=$VM_PP_OPTS
+[ "${FAIR:-0}" = 1 ] && { PP_BASE=$VM_PP_OPTS_FAIR; VP_CHUNK=${VP_CHUNK:-65536}; }
 [ -d /sys/class/infiniband/$DEV ] || { echo "SKIP: no RDMA device $DEV"; exit 77; }
 command -v perf >/dev/null || { echo "SKIP: perf missing"; exit 77; }
 echo 0 > /proc/sys/kernel/kptr_restrict 2>/dev/null
@@ -52,12 +57,12 @@ run_ib() {
 run_vp() {
   local c0; c0=$(ctxt)
   perf record -q -a ${PERF_G:-} -e cpu-clock -F 1000 -o $D/vp.data -- \
-    "$VPERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk 32768 --depth 128 > /tmp/vp 2>&1
+    "$VPERF" --device $DEV --size $SIZE --count $COUNT --qps 8 --paths 8 --chunk ${VP_CHUNK:-32768} --depth 128 > /tmp/vp 2>&1
   echo "METRIC vp_context_switches $(( $(ctxt) - c0 ))"; grep METRIC /tmp/vp
   report vp
 }
 run_pp() {
-  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $VM_PP_OPTS ${PP_EXTRA:-}"
+  local PP="--datapath verbs --device $DEV --qps 8 --paths 8 -s $SIZE -t 128 $PP_BASE ${PP_EXTRA:-}"
   PRISM_VERBS_STATS=1 "$PPERF" $PP -n $COUNT -p 18600 > /tmp/pps 2>&1 & local ppid=$!
   for i in $(seq 1 300); do ss -Hltn "sport = :18600" | grep -q . && break; sleep 0.1; done
   local c0; c0=$(ctxt)

@@ -10,6 +10,7 @@
 // `paths` paths on `qps` data QPs. Prints "METRIC verbs_perf_MBps <x>"
 // (MB = 10^6 bytes, as ib_write_bw reports) and the datapath counters.
 // Exit 0 when every WRITE completed and the receiver saw every one.
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,6 +78,14 @@ bool ReadAll(int fd, void* p, size_t n) {
       return 1;                        \
     }                                  \
   } while (0)
+
+// CPU seconds (user + system) of this process so far.
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 int Run(const Args& a, bool sender, int fd) {
   VerbsOptions vo;
@@ -153,6 +162,7 @@ int Run(const Args& a, bool sender, int fd) {
   // Warm-up pumps so region adverts arrive before the clock starts.
   for (int i = 0; i < 2000; ++i) me.Pump();
   uint64_t posted = 0, completed = 0;
+  const double cpu0 = CpuSeconds();
   const Time t0 = NowPs();
   while (completed < a.count) {
     while (posted < a.count && posted - completed < a.depth) {
@@ -187,6 +197,7 @@ int Run(const Args& a, bool sender, int fd) {
            static_cast<unsigned long>(a.count));
   }
   const double secs = static_cast<double>(NowPs() - t0) / kSecond;
+  const double cpu = CpuSeconds() - cpu0;
   char done = 1;
   WriteAll(fd, &done, 1);
   const double mbps = static_cast<double>(a.size * a.count) / secs / 1e6;
@@ -204,6 +215,9 @@ int Run(const Args& a, bool sender, int fd) {
       static_cast<unsigned long>(a.size), a.paths, a.qps,
       DataQpModeName(me.dp->mode()), a.chunk, mbps, secs);
   printf("METRIC verbs_perf_MBps %.1f\n", mbps);
+  // The sending process's CPU over the timed transfer (prism_perf --json:
+  // run_cpu_seconds, its client process, both threads).
+  printf("METRIC verbs_perf_sender_cpu_s %.3f\n", cpu);
   return 0;
 }
 
