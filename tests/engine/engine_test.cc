@@ -823,6 +823,67 @@ TEST(Engine, FiveSecondTotalBlackholeDoesNotKillTheConnection) {
   EXPECT_LE(r.completed_at, 5 * kSecond + 300 * kMillisecond);
 }
 
+TEST(Engine, MtuPayloadTheDatapathCannotCarryIsRefusedAtCreateConnection) {
+  loopback::LinkConfig link;  // max_packet_bytes 9216
+  EngineOptions eo;
+  eo.seed = 3;
+  eo.mtu_payload = 16384;
+  eo.max_packet_bytes = link.max_packet_bytes;
+  {
+    LoopbackHarness h(2, eo, link);
+    auto c = h.engine(0).CreateConnection(Pair::Defaults());
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string msg(c.status().message());
+    EXPECT_NE(msg.find("mtu_payload 16384"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("9216-byte packet limit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at most 9152 payload bytes"), std::string::npos) << msg;
+    EXPECT_EQ(h.engine(0).stats().config_errors, 1u);
+    EXPECT_EQ(h.engine(0).stats().connections, 0u);
+    // One byte over the limit is refused too.
+    eo.mtu_payload = 9216 - 64 + 1;
+    LoopbackHarness h2(2, eo, link);
+    EXPECT_EQ(h2.engine(0).CreateConnection(Pair::Defaults()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(h2.engine(0).stats().config_errors, 1u);
+  }
+  // The largest payload that fits carries a WRITE end to end, no packet
+  // refused by the datapath.
+  eo.mtu_payload = 9216 - 64;
+  LoopbackHarness h(2, eo, link);
+  ConnectionOptions o = Pair::Defaults();
+  o.num_paths = 8;
+  o.num_planes = 1;
+  auto [ca, cb] = h.Connect(0, 1, o, o);
+  ASSERT_NE(ca, kInvalidConn);
+  std::vector<uint8_t> src(100000), dst(100000, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i);
+  auto smr = *h.engine(0).RegisterMemory(src.data(), src.size(), kAccessLocal);
+  auto dmr =
+      *h.engine(1).RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  WriteRequest w;
+  w.local_addr = src.data();
+  w.length = src.size();
+  w.lkey = smr.lkey;
+  w.remote_addr = dmr.addr;
+  w.rkey = dmr.rkey;
+  ASSERT_TRUE(h.engine(0).PostWrite(0, ca, w).ok());
+  ASSERT_TRUE(
+      h.RunUntil([&] { return !h.completions(0).empty(); }, 1 * kMillisecond));
+  EXPECT_EQ(h.completions(0)[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+  EXPECT_EQ(h.net().stats().refused, 0u);
+  EXPECT_EQ(h.engine(0).stats().config_errors, 0u);
+  // A bad remote description at Connect is counted as well.
+  auto c2 = h.engine(0).CreateConnection(o);
+  ASSERT_TRUE(c2.ok());
+  ConnectionInfo bad = h.engine(1).LocalInfo(cb);
+  bad.mtu_payload = 0;
+  EXPECT_EQ(h.engine(0).Connect(*c2, bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(h.engine(0).stats().config_errors, 1u);
+}
+
 TEST(Engine, ImmediatesCompleteInMessageOrderDespiteReverseArrival) {
   Pair p;
   ASSERT_TRUE(p.Write(0, 1, 0, 8192, 0, true, 100).ok());

@@ -635,11 +635,25 @@ class Engine::Impl {
   }
 
   // ----------------------------------------------------------- connections
+  void CountConfigError() { ++stats_.config_errors; }
+
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
     if (opt_.mtu_payload == 0 || opt_.mtu_payload > wire::kMaxPayloadLen) {
       return absl::InvalidArgumentError(
           absl::StrCat("EngineOptions::mtu_payload must be in [1, ",
                        wire::kMaxPayloadLen, "], got ", opt_.mtu_payload));
+    }
+    if (opt_.max_packet_bytes != 0 &&
+        wire::kDataHeaderSize + opt_.mtu_payload > opt_.max_packet_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EngineOptions::mtu_payload ", opt_.mtu_payload, " + the ",
+          wire::kDataHeaderSize, "-byte DATA header exceeds the datapath's ",
+          opt_.max_packet_bytes,
+          "-byte packet limit (EngineOptions::max_packet_bytes); at most ",
+          opt_.max_packet_bytes > wire::kDataHeaderSize
+              ? opt_.max_packet_bytes - wire::kDataHeaderSize
+              : 0,
+          " payload bytes fit"));
     }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
@@ -3052,13 +3066,17 @@ absl::Status Engine::DeregisterMemory(uint32_t lkey) {
 }
 absl::StatusOr<ConnId> Engine::CreateConnection(
     const ConnectionOptions& options) {
-  return impl_->CreateConnection(options);
+  absl::StatusOr<ConnId> id = impl_->CreateConnection(options);
+  if (absl::IsInvalidArgument(id.status())) impl_->CountConfigError();
+  return id;
 }
 ConnectionInfo Engine::LocalInfo(ConnId conn) const {
   return impl_->LocalInfo(conn);
 }
 absl::Status Engine::Connect(ConnId conn, const ConnectionInfo& remote) {
-  return impl_->Connect(conn, remote);
+  absl::Status s = impl_->Connect(conn, remote);
+  if (absl::IsInvalidArgument(s)) impl_->CountConfigError();
+  return s;
 }
 absl::Status Engine::CloseConnection(ConnId conn) {
   return impl_->CloseConnection(conn);

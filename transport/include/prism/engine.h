@@ -90,8 +90,18 @@ class Placer {
 
 struct EngineOptions {
   uint64_t seed = 1;
-  // Payload bytes per DATA packet.
+  // Payload bytes per DATA packet. A DATA packet is wire::kDataHeaderSize
+  // (64) + mtu_payload bytes on the datapath.
   uint32_t mtu_payload = 4096;
+  // Largest header + payload the datapath carries in one packet
+  // (Datapath::mtu()); 0 = not known, not checked. When set,
+  // CreateConnection refuses (InvalidArgument, counted in
+  // EngineStats::config_errors) while 64 + mtu_payload exceeds it: a
+  // datapath drops and counts a packet above its MTU without telling the
+  // engine (the burst API has no per-packet error), so an oversized
+  // mtu_payload would otherwise retransmit with RTO back-off until
+  // connection_timeout. prism::Endpoint sets it from its datapath.
+  size_t max_packet_bytes = 0;
   // Upper bound on connections.
   uint32_t max_connections = 1024;
   // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
@@ -218,10 +228,14 @@ class Engine {
   absl::Status DeregisterMemory(uint32_t lkey);
 
   // --- connections --------------------------------------------------------
+  // InvalidArgument (with the reason; counted in EngineStats::config_errors)
+  // for a bad option, among them an EngineOptions::mtu_payload whose DATA
+  // packets exceed EngineOptions::max_packet_bytes.
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& options);
   ConnectionInfo LocalInfo(ConnId conn) const;
   // Binds a local connection to the peer's. Paths and planes are the minimum
-  // of both sides'. REQUIRES: called once per connection.
+  // of both sides'. InvalidArgument (counted in EngineStats::config_errors)
+  // for a bad `remote`. REQUIRES: called once per connection.
   absl::Status Connect(ConnId conn, const ConnectionInfo& remote);
   // Closes the connection; outstanding WRITEs complete with kCancelled.
   absl::Status CloseConnection(ConnId conn);
