@@ -1180,6 +1180,19 @@ TEST(Engine, ApiMisuseGetsClearStatus) {
   bo = o;
   bo.rto_min = 0;
   EXPECT_FALSE(p.a->CreateConnection(bo).ok());
+  // rto_min raised above the 4 ms default rto_max without rto_max: refused
+  // with both values in the message.
+  bo = o;
+  bo.rto_min = 20 * kMillisecond;
+  {
+    const auto r = p.a->CreateConnection(bo);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(
+        r.status().message().find("rto_min 20000000 ns, rto_max 4000000 ns"),
+        std::string::npos)
+        << r.status();
+  }
   // Unknown connection everywhere.
   EXPECT_FALSE(p.a->connection_stats(999).ok());
   EXPECT_FALSE(p.a->path_stats(p.ca, 9999).ok());

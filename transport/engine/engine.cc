@@ -666,7 +666,10 @@ class Engine::Impl {
           "num_planes must be in [1, min(num_paths, 32)], got ", o.num_planes));
     }
     if (o.rto_min <= 0 || o.rto_max < o.rto_min) {
-      return absl::InvalidArgumentError("need 0 < rto_min <= rto_max");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "need 0 < rto_min <= rto_max, got rto_min ", o.rto_min / kNanosecond,
+          " ns, rto_max ", o.rto_max / kNanosecond,
+          " ns (rto_max defaults to 4 ms: raise it with rto_min)"));
     }
     if (o.connection_timeout <= 0 || o.probe_interval <= 0 || o.base_rtt <= 0) {
       return absl::InvalidArgumentError(
