@@ -11,6 +11,13 @@
 // - RxBurst fills RxPacket views into buffers the datapath owns; they stay
 //   valid until the next RxBurst call on the same datapath.
 // - A datapath never allocates per packet and never blocks.
+// - A packet larger than mtu() is consumed, dropped and counted in the
+//   datapath's own stats (it is not back-pressure: TxBurst returns it as
+//   moved). The engine does not learn of it per packet, so an engine whose
+//   DATA packets (64 + EngineOptions::mtu_payload bytes) exceed mtu() would
+//   retransmit until its connection_timeout: give the engine the limit in
+//   EngineOptions::max_packet_bytes (= mtu()) and CreateConnection refuses
+//   such a configuration with InvalidArgument.
 //
 // Thread safety: a datapath is used by one thread (the engine's driver).
 #ifndef PRISM_TRANSPORT_DATAPATH_H_

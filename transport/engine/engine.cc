@@ -635,11 +635,25 @@ class Engine::Impl {
   }
 
   // ----------------------------------------------------------- connections
+  void CountConfigError() { ++stats_.config_errors; }
+
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& o) {
     if (opt_.mtu_payload == 0 || opt_.mtu_payload > wire::kMaxPayloadLen) {
       return absl::InvalidArgumentError(
           absl::StrCat("EngineOptions::mtu_payload must be in [1, ",
                        wire::kMaxPayloadLen, "], got ", opt_.mtu_payload));
+    }
+    if (opt_.max_packet_bytes != 0 &&
+        wire::kDataHeaderSize + opt_.mtu_payload > opt_.max_packet_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EngineOptions::mtu_payload ", opt_.mtu_payload, " + the ",
+          wire::kDataHeaderSize, "-byte DATA header exceeds the datapath's ",
+          opt_.max_packet_bytes,
+          "-byte packet limit (EngineOptions::max_packet_bytes); at most ",
+          opt_.max_packet_bytes > wire::kDataHeaderSize
+              ? opt_.max_packet_bytes - wire::kDataHeaderSize
+              : 0,
+          " payload bytes fit"));
     }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
@@ -652,7 +666,10 @@ class Engine::Impl {
           "num_planes must be in [1, min(num_paths, 32)], got ", o.num_planes));
     }
     if (o.rto_min <= 0 || o.rto_max < o.rto_min) {
-      return absl::InvalidArgumentError("need 0 < rto_min <= rto_max");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "need 0 < rto_min <= rto_max, got rto_min ", o.rto_min / kNanosecond,
+          " ns, rto_max ", o.rto_max / kNanosecond,
+          " ns (rto_max defaults to 4 ms: raise it with rto_min)"));
     }
     if (o.connection_timeout <= 0 || o.probe_interval <= 0 || o.base_rtt <= 0) {
       return absl::InvalidArgumentError(
@@ -3052,13 +3069,17 @@ absl::Status Engine::DeregisterMemory(uint32_t lkey) {
 }
 absl::StatusOr<ConnId> Engine::CreateConnection(
     const ConnectionOptions& options) {
-  return impl_->CreateConnection(options);
+  absl::StatusOr<ConnId> id = impl_->CreateConnection(options);
+  if (absl::IsInvalidArgument(id.status())) impl_->CountConfigError();
+  return id;
 }
 ConnectionInfo Engine::LocalInfo(ConnId conn) const {
   return impl_->LocalInfo(conn);
 }
 absl::Status Engine::Connect(ConnId conn, const ConnectionInfo& remote) {
-  return impl_->Connect(conn, remote);
+  absl::Status s = impl_->Connect(conn, remote);
+  if (absl::IsInvalidArgument(s)) impl_->CountConfigError();
+  return s;
 }
 absl::Status Engine::CloseConnection(ConnId conn) {
   return impl_->CloseConnection(conn);

@@ -55,6 +55,7 @@ std::string EngineStats::ToString() const {
   Add(&s, "rx_drop_placement", rx_drop_placement);
   Add(&s, "rx_duplicates", rx_duplicates);
   Add(&s, "rx_drop_inband_setup", rx_drop_inband_setup);
+  Add(&s, "config_errors", config_errors);
   Add(&s, "connections", connections);
   Add(&s, "memory_regions", memory_regions);
   return s;

@@ -141,6 +141,7 @@ class EndpointImpl : public Endpoint {
     EngineOptions eo;
     eo.seed = o.seed;
     eo.mtu_payload = mtu_payload;
+    eo.max_packet_bytes = dp_->datapath()->mtu();
     eo.max_connections = o.max_connections;
     eo.placer = dp_->placer();
     engine_ = std::make_unique<Engine>(eo);

@@ -90,8 +90,18 @@ class Placer {
 
 struct EngineOptions {
   uint64_t seed = 1;
-  // Payload bytes per DATA packet.
+  // Payload bytes per DATA packet. A DATA packet is wire::kDataHeaderSize
+  // (64) + mtu_payload bytes on the datapath.
   uint32_t mtu_payload = 4096;
+  // Largest header + payload the datapath carries in one packet
+  // (Datapath::mtu()); 0 = not known, not checked. When set,
+  // CreateConnection refuses (InvalidArgument, counted in
+  // EngineStats::config_errors) while 64 + mtu_payload exceeds it: a
+  // datapath drops and counts a packet above its MTU without telling the
+  // engine (the burst API has no per-packet error), so an oversized
+  // mtu_payload would otherwise retransmit with RTO back-off until
+  // connection_timeout. prism::Endpoint sets it from its datapath.
+  size_t max_packet_bytes = 0;
   // Upper bound on connections.
   uint32_t max_connections = 1024;
   // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
@@ -114,9 +124,19 @@ struct ConnectionOptions {
   // buffer overflow drop is the congestion signal.
   bool loss_is_congestion = false;
   // Minimum / maximum retransmission timeout; the RTO is derived from
-  // measured RTT and clamped to these, doubling on consecutive timeouts.
+  // measured RTT and clamped to these, doubling on consecutive timeouts
+  // without progress, never above rto_max. rto_max bounds recovery once a
+  // failed fabric heals: a stalled connection retransmits (on another path
+  // each time) at least every rto_max, so it resumes at most rto_max + an
+  // RTT after the paths come back, and it keeps trying until
+  // connection_timeout (about 7500 retries in 30 s of silence, one
+  // packet each once the window is cut). 4 ms: a few ms, as datacenter
+  // transports use (UCCL: a constant 500 us), against 100 ms before
+  // (2026-12-03: a flow could sit on a 6.4 ms timer in an 8 ms run).
+  // rto_min <= rto_max is required (CreateConnection); raise rto_max with
+  // rto_min on slow hosts (the runtime tools use max(rto_max, 8 rto_min)).
   Time rto_min = 50 * kMicrosecond;
-  Time rto_max = 100 * kMillisecond;
+  Time rto_max = 4 * kMillisecond;
   // Tail-loss probe: when nothing new has been acked for a PTO =
   // max(2 srtt + base_rtt / 4, base_rtt) (2 base_rtt before an RTT sample)
   // while data is in flight, every transmission older than the PTO is
@@ -218,10 +238,14 @@ class Engine {
   absl::Status DeregisterMemory(uint32_t lkey);
 
   // --- connections --------------------------------------------------------
+  // InvalidArgument (with the reason; counted in EngineStats::config_errors)
+  // for a bad option, among them an EngineOptions::mtu_payload whose DATA
+  // packets exceed EngineOptions::max_packet_bytes.
   absl::StatusOr<ConnId> CreateConnection(const ConnectionOptions& options);
   ConnectionInfo LocalInfo(ConnId conn) const;
   // Binds a local connection to the peer's. Paths and planes are the minimum
-  // of both sides'. REQUIRES: called once per connection.
+  // of both sides'. InvalidArgument (counted in EngineStats::config_errors)
+  // for a bad `remote`. REQUIRES: called once per connection.
   absl::Status Connect(ConnId conn, const ConnectionInfo& remote);
   // Closes the connection; outstanding WRITEs complete with kCancelled.
   absl::Status CloseConnection(ConnId conn);

@@ -34,6 +34,9 @@ struct EngineStats {
   // ConnectionInfo exchanged out of band, e.g. transport/runtime's blob), so
   // these are dropped here and not counted as malformed.
   uint64_t rx_drop_inband_setup = 0;
+  // CreateConnection / Connect calls refused with InvalidArgument (a bad
+  // option, e.g. an mtu_payload the datapath cannot carry).
+  uint64_t config_errors = 0;
   uint32_t connections = 0;
   uint32_t memory_regions = 0;
 
