@@ -123,7 +123,7 @@ void Usage() {
       "  --tx-mode=auto|raw|sockets, --sockets-per-plane=N\n"
       "  --cc=ALG (nscc; or nscc-classic, fixed, dcqcn), --rate=GBPS\n"
       "                          link rate (100), --rto-min=US (4000)\n"
-      "  --rto-max=US            RTO ceiling (max(100000, 8 x rto-min))\n"
+      "  --rto-max=US            RTO ceiling (max(engine default 4000, 8 x rto-min))\n"
       "  --base-rtt=US           expected unloaded RTT (100)\n"
       "  --probe-interval=US     probe period of retired paths (1000)\n"
       "  --ack-delay=US          delayed-SACK time (0: base-rtt / 4)\n"
@@ -423,8 +423,9 @@ EndpointOptions MakeOptions(const Args& a) {
   else
     o.connection.rto_min = 4 * prism::kMillisecond;
   // The ceiling must sit well above the RTTs the floor was sized for: with
-  // the engine's 100 ms default and --rto-min 20000 under TCG soft-RoCE
-  // (RTTs of 50-100 ms) the backed-off RTO stopped growing below the RTT.
+  // the engine's default (100 ms then, 4 ms now) and --rto-min 20000 under
+  // TCG soft-RoCE (RTTs of 50-100 ms) the backed-off RTO stopped growing
+  // below the RTT, so it follows the floor: at least 8 x rto_min.
   if (a.rto_max_us > 0)
     o.connection.rto_max =
         static_cast<Time>(a.rto_max_us * prism::kMicrosecond);
