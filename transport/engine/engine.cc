@@ -99,8 +99,9 @@
 // NextEventTime cache. Every entry point that can change a connection's
 // timers, queues or sender state marks it dirty (Touch); NextEventTime
 // re-evaluates only dirty connections and keeps the combined minimum until
-// the next Touch. PollTransmit runs timers only for connections that are
-// dirty or have a cached deadline <= now, and asks only connections that
+// the next Touch. PollTransmit runs timers only for connections whose
+// timers' inputs changed (stale: Touch, but not a send that left them alone,
+// TouchSent) or whose cached deadline is <= now, and asks only connections that
 // may emit (dirty, control queued, a probe due, data queued) for packets;
 // the others would neither emit nor change (RunTimers / EmitConn are no-ops
 // for them), so the packets, their order and the round-robin cursor are
@@ -111,6 +112,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -283,6 +285,11 @@ struct Sched {
   Time probe = kTimeInfinite;     // sel->NextProbeTime()
   Time send = kTimeInfinite;      // next_send_time when data is sendable
   bool dirty = false;
+  // The timers' inputs may have changed since `deadline` was computed (set
+  // by Touch; a send that leaves them alone marks the connection dirty but
+  // not stale, see Impl::TouchSent). While !stale, `deadline` is exact even
+  // when dirty.
+  bool stale = false;
   bool ctrl = false;  // control packets queued
   bool work = false;  // control, retransmissions or new data queued
 };
@@ -1018,13 +1025,19 @@ class Engine::Impl {
     size_t n = 0;
     const size_t nc = order_.size();
     if (nc == 0 || max == 0) return 0;
-    // Timers first (deterministic id order). A clean connection whose
-    // earliest deadline is in the future has nothing due: skipped (RunTimers
-    // would not change it).
+    // Timers first (deterministic id order). A connection whose deadline is
+    // known (not stale) and in the future has nothing due: skipped
+    // (RunTimers would not change it). One that ran them gets its deadline
+    // now, so that the next call (the simulator pulls about one packet per
+    // call) skips it unless something changed its timers meanwhile.
     for (size_t k = 0; k < nc; ++k) {
-      if (!sched_[k].dirty && sched_[k].deadline > now) continue;
-      RunTimers(now, order_[k]);
-      Touch(order_[k]);
+      Sched& q = sched_[k];
+      if (!q.stale && q.deadline > now) continue;
+      Conn* c = order_[k];
+      RunTimers(now, c);
+      Touch(c);
+      q.deadline = TimerDeadline(c);
+      q.stale = false;
     }
     // Then packets, round-robin from a rotating cursor. A connection that
     // cannot emit (nothing queued, no probe due, no data to send; all of it
@@ -1038,8 +1051,17 @@ class Engine::Impl {
         if (!MayEmit(sched_[j], now)) continue;
         Conn* c = order_[j];
         const size_t before = n;
+        const uint32_t head = c->all_head;
+        const Time ack_deadline = c->ack_deadline;
         n += EmitConn(now, c, out + n, max - n);
-        Touch(c);
+        // Sending appends to the send-order list and consumes queues; of the
+        // timers' inputs (TimerDeadline) it can change only the list's head
+        // (an empty list) and, for completeness, the delayed-SACK deadline.
+        if (c->all_head == head && c->ack_deadline == ack_deadline) {
+          TouchSent(c);
+        } else {
+          Touch(c);
+        }
         if (n != before) progress = true;
       }
       cursor_ = (cursor_ + 1) % nc;
@@ -1105,6 +1127,17 @@ class Engine::Impl {
   // Marks a connection's cached NextEventTime share stale (anything that may
   // have changed its timers, queues or sender state calls this).
   __attribute__((always_inline)) void Touch(Conn* c) {
+    next_valid_ = false;
+    Sched& q = sched_[c->pos];
+    q.stale = true;
+    if (q.dirty) return;
+    q.dirty = true;
+    dirty_.push_back(c);
+  }
+  // Touch for a connection whose timers' inputs are unchanged (EmitConn left
+  // them alone): its queues and send state are re-read, its deadline is
+  // kept when it is known.
+  __attribute__((always_inline)) void TouchSent(Conn* c) {
     next_valid_ = false;
     Sched& q = sched_[c->pos];
     if (q.dirty) return;
@@ -1196,14 +1229,24 @@ class Engine::Impl {
   // Recomputes a connection's cached share of NextEventTime.
   void Refresh(Conn* c) {
     Sched& q = sched_[c->pos];
+    const Time deadline = q.stale ? TimerDeadline(c) : q.deadline;
+#ifndef NDEBUG
+    if (deadline != TimerDeadline(c)) std::abort();  // a missed Touch
+#endif
     q = Sched{};
+    q.deadline = deadline;
     if (!c->connected || c->failed) return;
     q.ctrl = c->ctrl_tail != c->ctrl_head;
     q.work =
         q.ctrl || c->retx_head != c->retx_tail || c->send_msn != c->post_msn;
     q.probe = c->sel->NextProbeTime();
-    Time t = c->ack_deadline;
     if (HasSendable(c) && !c->no_path) q.send = c->next_send_time;
+  }
+  // The earliest of a connection's timers (what RunTimers acts on; it does
+  // nothing before then). kTimeInfinite when not connected or failed.
+  Time TimerDeadline(const Conn* c) const {
+    if (!c->connected || c->failed) return kTimeInfinite;
+    Time t = c->ack_deadline;
     if (c->all_head != kNil) {
       t = std::min(t, c->RtoTime());
       t = std::min(t, c->TlpTime());
@@ -1213,7 +1256,7 @@ class Engine::Impl {
     if (c->Outstanding()) {
       t = std::min(t, c->last_heard + c->opt.connection_timeout);
     }
-    q.deadline = t;
+    return t;
   }
   // False when EmitConn(now, c) would emit nothing and change nothing.
   // (A clean connection's queues and selector are as Refresh saw them; one
