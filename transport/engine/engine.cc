@@ -789,6 +789,7 @@ class Engine::Impl {
       order_[k]->pos = static_cast<uint32_t>(k);
     }
     next_valid_ = false;
+    any_stale_ = true;  // timer_min_ is recomputed at the next pass
     if (cursor_ >= order_.size()) cursor_ = 0;
     by_id_[id] = nullptr;
     conns_.erase(it);
@@ -1029,15 +1030,25 @@ class Engine::Impl {
     // known (not stale) and in the future has nothing due: skipped
     // (RunTimers would not change it). One that ran them gets its deadline
     // now, so that the next call (the simulator pulls about one packet per
-    // call) skips it unless something changed its timers meanwhile.
-    for (size_t k = 0; k < nc; ++k) {
-      Sched& q = sched_[k];
-      if (!q.stale && q.deadline > now) continue;
-      Conn* c = order_[k];
-      RunTimers(now, c);
-      Touch(c);
-      q.deadline = TimerDeadline(c);
-      q.stale = false;
+    // call) skips it unless something changed its timers meanwhile. With
+    // no connection stale and the earliest deadline in the future
+    // (timer_min_, the minimum the previous pass left) the whole pass is
+    // skipped.
+    if (any_stale_ || timer_min_ <= now) {
+      Time min = kTimeInfinite;
+      for (size_t k = 0; k < nc; ++k) {
+        Sched& q = sched_[k];
+        if (q.stale || q.deadline <= now) {
+          Conn* c = order_[k];
+          RunTimers(now, c);
+          Touch(c);
+          q.deadline = TimerDeadline(c);
+          q.stale = false;
+        }
+        min = std::min(min, q.deadline);
+      }
+      any_stale_ = false;
+      timer_min_ = min;
     }
     // Then packets, round-robin from a rotating cursor. A connection that
     // cannot emit (nothing queued, no probe due, no data to send; all of it
@@ -1046,8 +1057,9 @@ class Engine::Impl {
     bool progress = true;
     while (n < max && progress) {
       progress = false;
-      for (size_t k = 0; k < nc && n < max; ++k) {
-        const size_t j = (cursor_ + k) % nc;
+      // j = (cursor_ + k) % nc without a division (cursor_ < nc).
+      for (size_t k = 0, j = cursor_; k < nc && n < max;
+           ++k, j = j + 1 == nc ? 0 : j + 1) {
         if (!MayEmit(sched_[j], now)) continue;
         Conn* c = order_[j];
         const size_t before = n;
@@ -1064,7 +1076,7 @@ class Engine::Impl {
         }
         if (n != before) progress = true;
       }
-      cursor_ = (cursor_ + 1) % nc;
+      cursor_ = cursor_ + 1 == nc ? 0 : cursor_ + 1;
     }
     // Header checksums of the whole burst at once (the encoders left them
     // zero): interleaved CRC32C chains, see wire::SealHeaders.
@@ -1128,6 +1140,7 @@ class Engine::Impl {
   // have changed its timers, queues or sender state calls this).
   __attribute__((always_inline)) void Touch(Conn* c) {
     next_valid_ = false;
+    any_stale_ = true;
     Sched& q = sched_[c->pos];
     q.stale = true;
     if (q.dirty) return;
@@ -3041,6 +3054,11 @@ class Engine::Impl {
   // combined minimum (valid while next_valid_).
   std::vector<Conn*> dirty_;
   bool next_valid_ = false;
+  // PollTransmit's timer pass: whether a connection may be stale since the
+  // last pass (Touch), and the minimum of the deadlines that pass left (no
+  // deadline changes until a Touch).
+  bool any_stale_ = false;
+  Time timer_min_ = kTimeInfinite;
   bool next_ctrl_ = false;
   Time next_deadline_ = kTimeInfinite;
   Time next_send_ = kTimeInfinite;
