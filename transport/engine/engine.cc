@@ -280,16 +280,15 @@ class MemcpyPlacer final : public Placer {
 // parallel to Impl::order_ so that scanning it touches a few cache lines, not
 // every connection. Valid while !dirty; a dirty connection is on
 // Impl::dirty_.
+constexpr uint8_t kClean = 0, kDirty = 1, kStale = 2;
 struct Sched {
   Time deadline = kTimeInfinite;  // earliest timer (ack, RTO, TLP, ...)
   Time probe = kTimeInfinite;     // sel->NextProbeTime()
   Time send = kTimeInfinite;      // next_send_time when data is sendable
-  bool dirty = false;
-  // The timers' inputs may have changed since `deadline` was computed (set
-  // by Touch; a send that leaves them alone marks the connection dirty but
-  // not stale, see Impl::TouchSent). While !stale, `deadline` is exact even
-  // when dirty.
-  bool stale = false;
+  // kClean; kDirty: to be re-read (on Impl::dirty_), `deadline` still
+  // exact (a send that left the timers' inputs alone, Impl::TouchSent);
+  // kStale: dirty and the timers' inputs may have changed too (Touch).
+  uint8_t dirty = 0;
   bool ctrl = false;  // control packets queued
   bool work = false;  // control, retransmissions or new data queued
 };
@@ -780,7 +779,7 @@ class Engine::Impl {
     Conn* c = it->second.get();
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
-    if (sched_[c->pos].dirty) {
+    if (sched_[c->pos].dirty != kClean) {
       dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
     }
     order_.erase(order_.begin() + c->pos);
@@ -788,8 +787,7 @@ class Engine::Impl {
     for (size_t k = c->pos; k < order_.size(); ++k) {
       order_[k]->pos = static_cast<uint32_t>(k);
     }
-    next_valid_ = false;
-    any_stale_ = true;  // timer_min_ is recomputed at the next pass
+    valid_ = 0;  // timer_min_ is recomputed at the next pass
     if (cursor_ >= order_.size()) cursor_ = 0;
     by_id_[id] = nullptr;
     conns_.erase(it);
@@ -1034,20 +1032,20 @@ class Engine::Impl {
     // no connection stale and the earliest deadline in the future
     // (timer_min_, the minimum the previous pass left) the whole pass is
     // skipped.
-    if (any_stale_ || timer_min_ <= now) {
+    if (!(valid_ & kTimersValid) || timer_min_ <= now) {
       Time min = kTimeInfinite;
       for (size_t k = 0; k < nc; ++k) {
         Sched& q = sched_[k];
-        if (q.stale || q.deadline <= now) {
+        if (q.dirty == kStale || q.deadline <= now) {
           Conn* c = order_[k];
           RunTimers(now, c);
           Touch(c);
           q.deadline = TimerDeadline(c);
-          q.stale = false;
+          q.dirty = kDirty;
         }
         min = std::min(min, q.deadline);
       }
-      any_stale_ = false;
+      valid_ |= kTimersValid;
       timer_min_ = min;
     }
     // Then packets, round-robin from a rotating cursor. A connection that
@@ -1102,7 +1100,7 @@ class Engine::Impl {
   // min(min deadline, max(last_now_, min next_send_time of connections with
   // sendable data)) -- the same value as evaluating every connection.
   Time NextEventTime() {
-    if (!next_valid_) {
+    if (!(valid_ & kNextValid)) {
       for (Conn* c : dirty_) Refresh(c);
       dirty_.clear();
       bool ctrl = false;
@@ -1115,7 +1113,7 @@ class Engine::Impl {
       next_ctrl_ = ctrl;
       next_deadline_ = t;
       next_send_ = send;
-      next_valid_ = true;
+      valid_ |= kNextValid;
     }
     if (next_ctrl_) return last_now_;
     return next_send_ == kTimeInfinite
@@ -1139,22 +1137,21 @@ class Engine::Impl {
   // Marks a connection's cached NextEventTime share stale (anything that may
   // have changed its timers, queues or sender state calls this).
   __attribute__((always_inline)) void Touch(Conn* c) {
-    next_valid_ = false;
-    any_stale_ = true;
+    valid_ = 0;
     Sched& q = sched_[c->pos];
-    q.stale = true;
-    if (q.dirty) return;
-    q.dirty = true;
+    const uint8_t was = q.dirty;
+    q.dirty = kStale;
+    if (was != kClean) return;
     dirty_.push_back(c);
   }
   // Touch for a connection whose timers' inputs are unchanged (EmitConn left
   // them alone): its queues and send state are re-read, its deadline is
   // kept when it is known.
   __attribute__((always_inline)) void TouchSent(Conn* c) {
-    next_valid_ = false;
+    valid_ &= kTimersValid;
     Sched& q = sched_[c->pos];
-    if (q.dirty) return;
-    q.dirty = true;
+    if (q.dirty != kClean) return;
+    q.dirty = kDirty;
     dirty_.push_back(c);
   }
 
@@ -1242,7 +1239,7 @@ class Engine::Impl {
   // Recomputes a connection's cached share of NextEventTime.
   void Refresh(Conn* c) {
     Sched& q = sched_[c->pos];
-    const Time deadline = q.stale ? TimerDeadline(c) : q.deadline;
+    const Time deadline = q.dirty == kStale ? TimerDeadline(c) : q.deadline;
 #ifndef NDEBUG
     if (deadline != TimerDeadline(c)) std::abort();  // a missed Touch
 #endif
@@ -1275,7 +1272,7 @@ class Engine::Impl {
   // (A clean connection's queues and selector are as Refresh saw them; one
   // that is not connected or failed has work == false and probe == inf.)
   static bool MayEmit(const Sched& q, Time now) {
-    return q.dirty || q.work || q.probe <= now;
+    return q.dirty != kClean || q.work || q.probe <= now;
   }
   void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
@@ -3051,13 +3048,14 @@ class Engine::Impl {
   size_t cq_head_ = 0;
 
   // NextEventTime cache: connections touched since the last call, and the
-  // combined minimum (valid while next_valid_).
+  // combined minimum (valid while valid_ & kNextValid).
   std::vector<Conn*> dirty_;
-  bool next_valid_ = false;
-  // PollTransmit's timer pass: whether a connection may be stale since the
-  // last pass (Touch), and the minimum of the deadlines that pass left (no
-  // deadline changes until a Touch).
-  bool any_stale_ = false;
+  // kNextValid: NextEventTime's minimum is current. kTimersValid: no
+  // connection is stale since PollTransmit's last timer pass, whose minimum
+  // deadline timer_min_ is (no deadline changes until a Touch). Touch clears
+  // both (one store), TouchSent only kNextValid.
+  static constexpr uint8_t kNextValid = 1, kTimersValid = 2;
+  uint8_t valid_ = 0;
   Time timer_min_ = kTimeInfinite;
   bool next_ctrl_ = false;
   Time next_deadline_ = kTimeInfinite;
