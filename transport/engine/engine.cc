@@ -1067,11 +1067,7 @@ class Engine::Impl {
         // Sending appends to the send-order list and consumes queues; of the
         // timers' inputs (TimerDeadline) it can change only the list's head
         // (an empty list) and, for completeness, the delayed-SACK deadline.
-        if (c->all_head == head && c->ack_deadline == ack_deadline) {
-          TouchSent(c);
-        } else {
-          Touch(c);
-        }
+        TouchSent(c, c->all_head != head || c->ack_deadline != ack_deadline);
         if (n != before) progress = true;
       }
       cursor_ = cursor_ + 1 == nc ? 0 : cursor_ + 1;
@@ -1144,14 +1140,20 @@ class Engine::Impl {
     if (was != kClean) return;
     dirty_.push_back(c);
   }
-  // Touch for a connection whose timers' inputs are unchanged (EmitConn left
-  // them alone): its queues and send state are re-read, its deadline is
-  // kept when it is known.
-  __attribute__((always_inline)) void TouchSent(Conn* c) {
-    valid_ &= kTimersValid;
+  // Touch after EmitConn: Touch itself when it changed the timers' inputs
+  // (`timers`); otherwise its queues and send state are re-read and its
+  // deadline is kept when it is known. (One function for both, so that
+  // PollTransmit keeps the vector's push inlined.)
+  __attribute__((always_inline)) void TouchSent(Conn* c, bool timers) {
+    valid_ &= timers ? 0 : kTimersValid;
     Sched& q = sched_[c->pos];
-    if (q.dirty != kClean) return;
-    q.dirty = kDirty;
+    const uint8_t was = q.dirty;
+    if (timers) {
+      q.dirty = kStale;
+    } else if (was == kClean) {
+      q.dirty = kDirty;
+    }
+    if (was != kClean) return;
     dirty_.push_back(c);
   }
 
