@@ -101,6 +101,7 @@ MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
     MemberAdd(p);
   }
   usable_ = num_paths_;
+  for (const Plane& pl : planes_) ready_planes_ += Ready(pl) ? 1 : 0;
   for (PathId d : config.denied) {
     if (paths_[d].state != PathState::kDenied)
       SetState(d, PathState::kDenied, 0);
@@ -198,6 +199,7 @@ void MultipathSelector::MemberRemove(uint16_t p) {
 void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
   Path& x = paths_[p];
   Plane& pl = planes_[PlaneOf(p)];
+  const bool was_ready = Ready(pl);
   const bool was_member =
       x.state == PathState::kGood || x.state == PathState::kSkip;
   const bool is_member = s == PathState::kGood || s == PathState::kSkip;
@@ -236,6 +238,7 @@ void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
     case PathState::kDenied:
       break;
   }
+  ready_planes_ = static_cast<uint16_t>(ready_planes_ + Ready(pl) - was_ready);
 }
 
 void MultipathSelector::Retire(uint16_t p, Time now) {
@@ -394,6 +397,10 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
     } else {
       ListRemove(probe_list_, p);
     }
+  }
+  if (pl.good + pl.skip > 0) {
+    ready_planes_ = static_cast<uint16_t>(up ? ready_planes_ + 1
+                                             : ready_planes_ - 1);
   }
   pl.up = up;
   if (!up) {
@@ -665,10 +672,7 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
     // Whether a plane has a GOOD or SKIP path on an up plane cannot change
     // while choosing (the state changes here are GOOD <-> SKIP): when every
     // plane has one, NextPlane is the cursor itself.
-    bool all_planes = true;
-    for (uint16_t j = 0; j < np; ++j) {
-      all_planes &= planes[j].up && planes[j].good + planes[j].skip > 0;
-    }
+    const bool all_planes = ready_planes_ == np;
     size_t i = 0;
     if (all_planes && skip_list_.head == kNil) {
       // Steady state: every plane has a path and no path anywhere is in

@@ -37,7 +37,8 @@
 // planes with nothing usable; within a plane the policy chooses. A retired
 // path's share is therefore carried by the other paths of its own plane.
 //
-// Invariants: usable_ == number of GOOD paths on up planes; the probe list
+// Invariants: usable_ == number of GOOD paths on up planes; ready_planes_ ==
+// number of up planes with a GOOD or SKIP path; the probe list
 // holds exactly the ASSUMED_BAD paths on up planes, sorted by due time; the
 // skip list holds exactly the SKIP paths, oldest first; each plane's members
 // array holds exactly its GOOD and SKIP paths (paths_[p].slot = index).
@@ -165,6 +166,7 @@ class MultipathSelector final : public PathSelector {
   MultipathSelector(const PathSelectorConfig& config, Policy policy);
 
   uint16_t PlaneOf(uint16_t p) const { return p % num_planes_; }
+  static bool Ready(const Plane& pl) { return pl.up && pl.good + pl.skip > 0; }
   uint16_t PathAt(uint16_t plane, uint16_t k) const {
     return static_cast<uint16_t>(plane + k * num_planes_);
   }
@@ -219,6 +221,7 @@ class MultipathSelector final : public PathSelector {
   List probe_list_;
   List skip_list_;
   uint32_t usable_ = 0;
+  uint16_t ready_planes_ = 0;  // up planes with a GOOD or SKIP path
   uint16_t plane_cursor_ = 0;
   Rng rng_;
   std::array<uint16_t, kRepsCacheSize> reps_ring_{};

@@ -99,8 +99,9 @@
 // NextEventTime cache. Every entry point that can change a connection's
 // timers, queues or sender state marks it dirty (Touch); NextEventTime
 // re-evaluates only dirty connections and keeps the combined minimum until
-// the next Touch. PollTransmit runs timers only for connections that are
-// dirty or have a cached deadline <= now, and asks only connections that
+// the next Touch. PollTransmit runs timers only for connections whose
+// timers' inputs changed (stale: Touch, but not a send that left them alone,
+// TouchSent) or whose cached deadline is <= now, and asks only connections that
 // may emit (dirty, control queued, a probe due, data queued) for packets;
 // the others would neither emit nor change (RunTimers / EmitConn are no-ops
 // for them), so the packets, their order and the round-robin cursor are
@@ -111,6 +112,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -278,11 +280,15 @@ class MemcpyPlacer final : public Placer {
 // parallel to Impl::order_ so that scanning it touches a few cache lines, not
 // every connection. Valid while !dirty; a dirty connection is on
 // Impl::dirty_.
+constexpr uint8_t kClean = 0, kDirty = 1, kStale = 2;
 struct Sched {
   Time deadline = kTimeInfinite;  // earliest timer (ack, RTO, TLP, ...)
   Time probe = kTimeInfinite;     // sel->NextProbeTime()
   Time send = kTimeInfinite;      // next_send_time when data is sendable
-  bool dirty = false;
+  // kClean; kDirty: to be re-read (on Impl::dirty_), `deadline` still
+  // exact (a send that left the timers' inputs alone, Impl::TouchSent);
+  // kStale: dirty and the timers' inputs may have changed too (Touch).
+  uint8_t dirty = 0;
   bool ctrl = false;  // control packets queued
   bool work = false;  // control, retransmissions or new data queued
 };
@@ -790,7 +796,7 @@ class Engine::Impl {
     Conn* c = it->second.get();
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
-    if (sched_[c->pos].dirty) {
+    if (sched_[c->pos].dirty != kClean) {
       dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
     }
     order_.erase(order_.begin() + c->pos);
@@ -798,7 +804,7 @@ class Engine::Impl {
     for (size_t k = c->pos; k < order_.size(); ++k) {
       order_[k]->pos = static_cast<uint32_t>(k);
     }
-    next_valid_ = false;
+    valid_ = 0;  // timer_min_ is recomputed at the next pass
     if (cursor_ >= order_.size()) cursor_ = 0;
     by_id_[id] = nullptr;
     conns_.erase(it);
@@ -1035,13 +1041,29 @@ class Engine::Impl {
     size_t n = 0;
     const size_t nc = order_.size();
     if (nc == 0 || max == 0) return 0;
-    // Timers first (deterministic id order). A clean connection whose
-    // earliest deadline is in the future has nothing due: skipped (RunTimers
-    // would not change it).
-    for (size_t k = 0; k < nc; ++k) {
-      if (!sched_[k].dirty && sched_[k].deadline > now) continue;
-      RunTimers(now, order_[k]);
-      Touch(order_[k]);
+    // Timers first (deterministic id order). A connection whose deadline is
+    // known (not stale) and in the future has nothing due: skipped
+    // (RunTimers would not change it). One that ran them gets its deadline
+    // now, so that the next call (the simulator pulls about one packet per
+    // call) skips it unless something changed its timers meanwhile. With
+    // no connection stale and the earliest deadline in the future
+    // (timer_min_, the minimum the previous pass left) the whole pass is
+    // skipped.
+    if (!(valid_ & kTimersValid) || timer_min_ <= now) {
+      Time min = kTimeInfinite;
+      for (size_t k = 0; k < nc; ++k) {
+        Sched& q = sched_[k];
+        if (q.dirty == kStale || q.deadline <= now) {
+          Conn* c = order_[k];
+          RunTimers(now, c);
+          Touch(c);
+          q.deadline = TimerDeadline(c);
+          q.dirty = kDirty;
+        }
+        min = std::min(min, q.deadline);
+      }
+      valid_ |= kTimersValid;
+      timer_min_ = min;
     }
     // Then packets, round-robin from a rotating cursor. A connection that
     // cannot emit (nothing queued, no probe due, no data to send; all of it
@@ -1050,16 +1072,22 @@ class Engine::Impl {
     bool progress = true;
     while (n < max && progress) {
       progress = false;
-      for (size_t k = 0; k < nc && n < max; ++k) {
-        const size_t j = (cursor_ + k) % nc;
+      // j = (cursor_ + k) % nc without a division (cursor_ < nc).
+      for (size_t k = 0, j = cursor_; k < nc && n < max;
+           ++k, j = j + 1 == nc ? 0 : j + 1) {
         if (!MayEmit(sched_[j], now)) continue;
         Conn* c = order_[j];
         const size_t before = n;
+        const uint32_t head = c->all_head;
+        const Time ack_deadline = c->ack_deadline;
         n += EmitConn(now, c, out + n, max - n);
-        Touch(c);
+        // Sending appends to the send-order list and consumes queues; of the
+        // timers' inputs (TimerDeadline) it can change only the list's head
+        // (an empty list) and, for completeness, the delayed-SACK deadline.
+        TouchSent(c, c->all_head != head || c->ack_deadline != ack_deadline);
         if (n != before) progress = true;
       }
-      cursor_ = (cursor_ + 1) % nc;
+      cursor_ = cursor_ + 1 == nc ? 0 : cursor_ + 1;
     }
     // Header checksums of the whole burst at once (the encoders left them
     // zero): interleaved CRC32C chains, see wire::SealHeaders.
@@ -1085,7 +1113,7 @@ class Engine::Impl {
   // min(min deadline, max(last_now_, min next_send_time of connections with
   // sendable data)) -- the same value as evaluating every connection.
   Time NextEventTime() {
-    if (!next_valid_) {
+    if (!(valid_ & kNextValid)) {
       for (Conn* c : dirty_) Refresh(c);
       dirty_.clear();
       bool ctrl = false;
@@ -1098,7 +1126,7 @@ class Engine::Impl {
       next_ctrl_ = ctrl;
       next_deadline_ = t;
       next_send_ = send;
-      next_valid_ = true;
+      valid_ |= kNextValid;
     }
     if (next_ctrl_) return last_now_;
     return next_send_ == kTimeInfinite
@@ -1122,10 +1150,27 @@ class Engine::Impl {
   // Marks a connection's cached NextEventTime share stale (anything that may
   // have changed its timers, queues or sender state calls this).
   __attribute__((always_inline)) void Touch(Conn* c) {
-    next_valid_ = false;
+    valid_ = 0;
     Sched& q = sched_[c->pos];
-    if (q.dirty) return;
-    q.dirty = true;
+    const uint8_t was = q.dirty;
+    q.dirty = kStale;
+    if (was != kClean) return;
+    dirty_.push_back(c);
+  }
+  // Touch after EmitConn: Touch itself when it changed the timers' inputs
+  // (`timers`); otherwise its queues and send state are re-read and its
+  // deadline is kept when it is known. (One function for both, so that
+  // PollTransmit keeps the vector's push inlined.)
+  __attribute__((always_inline)) void TouchSent(Conn* c, bool timers) {
+    valid_ &= timers ? 0 : kTimersValid;
+    Sched& q = sched_[c->pos];
+    const uint8_t was = q.dirty;
+    if (timers) {
+      q.dirty = kStale;
+    } else if (was == kClean) {
+      q.dirty = kDirty;
+    }
+    if (was != kClean) return;
     dirty_.push_back(c);
   }
 
@@ -1213,14 +1258,24 @@ class Engine::Impl {
   // Recomputes a connection's cached share of NextEventTime.
   void Refresh(Conn* c) {
     Sched& q = sched_[c->pos];
+    const Time deadline = q.dirty == kStale ? TimerDeadline(c) : q.deadline;
+#ifndef NDEBUG
+    if (deadline != TimerDeadline(c)) std::abort();  // a missed Touch
+#endif
     q = Sched{};
+    q.deadline = deadline;
     if (!c->connected || c->failed) return;
     q.ctrl = c->ctrl_tail != c->ctrl_head;
     q.work =
         q.ctrl || c->retx_head != c->retx_tail || c->send_msn != c->post_msn;
     q.probe = c->sel->NextProbeTime();
-    Time t = c->ack_deadline;
     if (HasSendable(c) && !c->no_path) q.send = c->next_send_time;
+  }
+  // The earliest of a connection's timers (what RunTimers acts on; it does
+  // nothing before then). kTimeInfinite when not connected or failed.
+  Time TimerDeadline(const Conn* c) const {
+    if (!c->connected || c->failed) return kTimeInfinite;
+    Time t = c->ack_deadline;
     if (c->all_head != kNil) {
       t = std::min(t, c->RtoTime());
       t = std::min(t, c->TlpTime());
@@ -1230,13 +1285,13 @@ class Engine::Impl {
     if (c->Outstanding()) {
       t = std::min(t, c->last_heard + c->opt.connection_timeout);
     }
-    q.deadline = t;
+    return t;
   }
   // False when EmitConn(now, c) would emit nothing and change nothing.
   // (A clean connection's queues and selector are as Refresh saw them; one
   // that is not connected or failed has work == false and probe == inf.)
   static bool MayEmit(const Sched& q, Time now) {
-    return q.dirty || q.work || q.probe <= now;
+    return q.dirty != kClean || q.work || q.probe <= now;
   }
   void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
@@ -3012,9 +3067,15 @@ class Engine::Impl {
   size_t cq_head_ = 0;
 
   // NextEventTime cache: connections touched since the last call, and the
-  // combined minimum (valid while next_valid_).
+  // combined minimum (valid while valid_ & kNextValid).
   std::vector<Conn*> dirty_;
-  bool next_valid_ = false;
+  // kNextValid: NextEventTime's minimum is current. kTimersValid: no
+  // connection is stale since PollTransmit's last timer pass, whose minimum
+  // deadline timer_min_ is (no deadline changes until a Touch). Touch clears
+  // both (one store), TouchSent only kNextValid.
+  static constexpr uint8_t kNextValid = 1, kTimersValid = 2;
+  uint8_t valid_ = 0;
+  Time timer_min_ = kTimeInfinite;
   bool next_ctrl_ = false;
   Time next_deadline_ = kTimeInfinite;
   Time next_send_ = kTimeInfinite;
