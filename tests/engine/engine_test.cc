@@ -926,6 +926,54 @@ TEST(Engine, WithoutALowRtoMaxRecoveryWaitsForTheBackedOffTimer) {
   EXPECT_GT(r.after_heal, 4 * kMillisecond);
 }
 
+TEST(Engine, MeasuredRttAboveRtoMaxIsNotTimedOutSpuriously) {
+  // A 5 ms one-way link: a 10 ms RTT, above the 4 ms default rto_max. The
+  // cap bounds the backoff, not the measured RTO, so a loss-free transfer
+  // of several windows sees no timeout and no retransmission (with the
+  // measured RTO clamped to rto_max, the timer fired every 4 ms).
+  EngineOptions eo;
+  eo.seed = 5;
+  loopback::LinkConfig link;
+  link.delay = 5 * kMillisecond;
+  link.port_rate_bps = 10'000'000'000ull;
+  LoopbackHarness h(2, eo, link);
+  ConnectionOptions o;  // NSCC, rto_min 50 us, rto_max 4 ms
+  o.num_paths = 8;
+  o.num_planes = 1;
+  o.tail_loss_probe = false;       // the RTO alone
+  o.base_rtt = 10 * kMillisecond;  // the fabric's RTT, known to the user
+  ASSERT_EQ(o.rto_max, 4 * kMillisecond);
+  auto [ca, cb] = h.Connect(0, 1, o, o);
+  ASSERT_NE(ca, kInvalidConn);
+  std::vector<uint8_t> src(4 << 20), dst(4 << 20, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7);
+  auto smr = *h.engine(0).RegisterMemory(src.data(), src.size(), kAccessLocal);
+  auto dmr =
+      *h.engine(1).RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  h.RunTo(10 * kMicrosecond);  // send_ts 0 reads as "no timestamp"
+  for (int m = 0; m < 4; ++m) {
+    WriteRequest w;
+    w.wr_id = m;
+    w.local_addr = src.data() + m * (1 << 20);
+    w.length = 1 << 20;
+    w.lkey = smr.lkey;
+    w.remote_addr = dmr.addr + m * (1 << 20);
+    w.rkey = dmr.rkey;
+    ASSERT_TRUE(h.engine(0).PostWrite(0, ca, w).ok());
+  }
+  ASSERT_TRUE(
+      h.RunUntil([&] { return h.completions(0).size() == 4; }, 10 * kSecond));
+  for (const Completion& c : h.completions(0)) {
+    EXPECT_EQ(c.status, absl::StatusCode::kOk);
+  }
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), src.size()), 0);
+  const ConnectionStats st = *h.engine(0).connection_stats(ca);
+  EXPECT_GT(st.srtt, 4 * kMillisecond) << st.ToString();
+  EXPECT_GT(st.rto, 4 * kMillisecond) << st.ToString();
+  EXPECT_EQ(st.rto_events, 0u) << st.ToString();
+  EXPECT_EQ(st.retransmitted_packets, 0u) << st.ToString();
+}
+
 TEST(Engine, MtuPayloadTheDatapathCannotCarryIsRefusedAtCreateConnection) {
   loopback::LinkConfig link;  // max_packet_bytes 9216
   EngineOptions eo;

@@ -44,11 +44,11 @@
 // until a probe comes back), as MRC retires an EV after a loss by timeout. That
 // is a path failure, not congestion: the window is left alone. Anything else is
 // recovered by the tail-loss probe and the RTO: srtt + 4 * rttvar from echoed
-// timestamps, clamped to [rto_min, rto_max], doubled per consecutive timeout
-// without progress; when it fires every transmission older than the RTO is
-// retransmitted and its path gets kTimeout. (The timer is the backed-off
-// RTO; the age that makes a transmission "timed out" is the plain one.) Only
-// an RTO with nothing acked since the oldest transmission left is a
+// timestamps, at least rto_min, doubled per consecutive timeout without
+// progress up to max(rto_max, that RTO); when it fires every transmission older
+// than the RTO is retransmitted and its path gets kTimeout. (The timer is the
+// backed-off RTO; the age that makes a transmission "timed out" is the plain
+// one.) Only an RTO with nothing acked since the oldest transmission left is a
 // connection-level timeout (window cut, backoff); one that fires while other
 // paths deliver is a path failure like the path timeout above.
 //
@@ -407,11 +407,14 @@ struct Conn {
   PathCold& Cold(const PathInfo& p) { return path_cold[&p - paths.data()]; }
   TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
   const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
-  // RTO without backoff: srtt + 4 rttvar clamped to [rto_min, rto_max].
+  // RTO without backoff: srtt + 4 rttvar, at least rto_min. Not capped by
+  // rto_max: a path whose measured RTT is above rto_max (a loaded host, a
+  // long or emulated link) would otherwise time out spuriously every
+  // rto_max; rto_max bounds the backoff, not the measurement.
   Time RtoBase() const {
     const Time base =
         srtt == 0 ? std::max(opt.rto_min, 3 * opt.base_rtt) : srtt + 4 * rttvar;
-    return std::clamp(base, opt.rto_min, opt.rto_max);
+    return std::max(base, opt.rto_min);
   }
   // Tail-loss probe timeout: max(2 srtt + SACK delay, base_rtt); before the
   // first RTT sample 2 base_rtt.
@@ -495,11 +498,15 @@ struct Conn {
     if (all_head == kNil) return kTimeInfinite;
     return LossDeadline(slots[all_head]);
   }
-  // The timer: RtoBase() doubled per consecutive timeout, at most rto_max.
+  // The timer: RtoBase() doubled per consecutive timeout, at most
+  // max(rto_max, RtoBase()): backoff never lifts it above rto_max, and a
+  // measured RTT above rto_max is never cut below itself.
   Time Rto() const {
-    Time r = RtoBase();
-    for (int i = 0; i < backoff && r < opt.rto_max; ++i) r *= 2;
-    return std::min(r, opt.rto_max);
+    const Time base = RtoBase();
+    const Time cap = std::max(base, opt.rto_max);
+    Time r = base;
+    for (int i = 0; i < backoff && r < cap; ++i) r *= 2;
+    return std::min(r, cap);
   }
   bool CtrlFull() const { return ctrl_tail - ctrl_head >= ctrl_size; }
   CtrlItem* PushCtrl() {

@@ -124,15 +124,19 @@ struct ConnectionOptions {
   // buffer overflow drop is the congestion signal.
   bool loss_is_congestion = false;
   // Minimum / maximum retransmission timeout; the RTO is derived from
-  // measured RTT and clamped to these, doubling on consecutive timeouts
-  // without progress, never above rto_max. rto_max bounds recovery once a
-  // failed fabric heals: a stalled connection retransmits (on another path
-  // each time) at least every rto_max, so it resumes at most rto_max + an
-  // RTT after the paths come back, and it keeps trying until
+  // measured RTT (at least rto_min), doubling on consecutive timeouts
+  // without progress, never above max(rto_max, the measured RTO). rto_max
+  // bounds recovery once a failed fabric heals: a stalled connection
+  // retransmits (on another path each time) at least every rto_max (or
+  // every measured RTO, where that is longer), so it resumes at most
+  // rto_max + an RTT after the paths come back, and it keeps trying until
   // connection_timeout (about 7500 retries in 30 s of silence, one
   // packet each once the window is cut). 4 ms: a few ms, as datacenter
   // transports use (UCCL: a constant 500 us), against 100 ms before
   // (2026-12-03: a flow could sit on a 6.4 ms timer in an 8 ms run).
+  // rto_max caps the backoff, not the measured RTO: a path whose srtt +
+  // 4 rttvar is above rto_max keeps that RTO (and does not back off), so a
+  // slow path is never timed out spuriously every rto_max.
   // rto_min <= rto_max is required (CreateConnection); raise rto_max with
   // rto_min on slow hosts (the runtime tools use max(rto_max, 8 rto_min)).
   Time rto_min = 50 * kMicrosecond;
