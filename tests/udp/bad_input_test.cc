@@ -296,7 +296,13 @@ TEST_P(BadInputTest, CraftedPacketsAreCountedNeverWritten) {
     usleep(1000);
   }
   const EngineStats fin = server->stats();
-  EXPECT_EQ(fin.rx_duplicates - dups0, 9u) << fin.ToString();
+  // 9 forged duplicates. A tail-loss probe the client sent while its WRITE's
+  // SACK was late (a loaded host) can land after dups0 was read and count
+  // as one more: at most one per client retransmission.
+  const ConnectionStats cst = *client->connection_stats(cc);
+  EXPECT_GE(fin.rx_duplicates - dups0, 9u) << fin.ToString();
+  EXPECT_LE(fin.rx_duplicates - dups0, 9u + cst.retransmitted_packets)
+      << fin.ToString() << "\nclient " << cst.ToString();
   std::vector<uint8_t> want = landed;
   memset(want.data() + 1000, 0x22, 100);
   for (int i = 0;
