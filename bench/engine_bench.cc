@@ -67,24 +67,10 @@ void BM_Memcpy_1MiB_DstShift(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy_1MiB_DstShift)->Arg(0)->Arg(64)->Arg(2048);
 
-// The engine's default placement loop (MemcpyPlacer in engine.cc: 64-byte
-// blocks of 16-byte unaligned moves), reproduced here for the baselines
-// below.
+// The engine's default placement loop (prism::PlacementCopy, what
+// MemcpyPlacer in engine.cc runs) for the baselines below.
 inline void PlacerLoop(uint8_t* dst, const uint8_t* src, uint32_t len) {
-  using V = long long __attribute__((vector_size(16)));
-  uint32_t i = 0;
-  for (; i + 64 <= len; i += 64) {
-    V a, b, c, d;
-    __builtin_memcpy(&a, src + i, 16);
-    __builtin_memcpy(&b, src + i + 16, 16);
-    __builtin_memcpy(&c, src + i + 32, 16);
-    __builtin_memcpy(&d, src + i + 48, 16);
-    __builtin_memcpy(dst + i, &a, 16);
-    __builtin_memcpy(dst + i + 16, &b, 16);
-    __builtin_memcpy(dst + i + 32, &c, 16);
-    __builtin_memcpy(dst + i + 48, &d, 16);
-  }
-  if (i < len) std::memcpy(dst + i, src + i, len - i);
+  prism::PlacementCopy(dst, src, len);
 }
 
 // The same 1 MiB copied by the engine's placement loop in 4 KiB pieces,

@@ -244,6 +244,25 @@ inline uint64_t Ext(uint64_t ref, uint32_t v) {
                    static_cast<int32_t>(v - static_cast<uint32_t>(ref)));
 }
 
+inline __attribute__((always_inline)) void CopyBlocks(uint8_t* dst,
+                                                      const uint8_t* src,
+                                                      uint32_t len) {
+  using V = long long __attribute__((vector_size(16)));
+  uint32_t i = 0;
+  for (; i + 64 <= len; i += 64) {
+    V a, b, c, d;  // 16-byte unaligned loads/stores (movdqu)
+    __builtin_memcpy(&a, src + i, 16);
+    __builtin_memcpy(&b, src + i + 16, 16);
+    __builtin_memcpy(&c, src + i + 32, 16);
+    __builtin_memcpy(&d, src + i + 48, 16);
+    __builtin_memcpy(dst + i, &a, 16);
+    __builtin_memcpy(dst + i + 16, &b, 16);
+    __builtin_memcpy(dst + i + 32, &c, 16);
+    __builtin_memcpy(dst + i + 48, &d, 16);
+  }
+  if (i < len) std::memcpy(dst + i, src + i, len - i);
+}
+
 // Default placement. Copies in fixed 64-byte blocks (vector moves) rather
 // than calling memcpy for the whole packet: glibc uses `rep movsb` for
 // packet-sized copies, which on some CPUs (AMD Zen) runs several times
@@ -257,24 +276,10 @@ class MemcpyPlacer final : public Placer {
  public:
   bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
              const MemoryRegion&) override {
-    using V = long long __attribute__((vector_size(16)));
-    uint32_t i = 0;
-    for (; i + 64 <= len; i += 64) {
-      V a, b, c, d;  // 16-byte unaligned loads/stores (movdqu)
-      __builtin_memcpy(&a, src + i, 16);
-      __builtin_memcpy(&b, src + i + 16, 16);
-      __builtin_memcpy(&c, src + i + 32, 16);
-      __builtin_memcpy(&d, src + i + 48, 16);
-      __builtin_memcpy(dst + i, &a, 16);
-      __builtin_memcpy(dst + i + 16, &b, 16);
-      __builtin_memcpy(dst + i + 32, &c, 16);
-      __builtin_memcpy(dst + i + 48, &d, 16);
-    }
-    if (i < len) std::memcpy(dst + i, src + i, len - i);
+    CopyBlocks(dst, src, len);
     return true;
   }
 };
-
 // A connection's cached share of NextEventTime and what PollTransmit needs
 // to know to skip it (see Impl::Touch / Impl::Refresh). Kept in a dense array
 // parallel to Impl::order_ so that scanning it touches a few cache lines, not
@@ -3179,6 +3184,10 @@ absl::StatusOr<PathStats> Engine::path_stats(ConnId conn, PathId path) const {
 absl::Status Engine::SetPlaneUp(ConnId conn, uint16_t plane, bool up,
                                 Time now) {
   return impl_->SetPlaneUp(conn, plane, up, now);
+}
+
+void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
+  CopyBlocks(dst, src, len);
 }
 
 }  // namespace prism

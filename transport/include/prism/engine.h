@@ -88,6 +88,11 @@ class Placer {
                      const MemoryRegion& region) = 0;
 };
 
+// The default placer's copy (64-byte blocks of 16-byte vector moves, the
+// tail by memcpy), exported for custom placers and for benchmarks that
+// measure it against memcpy (bench/engine_bench.cc).
+void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len);
+
 struct EngineOptions {
   uint64_t seed = 1;
   // Payload bytes per DATA packet. A DATA packet is wire::kDataHeaderSize
