@@ -2839,9 +2839,12 @@ class Engine::Impl {
   // sender's totals added once. REQUIRES: all of them within the message,
   // the send window and cwnd (EmitConn's batch bound), no retransmission
   // queued.
-  void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
-                  uint32_t pkt_idx, uint64_t psn, const PathId* paths,
-                  size_t cnt, TxPacket* out) {
+  // Out of line: inlined into PollTransmit its loop ran short of
+  // registers (locals spilled to the stack and reloaded per packet).
+  __attribute__((noinline)) void EmitNewRun(Time now, Conn* c, const TxMsg& m,
+                                            uint32_t msn, uint32_t pkt_idx,
+                                            uint64_t psn, const PathId* paths,
+                                            size_t cnt, TxPacket* out) {
     // The first packet through EmitData (its header is the template), the
     // others below.
     EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
@@ -2873,18 +2876,50 @@ class Engine::Impl {
       const uint64_t raddr = m.remote_addr;
       const uint32_t peer = c->opt.peer;
       const uint16_t base_flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      // The slot ring, the path array and the send-order list's tail in
+      // locals too: EmitNewSlot and LinkSlot for each packet, with the
+      // byte stores of the slots and headers (which may alias anything)
+      // no longer forcing the connection's members to be reloaded. The
+      // first packet's slot is linked, so the tail is a slot.
+      TxSlot* const slots = c->slots.data();
+      PathInfo* const pinfo = c->paths.data();
+      const uint64_t win_mask = c->win_mask;
+      uint32_t all_tail = c->all_tail;
       uint32_t off = (pkt_idx + 1) * mtu;
       for (size_t i = 1; i < cnt; ++i, off += mtu) {
         const uint32_t len = std::min<uint32_t>(mtu, mlen - off);
         const uint16_t path = paths[i];
         const uint64_t q = psn + i;
-        EmitNewSlot(now, c, msn, pkt_idx + static_cast<uint32_t>(i), q, path,
-                    len);
+        const uint32_t idx = static_cast<uint32_t>(q & win_mask);
+        TxSlot& s = slots[idx];
+        PathInfo& pi = pinfo[path];
+        s.sent_time = now;
+        s.msn = msn;
+        s.pkt_idx = pkt_idx + static_cast<uint32_t>(i);
+        s.path_seq = ++pi.tx_seq;
+        s.len = len;
+        s.path = path;
+        s.state = kInFlight;
+        s.tx_count = 1;
+        s.next_path = kNil;
+        s.prev_path = pi.tail;
+        if (pi.tail != kNil) {
+          slots[pi.tail].next_path = idx;
+        } else {
+          pi.head = idx;
+        }
+        pi.tail = idx;
+        s.next_all = kNil;
+        s.prev_all = all_tail;
+        slots[all_tail].next_all = idx;
+        all_tail = idx;
+        ++pi.st.tx_packets;
+        pi.st.tx_bytes += len;
         bytes += len;
         TxPacket& o = out[i];
         std::memcpy(o.header, tmpl, wire::kDataHeaderSize);
+        // (off > 0: never the first packet of the message.)
         uint16_t flags = base_flags;
-        if (off == 0) flags |= wire::kFlagFirstOfMessage;
         if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
                                         raddr + off, len, path, flags);
@@ -2895,6 +2930,7 @@ class Engine::Impl {
         o.path = path;
         o.tclass = TrafficClass::kData;
       }
+      c->all_tail = all_tail;
     }
     c->no_path = false;
     c->send_idx += static_cast<uint32_t>(cnt);
