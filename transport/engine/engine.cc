@@ -205,6 +205,10 @@ struct TxMsg {
   uint32_t region = 0;  // index of the source region (reference held)
   bool has_imm = false;
   bool done = false;
+  bool hdr_ok = false;  // hdr holds the template
+  // EmitData's header template: the first DATA header it encoded for the
+  // message (unsealed); its other packets copy it and write their fields.
+  uint8_t hdr[wire::kDataHeaderSize];
 };
 
 struct RxMsg {
@@ -1103,6 +1107,14 @@ class Engine::Impl {
     }
     // Header checksums of the whole burst at once (the encoders left them
     // zero): interleaved CRC32C chains, see wire::SealHeaders.
+    // (A burst too short for the interleaved chains, as the simulator's
+    // one packet per call, is sealed header by header.)
+    if (n < 4) {
+      for (size_t i = 0; i < n; ++i)
+        wire::internal::Seal(out[i].header, out[i].header_len);
+      stats_.tx_packets += n;
+      return n;
+    }
     constexpr size_t kChunk = 16;
     uint8_t* hdr[kChunk];
     size_t len[kChunk];
@@ -2738,7 +2750,7 @@ class Engine::Impl {
         msn = c->send_msn;
         pkt_idx = c->send_idx;
       }
-      const TxMsg& m = c->Msg(msn);
+      TxMsg& m = c->Msg(msn);
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
       // A tail-loss probe goes out whatever the window (RFC 8985): the
@@ -2760,9 +2772,13 @@ class Engine::Impl {
         const uint64_t room = c->cwnd > c->inflight_bytes
                                   ? (c->cwnd - c->inflight_bytes) / c->mtu
                                   : 0;
+        // (Pairwise: the initializer-list form ran a loop.)
         const uint64_t k = std::max<uint64_t>(
-            1, std::min<uint64_t>({max - n, kQuantum - data, m.npkts - pkt_idx,
-                                   c->snd_una + c->snd_win - psn, room}));
+            1,
+            std::min(std::min<uint64_t>(max - n, kQuantum - data),
+                     std::min(std::min<uint64_t>(m.npkts - pkt_idx,
+                                                 c->snd_una + c->snd_win - psn),
+                              room)));
         path_have = c->sel->NextPaths(now, path_buf, k);
         path_short = path_have < k;
         path_pos = path_have;
@@ -2841,7 +2857,7 @@ class Engine::Impl {
   // queued.
   // Out of line: inlined into PollTransmit its loop ran short of
   // registers (locals spilled to the stack and reloaded per packet).
-  __attribute__((noinline)) void EmitNewRun(Time now, Conn* c, const TxMsg& m,
+  __attribute__((noinline)) void EmitNewRun(Time now, Conn* c, TxMsg& m,
                                             uint32_t msn, uint32_t pkt_idx,
                                             uint64_t psn, const PathId* paths,
                                             size_t cnt, TxPacket* out) {
@@ -2969,37 +2985,54 @@ class Engine::Impl {
     pi.st.tx_bytes += len;
   }
 
-  void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
+  // A DATA packet's header (unsealed) and TxPacket. The first packet of a
+  // message is encoded in full and kept as the template (TxMsg::hdr);
+  // the others are a copy of it with their own fields written (the
+  // per-packet fields: PSN, offset, address, send time, length, path,
+  // flags, payload checksum): the same bytes.
+  void EmitData(Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t off,
                 uint32_t len, uint64_t psn, uint16_t path, bool retx,
                 TxPacket& out) {
-    wire::DataHeader h;
-    h.dst_conn = c->remote.conn_id;
-    h.psn = static_cast<uint32_t>(psn);
-    h.msn = msn;
-    h.msg_offset = off;
-    h.msg_len = m.len;
-    h.remote_addr = m.remote_addr + off;
-    h.rkey = m.rkey;
-    h.payload_len = len;
-    h.path_id = path;
     uint16_t flags = 0;
     if (retx) flags |= wire::kFlagRetransmit;
     if (off == 0) flags |= wire::kFlagFirstOfMessage;
     if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
-    if (m.has_imm) {
-      flags |= wire::kFlagHasImmediate;
-      h.immediate = m.imm;
-    }
+    if (m.has_imm) flags |= wire::kFlagHasImmediate;
     const uint8_t* payload = len > 0 ? m.src + off : nullptr;
+    uint32_t payload_crc = 0;
     if (c->tx_crc && len > 0) {
       flags |= wire::kFlagPayloadCrc;
-      h.payload_crc = wire::Crc32c(payload, len);
+      payload_crc = wire::Crc32c(payload, len);
     }
-    h.flags = flags;
-    h.send_ts = static_cast<uint64_t>(now);
-    out.header_len = static_cast<uint16_t>(
-        wire::internal::EncodeDataImpl(h, out.header, TxPacket::kMaxHeaderBytes,
-                                       /*seal=*/false));
+    if (m.hdr_ok) {
+      namespace off_ = wire::internal::off;
+      std::memcpy(out.header, m.hdr, wire::kDataHeaderSize);
+      wire::internal::PatchDataHeader(out.header, static_cast<uint32_t>(psn),
+                                      off, m.remote_addr + off, len, path,
+                                      flags);
+      Put64(out.header + off_::kDSendTs, static_cast<uint64_t>(now));
+      Put32(out.header + off_::kDPayloadCrc, payload_crc);
+      out.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+    } else {
+      wire::DataHeader h;
+      h.dst_conn = c->remote.conn_id;
+      h.psn = static_cast<uint32_t>(psn);
+      h.msn = msn;
+      h.msg_offset = off;
+      h.msg_len = m.len;
+      h.remote_addr = m.remote_addr + off;
+      h.rkey = m.rkey;
+      h.payload_len = len;
+      h.path_id = path;
+      if (m.has_imm) h.immediate = m.imm;
+      h.payload_crc = payload_crc;
+      h.flags = flags;
+      h.send_ts = static_cast<uint64_t>(now);
+      out.header_len = static_cast<uint16_t>(wire::internal::EncodeDataImpl(
+          h, out.header, TxPacket::kMaxHeaderBytes, /*seal=*/false));
+      std::memcpy(m.hdr, out.header, wire::kDataHeaderSize);
+      m.hdr_ok = true;
+    }
     out.payload = payload;
     out.payload_len = len;
     out.peer = c->opt.peer;
