@@ -2942,20 +2942,39 @@ class Engine::Impl {
   // sender's totals added once. REQUIRES: all of them within the message,
   // the send window and cwnd (EmitConn's batch bound), no retransmission
   // queued.
-  // Out of line: inlined into PollTransmit its loop ran short of
-  // registers (locals spilled to the stack and reloaded per packet).
-  __attribute__((noinline)) void EmitNewRun(Time now, Conn* c, TxMsg& m,
-                                            uint32_t msn, uint32_t pkt_idx,
-                                            uint64_t psn, const PathId* paths,
-                                            size_t cnt, TxPacket* out) {
+  void EmitNewRun(Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t pkt_idx,
+                  uint64_t psn, const PathId* paths, size_t cnt,
+                  TxPacket* out) {
     // The first packet through EmitData (its header is the template), the
-    // others below.
+    // others in EmitNewRunRest.
     EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
                 std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu));
     EmitData(now, c, m, msn, pkt_idx * c->mtu,
              std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu), psn,
              paths[0], /*retx=*/false, out[0]);
     uint64_t bytes = out[0].payload_len;
+    if (cnt > 1)
+      bytes += EmitNewRunRest(now, c, m, msn, pkt_idx, psn, paths, cnt, out);
+    c->no_path = false;
+    c->send_idx += static_cast<uint32_t>(cnt);
+    if (c->send_idx == m.npkts) {
+      ++c->send_msn;
+      c->send_idx = 0;
+    }
+    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
+    c->inflight_bytes += bytes;
+    c->st.tx_data_packets += cnt;
+    c->st.tx_data_bytes += bytes;
+  }
+
+  // EmitNewRun's packets 1 .. cnt - 1 (out[0] is sent): their bytes. Out
+  // of line: inlined into PollTransmit the loop ran short of registers
+  // (locals spilled to the stack and reloaded per packet); the simulator's
+  // one-packet runs do not pay for the call.
+  __attribute__((noinline)) uint64_t EmitNewRunRest(
+      Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t pkt_idx, uint64_t psn,
+      const PathId* paths, size_t cnt, TxPacket* out) {
+    uint64_t bytes = 0;
     if (c->tx_crc) {
       for (size_t i = 1; i < cnt; ++i) {
         const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
@@ -3035,16 +3054,7 @@ class Engine::Impl {
       }
       c->all_tail = all_tail;
     }
-    c->no_path = false;
-    c->send_idx += static_cast<uint32_t>(cnt);
-    if (c->send_idx == m.npkts) {
-      ++c->send_msn;
-      c->send_idx = 0;
-    }
-    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
-    c->inflight_bytes += bytes;
-    c->st.tx_data_packets += cnt;
-    c->st.tx_data_bytes += bytes;
+    return bytes;
   }
 
   // EmitConn's commit of a new packet's slot (sent once, now, on `path`),
