@@ -3046,7 +3046,7 @@ class Engine::Impl {
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
                                         raddr + off, len, path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
-        o.payload = len > 0 ? src + off : nullptr;
+        o.payload = src + off;  // (len > 0: off < mlen within the message)
         o.payload_len = len;
         o.peer = peer;
         o.path = path;
