@@ -205,6 +205,10 @@ struct TxMsg {
   uint32_t region = 0;  // index of the source region (reference held)
   bool has_imm = false;
   bool done = false;
+  bool hdr_ok = false;  // hdr holds the template
+  // EmitData's header template: the first DATA header it encoded for the
+  // message (unsealed); its other packets copy it and write their fields.
+  uint8_t hdr[wire::kDataHeaderSize];
 };
 
 struct RxMsg {
@@ -932,8 +936,11 @@ class Engine::Impl {
       wire::HeaderCrcs(hdr, span, m, crc);
       for (size_t j = 0; j < k; ++j) {
         if (run_c_ != nullptr && slot[j] < kChunk &&
-            TryDataRun(now, pkts[i + j], crc[slot[j]]))
-          continue;
+            MayContinueRun(pkts[i + j].data)) {
+          // The packets continuing the receive run, in one call.
+          j += DataRun(now, pkts + i + j, k - j, crc, slot + j);
+          if (j == k) break;
+        }
         ReceiveOne(now, pkts[i + j], slot[j] < kChunk ? &crc[slot[j]] : nullptr,
                    claim[j]);
       }
@@ -1103,6 +1110,14 @@ class Engine::Impl {
     }
     // Header checksums of the whole burst at once (the encoders left them
     // zero): interleaved CRC32C chains, see wire::SealHeaders.
+    // (A burst too short for the interleaved chains, as the simulator's
+    // one packet per call, is sealed header by header.)
+    if (n < 4) {
+      for (size_t i = 0; i < n; ++i)
+        wire::internal::Seal(out[i].header, out[i].header_len);
+      stats_.tx_packets += n;
+      return n;
+    }
     constexpr size_t kChunk = 16;
     uint8_t* hdr[kChunk];
     size_t len[kChunk];
@@ -1783,19 +1798,18 @@ class Engine::Impl {
         ++stats_.rx_drop_malformed;
         return;
     }
-    CommitData(now, c, rx, psn, a, /*from_run=*/false);
+    CommitData(now, c, rx, psn, a);
   }
 
   // An accepted DATA packet (pkt_ holds its decoded header): placement,
   // the receive window, the message and the SACK bookkeeping. A packet
-  // placed here is remembered for the run fast path (TryDataRun), unless
-  // it came from it (`from_run`: the run's first packet stays its reference,
-  // which is as good: same message, same region).
+  // placed here is remembered for the run fast path (DataRun; the packets
+  // it accepts do not come here, so the run's first packet stays its
+  // reference, which is as good: same message, same region).
   __attribute__((always_inline)) void CommitData(Time now, Conn* c,
                                                  const RxPacket& rx,
                                                  uint64_t psn,
-                                                 const RxAccept& a,
-                                                 bool from_run) {
+                                                 const RxAccept& a) {
     const wire::DataHeader& h = pkt_.data;
     if (!a.cached) {
       c->last_rkey = h.rkey;
@@ -1866,7 +1880,7 @@ class Engine::Impl {
     NoteAck(now, c, h, psn, rx.ecn_ce, gap);
     // (A run needs no payload checksum: the flag is the same on all its
     // packets.)
-    if (!from_run && !in_batch_ && !(h.flags & wire::kFlagPayloadCrc) &&
+    if (!in_batch_ && !(h.flags & wire::kFlagPayloadCrc) &&
         !c->rx_crc_required) {
       run_c_ = c;
       run_hdr_ = rx.data;
@@ -1876,93 +1890,178 @@ class Engine::Impl {
     }
   }
 
-  // The receive run fast path: a DATA packet of the message whose packet
-  // was accepted just before it in this OnReceive call (run_c_; pkt_ still
-  // holds that packet's decoded header). Its header differs from that one
-  // only in per-packet fields (wire::internal::SameDataMessage: same
-  // connection, message, key, flags), so the connection lookup and the
-  // key, range and message-consistency checks of AcceptData have the
-  // outcome they had for that packet (nothing between the two changed the
-  // connection, its regions or the message's slot) and are not repeated;
-  // the decoder's field checks, the payload checks, the PSN window and the
-  // message's byte count are. Returns false, having changed nothing, for
-  // any packet whose outcome it does not know to be acceptance: ReceiveOne
-  // then handles it exactly as before. `hdr_crc`: its header checksum.
-  __attribute__((always_inline)) bool TryDataRun(Time now, const RxPacket& rx,
-                                                 uint32_t hdr_crc) {
+  // A cheap filter before DataRun (whose call costs more than the check when
+  // packets of many messages are interleaved, as in the simulator): a DATA
+  // header of the run's connection and message. `p`: a header whose
+  // checksum span is known (so a DATA header is 64 bytes long).
+  bool MayContinueRun(const uint8_t* p) const {
     namespace off = wire::internal::off;
-    const uint8_t* p = rx.data;
-    // The payload split from the header (rx.payload) or following it.
-    const uint8_t* payload = rx.payload;
-    size_t payload_bytes = rx.payload_len;
-    if (payload == nullptr) {
-      if (rx.len <= wire::kDataHeaderSize) return false;
-      payload = p + wire::kDataHeaderSize;
-      payload_bytes = rx.len - wire::kDataHeaderSize;
-    } else if (rx.len != wire::kDataHeaderSize) {
-      return false;
-    }
-    if (rx.trimmed || Get32(p + off::kCrc) != hdr_crc ||
-        !wire::internal::SameDataMessage(p, run_hdr_))
-      return false;
-    Conn* c = run_c_;
+    return p[off::kType] == static_cast<uint8_t>(wire::PacketType::kData) &&
+           Get32(p + off::kDstConn) == Get32(run_hdr_ + off::kDstConn) &&
+           Get32(p + off::kDMsn) == Get32(run_hdr_ + off::kDMsn);
+  }
+
+  // The receive run fast path, for consecutive packets pkts[0, n) of the
+  // message whose packet was accepted just before them in this OnReceive
+  // call (run_c_; pkt_ holds that packet's decoded header). A header that
+  // differs from the run's first one only in per-packet fields
+  // (wire::internal::SameDataMessage: same connection, message, key,
+  // flags) has the outcome that packet had in the connection lookup and
+  // the key, range and message-consistency checks of AcceptData (nothing
+  // between the two changed the connection, its regions or the message's
+  // slot): they are not repeated; the decoder's field checks, the payload
+  // checks, the PSN window, the duplicate bit and the message's byte count
+  // are, and an accepted packet gets what OnData and CommitData give it.
+  // Returns how many packets it handled; it stops, having changed nothing
+  // for it, at the first packet whose outcome it does not know to be
+  // acceptance (ReceiveOne then handles it exactly as any other), at one
+  // whose message slot is no longer active (the message was delivered),
+  // or after a failed placement (which ends the run). `slot[j]`: the
+  // index of packet j's header checksum in `crc`, or 16 (none: stop).
+  // Out of line, with the run's invariants in locals (the connection's
+  // arrays and fields that no packet of the run changes, the message's
+  // receive slot): inlined into OnReceive, whose other paths left it short
+  // of registers, the byte stores of placement and bookkeeping (which may
+  // alias anything) forced them to be reloaded per packet.
+  __attribute__((noinline)) size_t DataRun(Time now, const RxPacket* pkts,
+                                           size_t n, const uint32_t* crc,
+                                           const uint8_t* slot) {
+    namespace off = wire::internal::off;
+    Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
-    const uint16_t flags = Get16(p + off::kDFlags);
-    const uint32_t msg_off = Get32(p + off::kDMsgOffset);
-    const uint32_t plen = Get16(p + off::kDPayloadLen) |
-                          uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
-    const uint16_t path = Get16(p + off::kDPathId);
-    const uint64_t addr = Get64(p + off::kDRemoteAddr);
-    const uint64_t end = uint64_t{msg_off} + plen;
-    // The decoder's checks (the rest are the previous packet's) and
-    // AcceptData's per-packet ones. No payload checksum: none on the run's
-    // first packet (CommitData), so none here (same flags), and none
-    // required.
-    if (plen == 0 || payload_bytes != plen || end > h.msg_len ||
-        ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
-        ((flags & wire::kFlagLastOfMessage) && end != h.msg_len) ||
-        plen > c->remote_mtu || path >= c->num_paths || addr < msg_off ||
-        addr - msg_off != run_base_)
-      return false;
-    const uint32_t psn32 = Get32(p + off::kDPsn);
-    const uint64_t psn = Ext(c->rcv_nxt, psn32);
-    if (psn < c->rcv_nxt || psn >= c->rcv_nxt + c->win) return false;
-    const uint32_t word = static_cast<uint32_t>((psn >> 6) & c->rx_word_mask);
-    const uint64_t bits = c->rx_bits[word];
-    if ((bits >> (psn & 63)) & 1) return false;
-    const int32_t md = static_cast<int32_t>(h.msn - c->rcv_msn_next);
-    if (md < 0 || md >= static_cast<int32_t>(c->win) ||
-        static_cast<uint64_t>(md) >= c->rx_msgs.size())
-      return false;
-    const RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-    if (m.active && m.msn != h.msn) return false;
-    if ((m.active ? m.received : 0) + plen > h.msg_len) return false;
-    // Accepted: what ReceiveOne, OnData and AcceptData do for it (Touch
-    // too, but the previous packet touched the connection and nothing
-    // clears that within OnReceive).
-    ++stats_.rx_packets;
-    h.psn = psn32;
-    h.msg_offset = msg_off;
-    h.remote_addr = addr;
-    h.send_ts = Get64(p + off::kDSendTs);
-    h.payload_len = plen;
-    h.path_id = path;
-    h.flags = flags;
-    pkt_.payload = payload;
-    pkt_.payload_len = plen;
-    pkt_.trimmed = false;
-    c->last_heard = now;
-    RxAccept a;
-    a.ridx = c->last_region;
-    a.cached = true;
-    a.base_addr = run_base_;
-    a.has_imm = (flags & wire::kFlagHasImmediate) != 0;
-    a.has_slot = true;
-    a.word = word;
-    a.bits = bits;
-    a.dst = run_region_base_ + (addr - run_region_addr_);  // as AcceptData
-    CommitData(now, c, rx, psn, a, /*from_run=*/true);
-    return true;
+    const uint8_t* const run_hdr = run_hdr_;
+    const uint64_t run_base = run_base_;
+    uint8_t* const region_base = run_region_base_;
+    const uint64_t region_addr = run_region_addr_;
+    const uint64_t msg_len = h.msg_len;
+    const uint32_t remote_mtu = c->remote_mtu;
+    const uint16_t num_paths = c->num_paths;
+    const uint64_t win = c->win;
+    const uint64_t word_mask = c->rx_word_mask;
+    uint64_t* const rx_bits = c->rx_bits.data();
+    // The message's slot: valid for the whole call (the ring grows only in
+    // CommitData for a packet without a slot, never one of the run).
+    const int32_t md0 = static_cast<int32_t>(h.msn - c->rcv_msn_next);
+    if (md0 < 0 || md0 >= static_cast<int32_t>(win) ||
+        static_cast<uint64_t>(md0) >= c->rx_msgs.size())
+      return 0;
+    RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
+    const Region& r = regions_[c->last_region];
+    const uint8_t* last = nullptr;  // the last packet accepted
+    const uint8_t* last_payload = nullptr;
+    size_t j = 0;
+    for (; j < n; ++j) {
+      const RxPacket& rx = pkts[j];
+      if (slot[j] >= 16) break;
+      const uint8_t* p = rx.data;
+      const uint8_t* payload = rx.payload;
+      size_t payload_bytes = rx.payload_len;
+      if (payload == nullptr) {
+        if (rx.len <= wire::kDataHeaderSize) break;
+        payload = p + wire::kDataHeaderSize;
+        payload_bytes = rx.len - wire::kDataHeaderSize;
+      } else if (rx.len != wire::kDataHeaderSize) {
+        break;
+      }
+      if (rx.trimmed || Get32(p + off::kCrc) != crc[slot[j]] ||
+          !wire::internal::SameDataMessage(p, run_hdr))
+        break;
+      const uint16_t flags = Get16(p + off::kDFlags);
+      const uint32_t msg_off = Get32(p + off::kDMsgOffset);
+      const uint32_t plen = Get16(p + off::kDPayloadLen) |
+                            uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
+      const uint16_t path = Get16(p + off::kDPathId);
+      const uint64_t addr = Get64(p + off::kDRemoteAddr);
+      const uint64_t end = uint64_t{msg_off} + plen;
+      if (plen == 0 || payload_bytes != plen || end > msg_len ||
+          ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
+          ((flags & wire::kFlagLastOfMessage) && end != msg_len) ||
+          plen > remote_mtu || path >= num_paths || addr < msg_off ||
+          addr - msg_off != run_base)
+        break;
+      const uint32_t psn32 = Get32(p + off::kDPsn);
+      const uint64_t rcv_nxt = c->rcv_nxt;
+      const uint64_t psn = Ext(rcv_nxt, psn32);
+      if (psn < rcv_nxt || psn >= rcv_nxt + win) break;
+      const uint32_t word = static_cast<uint32_t>((psn >> 6) & word_mask);
+      const uint64_t bits = rx_bits[word];
+      if ((bits >> (psn & 63)) & 1) break;
+      // The message: still active (then its MSN is h.msn, in the window:
+      // rcv_msn_next passes only delivered messages), bytes left.
+      if (!m.active || m.received + plen > msg_len) break;
+      // Accepted (what OnData does for it; pkt_ gets the last packet's
+      // fields at the end).
+      ++stats_.rx_packets;
+      const uint64_t send_ts = Get64(p + off::kDSendTs);
+      last = p;
+      last_payload = payload;
+      c->last_heard = now;
+      // CommitData.
+      uint8_t* const dst = region_base + (addr - region_addr);
+      if (payload != dst &&
+          !(placer_ == &memcpy_placer_
+                ? memcpy_placer_.Place(dst, payload, plen, r.mr)
+                : placer_->Place(dst, payload, plen, r.mr))) {
+        ++stats_.rx_drop_placement;
+        run_c_ = nullptr;
+        ++j;
+        break;
+      }
+      const bool gap = psn > c->rcv_high;
+      if (psn >= c->rcv_high) {
+        c->rcv_high = psn + 1;
+      } else {
+        ++c->ooo_count;
+      }
+      if (psn == rcv_nxt) {
+        const uint64_t nx = psn + 1;
+        const uint64_t nbits =
+            (nx & 63) != 0 ? bits : rx_bits[(nx >> 6) & word_mask];
+        if ((nbits >> (nx & 63)) & 1) {
+          rx_bits[word] |= uint64_t{1} << (psn & 63);
+          AdvanceRcvNxt(c);
+        } else {
+          c->rcv_nxt = nx;
+        }
+      } else {
+        rx_bits[word] |= uint64_t{1} << (psn & 63);
+      }
+      ++c->st.rx_data_packets;
+      c->st.rx_data_bytes += plen;
+      c->rx_bytes_total += plen;
+      m.received += plen;
+      if (m.received == m.len) {
+        m.complete = true;
+        if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
+      }
+      // NoteAck(now, c, <this packet>, psn, rx.ecn_ce, gap).
+      ++c->ack_pending;
+      c->trig_psn = psn32;
+      c->trig_psn64 = psn;
+      c->trig_path = path;
+      c->trig_ts = send_ts;
+      c->trig_ecn |= rx.ecn_ce ? 1 : 0;
+      if (gap || rx.ecn_ce || c->ack_pending >= kAckEvery) {
+        FlushAck(c);
+      } else if (c->ack_deadline == kTimeInfinite) {
+        c->ack_deadline = now + AckDelay(c);
+      }
+    }
+    if (last != nullptr) {
+      // pkt_: the last packet's fields (as decoding it would).
+      h.psn = Get32(last + off::kDPsn);
+      h.msg_offset = Get32(last + off::kDMsgOffset);
+      h.remote_addr = Get64(last + off::kDRemoteAddr);
+      h.send_ts = Get64(last + off::kDSendTs);
+      h.payload_len = Get16(last + off::kDPayloadLen) |
+                      uint32_t{Get16(last + off::kDPayloadLenHi)} << 16;
+      h.path_id = Get16(last + off::kDPathId);
+      h.flags = Get16(last + off::kDFlags);
+      pkt_.payload = last_payload;
+      pkt_.payload_len = h.payload_len;
+      pkt_.trimmed = false;
+    }
+    return j;
   }
 
   void AdvanceRcvNxt(Conn* c) {
@@ -2738,7 +2837,7 @@ class Engine::Impl {
         msn = c->send_msn;
         pkt_idx = c->send_idx;
       }
-      const TxMsg& m = c->Msg(msn);
+      TxMsg& m = c->Msg(msn);
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
       // A tail-loss probe goes out whatever the window (RFC 8985): the
@@ -2760,9 +2859,13 @@ class Engine::Impl {
         const uint64_t room = c->cwnd > c->inflight_bytes
                                   ? (c->cwnd - c->inflight_bytes) / c->mtu
                                   : 0;
+        // (Pairwise: the initializer-list form ran a loop.)
         const uint64_t k = std::max<uint64_t>(
-            1, std::min<uint64_t>({max - n, kQuantum - data, m.npkts - pkt_idx,
-                                   c->snd_una + c->snd_win - psn, room}));
+            1,
+            std::min(std::min<uint64_t>(max - n, kQuantum - data),
+                     std::min(std::min<uint64_t>(m.npkts - pkt_idx,
+                                                 c->snd_una + c->snd_win - psn),
+                              room)));
         path_have = c->sel->NextPaths(now, path_buf, k);
         path_short = path_have < k;
         path_pos = path_have;
@@ -2839,17 +2942,39 @@ class Engine::Impl {
   // sender's totals added once. REQUIRES: all of them within the message,
   // the send window and cwnd (EmitConn's batch bound), no retransmission
   // queued.
-  void EmitNewRun(Time now, Conn* c, const TxMsg& m, uint32_t msn,
-                  uint32_t pkt_idx, uint64_t psn, const PathId* paths,
-                  size_t cnt, TxPacket* out) {
+  void EmitNewRun(Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t pkt_idx,
+                  uint64_t psn, const PathId* paths, size_t cnt,
+                  TxPacket* out) {
     // The first packet through EmitData (its header is the template), the
-    // others below.
+    // others in EmitNewRunRest.
     EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
                 std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu));
     EmitData(now, c, m, msn, pkt_idx * c->mtu,
              std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu), psn,
              paths[0], /*retx=*/false, out[0]);
     uint64_t bytes = out[0].payload_len;
+    if (cnt > 1)
+      bytes += EmitNewRunRest(now, c, m, msn, pkt_idx, psn, paths, cnt, out);
+    c->no_path = false;
+    c->send_idx += static_cast<uint32_t>(cnt);
+    if (c->send_idx == m.npkts) {
+      ++c->send_msn;
+      c->send_idx = 0;
+    }
+    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
+    c->inflight_bytes += bytes;
+    c->st.tx_data_packets += cnt;
+    c->st.tx_data_bytes += bytes;
+  }
+
+  // EmitNewRun's packets 1 .. cnt - 1 (out[0] is sent): their bytes. Out
+  // of line: inlined into PollTransmit the loop ran short of registers
+  // (locals spilled to the stack and reloaded per packet); the simulator's
+  // one-packet runs do not pay for the call.
+  __attribute__((noinline)) uint64_t EmitNewRunRest(
+      Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t pkt_idx, uint64_t psn,
+      const PathId* paths, size_t cnt, TxPacket* out) {
+    uint64_t bytes = 0;
     if (c->tx_crc) {
       for (size_t i = 1; i < cnt; ++i) {
         const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
@@ -2873,39 +2998,63 @@ class Engine::Impl {
       const uint64_t raddr = m.remote_addr;
       const uint32_t peer = c->opt.peer;
       const uint16_t base_flags = m.has_imm ? wire::kFlagHasImmediate : 0;
+      // The slot ring, the path array and the send-order list's tail in
+      // locals too: EmitNewSlot and LinkSlot for each packet, with the
+      // byte stores of the slots and headers (which may alias anything)
+      // no longer forcing the connection's members to be reloaded. The
+      // first packet's slot is linked, so the tail is a slot.
+      TxSlot* const slots = c->slots.data();
+      PathInfo* const pinfo = c->paths.data();
+      const uint64_t win_mask = c->win_mask;
+      uint32_t all_tail = c->all_tail;
       uint32_t off = (pkt_idx + 1) * mtu;
       for (size_t i = 1; i < cnt; ++i, off += mtu) {
         const uint32_t len = std::min<uint32_t>(mtu, mlen - off);
         const uint16_t path = paths[i];
         const uint64_t q = psn + i;
-        EmitNewSlot(now, c, msn, pkt_idx + static_cast<uint32_t>(i), q, path,
-                    len);
+        const uint32_t idx = static_cast<uint32_t>(q & win_mask);
+        TxSlot& s = slots[idx];
+        PathInfo& pi = pinfo[path];
+        s.sent_time = now;
+        s.msn = msn;
+        s.pkt_idx = pkt_idx + static_cast<uint32_t>(i);
+        s.path_seq = ++pi.tx_seq;
+        s.len = len;
+        s.path = path;
+        s.state = kInFlight;
+        s.tx_count = 1;
+        s.next_path = kNil;
+        s.prev_path = pi.tail;
+        if (pi.tail != kNil) {
+          slots[pi.tail].next_path = idx;
+        } else {
+          pi.head = idx;
+        }
+        pi.tail = idx;
+        s.next_all = kNil;
+        s.prev_all = all_tail;
+        slots[all_tail].next_all = idx;
+        all_tail = idx;
+        ++pi.st.tx_packets;
+        pi.st.tx_bytes += len;
         bytes += len;
         TxPacket& o = out[i];
         std::memcpy(o.header, tmpl, wire::kDataHeaderSize);
+        // (off > 0: never the first packet of the message.)
         uint16_t flags = base_flags;
-        if (off == 0) flags |= wire::kFlagFirstOfMessage;
         if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
                                         raddr + off, len, path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
-        o.payload = len > 0 ? src + off : nullptr;
+        o.payload = src + off;  // (len > 0: off < mlen within the message)
         o.payload_len = len;
         o.peer = peer;
         o.path = path;
         o.tclass = TrafficClass::kData;
       }
+      c->all_tail = all_tail;
     }
-    c->no_path = false;
-    c->send_idx += static_cast<uint32_t>(cnt);
-    if (c->send_idx == m.npkts) {
-      ++c->send_msn;
-      c->send_idx = 0;
-    }
-    if (psn + cnt > c->snd_nxt) c->snd_nxt = psn + cnt;
-    c->inflight_bytes += bytes;
-    c->st.tx_data_packets += cnt;
-    c->st.tx_data_bytes += bytes;
+    return bytes;
   }
 
   // EmitConn's commit of a new packet's slot (sent once, now, on `path`),
@@ -2933,37 +3082,54 @@ class Engine::Impl {
     pi.st.tx_bytes += len;
   }
 
-  void EmitData(Time now, Conn* c, const TxMsg& m, uint32_t msn, uint32_t off,
+  // A DATA packet's header (unsealed) and TxPacket. The first packet of a
+  // message is encoded in full and kept as the template (TxMsg::hdr);
+  // the others are a copy of it with their own fields written (the
+  // per-packet fields: PSN, offset, address, send time, length, path,
+  // flags, payload checksum): the same bytes.
+  void EmitData(Time now, Conn* c, TxMsg& m, uint32_t msn, uint32_t off,
                 uint32_t len, uint64_t psn, uint16_t path, bool retx,
                 TxPacket& out) {
-    wire::DataHeader h;
-    h.dst_conn = c->remote.conn_id;
-    h.psn = static_cast<uint32_t>(psn);
-    h.msn = msn;
-    h.msg_offset = off;
-    h.msg_len = m.len;
-    h.remote_addr = m.remote_addr + off;
-    h.rkey = m.rkey;
-    h.payload_len = len;
-    h.path_id = path;
     uint16_t flags = 0;
     if (retx) flags |= wire::kFlagRetransmit;
     if (off == 0) flags |= wire::kFlagFirstOfMessage;
     if (off + len == m.len) flags |= wire::kFlagLastOfMessage;
-    if (m.has_imm) {
-      flags |= wire::kFlagHasImmediate;
-      h.immediate = m.imm;
-    }
+    if (m.has_imm) flags |= wire::kFlagHasImmediate;
     const uint8_t* payload = len > 0 ? m.src + off : nullptr;
+    uint32_t payload_crc = 0;
     if (c->tx_crc && len > 0) {
       flags |= wire::kFlagPayloadCrc;
-      h.payload_crc = wire::Crc32c(payload, len);
+      payload_crc = wire::Crc32c(payload, len);
     }
-    h.flags = flags;
-    h.send_ts = static_cast<uint64_t>(now);
-    out.header_len = static_cast<uint16_t>(
-        wire::internal::EncodeDataImpl(h, out.header, TxPacket::kMaxHeaderBytes,
-                                       /*seal=*/false));
+    if (m.hdr_ok) {
+      namespace off_ = wire::internal::off;
+      std::memcpy(out.header, m.hdr, wire::kDataHeaderSize);
+      wire::internal::PatchDataHeader(out.header, static_cast<uint32_t>(psn),
+                                      off, m.remote_addr + off, len, path,
+                                      flags);
+      Put64(out.header + off_::kDSendTs, static_cast<uint64_t>(now));
+      Put32(out.header + off_::kDPayloadCrc, payload_crc);
+      out.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
+    } else {
+      wire::DataHeader h;
+      h.dst_conn = c->remote.conn_id;
+      h.psn = static_cast<uint32_t>(psn);
+      h.msn = msn;
+      h.msg_offset = off;
+      h.msg_len = m.len;
+      h.remote_addr = m.remote_addr + off;
+      h.rkey = m.rkey;
+      h.payload_len = len;
+      h.path_id = path;
+      if (m.has_imm) h.immediate = m.imm;
+      h.payload_crc = payload_crc;
+      h.flags = flags;
+      h.send_ts = static_cast<uint64_t>(now);
+      out.header_len = static_cast<uint16_t>(wire::internal::EncodeDataImpl(
+          h, out.header, TxPacket::kMaxHeaderBytes, /*seal=*/false));
+      std::memcpy(m.hdr, out.header, wire::kDataHeaderSize);
+      m.hdr_ok = true;
+    }
     out.payload = payload;
     out.payload_len = len;
     out.peer = c->opt.peer;
@@ -3093,7 +3259,7 @@ class Engine::Impl {
   Time next_send_ = kTimeInfinite;
 
   wire::Packet pkt_;  // decode scratch, reused
-  // The receive run (TryDataRun): the connection of the DATA packet
+  // The receive run (DataRun): the connection of the DATA packet
   // accepted last in this OnReceive call (nullptr: none, or anything else
   // came after it), its header bytes, message base address, and its
   // region's base pointer and address.

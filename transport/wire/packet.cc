@@ -112,6 +112,10 @@ void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
 }
 
 void SealEncodedHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
+  if (n < 4) {  // too few for the interleaved chains: one at a time
+    for (size_t i = 0; i < n; ++i) internal::Seal(hdrs[i], lens[i]);
+    return;
+  }
   constexpr size_t kChunk = 16;
   uint32_t crc[kChunk];
   for (size_t i = 0; i < n; i += kChunk) {

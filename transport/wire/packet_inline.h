@@ -339,13 +339,18 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
 [[gnu::always_inline]] inline void PatchDataHeader(
     uint8_t* p, uint32_t psn, uint32_t msg_offset, uint64_t remote_addr,
     uint32_t payload_len, uint16_t path_id, uint16_t flags) {
+  static_assert(off::kDPathId == off::kDPayloadLen + 2 &&
+                off::kDFlags == off::kDPayloadLen + 4 &&
+                off::kDPayloadLenHi == off::kDPayloadLen + 6);
   Put32(p + off::kDPsn, psn);
   Put32(p + off::kDMsgOffset, msg_offset);
   Put64(p + off::kDRemoteAddr, remote_addr);
-  Put16(p + off::kDPayloadLen, static_cast<uint16_t>(payload_len));
-  Put16(p + off::kDPathId, path_id);
-  Put16(p + off::kDFlags, flags);
-  Put16(p + off::kDPayloadLenHi, static_cast<uint16_t>(payload_len >> 16));
+  // payload_len, path_id, flags, payload_len_hi: four adjacent little-endian
+  // 16-bit fields, one 64-bit store (the same bytes).
+  Put64(p + off::kDPayloadLen, uint64_t{payload_len & 0xFFFFu} |
+                                   uint64_t{path_id} << 16 |
+                                   uint64_t{flags} << 32 |
+                                   uint64_t{payload_len >> 16 & 0xFFFFu} << 48);
 }
 
 // True when two DATA headers agree in every byte except the per-packet
