@@ -12,9 +12,11 @@
 #   B  A + --cc fixed          D  A + --no-tlp
 #   G  A + --rto-max 2000000   E  A + --cc fixed --rto-max 2000000
 #   F  verbs_perf's options: --cc fixed --rate 100 --base-rtt 2000
-#      --rto-min 100000 --rto-max 2000000 (compare_bw.sh now)
+#      --rto-min 100000 --rto-max 2000000 (compare_bw.sh's setting
+#      when this script was written; compare_bw.sh now runs W)
 #   H  F with --rate 10 (window 3.75 MB)
-#   W  VM_PP_OPTS_FAIR (compare_bw.sh now: 8 MiB in flight)
+#   W  VM_PP_OPTS_FAIR (compare_bw.sh's ratio of record: 8 MiB in
+#      flight; VM_PP_OPTS is its second figure)
 #   X  W with --wait-us 200 (prism_perf's default completion wait)
 #   Y  W with --remote-slots 64 (prism_perf's default receive buffer)
 #   S  W with --remote-slots 2 (a 128 KiB receive buffer: the footprint of
@@ -23,7 +25,8 @@
 #   T  W with --mtu-payload 32768 (the chunk before the 64 KiB default)
 #   U  H with --mtu-payload 32768
 #   K  W with --ack-delay 0 (delayed SACK at base-rtt / 4 = 500 us, as
-#      before 2026-12-03 13:16; VM_TIMER_OPTS now has --ack-delay 4000)
+#      before 2026-12-03 13:16; VM_TIMER_OPTS has had --ack-delay 4000
+#      since)
 #   L  H with --ack-delay 0
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/vm_perf_opts.sh"
