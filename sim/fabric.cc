@@ -432,8 +432,11 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
     if (g == kNone) break;
     const uint32_t b = r->group_begin[g];
     const uint32_t cnt = r->group_begin[g + 1] - b;
-    const uint32_t pick = choice % cnt;
-    choice /= cnt;
+    uint32_t pick = 0;
+    if (cnt > 1) {  // (a single next hop, e.g. T1 -> T0: no division)
+      pick = choice % cnt;
+      choice /= cnt;
+    }
     const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
     cur = port_to_[port];
     p->usids[p->usid_len++] = nodes_[cur].usid;
@@ -674,7 +677,12 @@ void Fabric::StartTx(Time now, uint32_t id) {
   --queued_packets_;
   p->next = nullptr;
   const uint32_t size = WireSize(p);
-  const Time ser = SerializationTime(size, pt.rate_bps);
+  // SerializationTime divides in 128 bits; a packet (< 2 MiB) times 8e12
+  // fits in 64, which gives the same quotient for less.
+  const Time ser = size < (1u << 21) && pt.rate_bps != 0
+                       ? static_cast<Time>(uint64_t{size} * 8 *
+                                           1000000000000ull / pt.rate_bps)
+                       : SerializationTime(size, pt.rate_bps);
   pt.busy_until = now + ser;
   ++pt.c.tx_packets;
   pt.c.tx_bytes += size;
