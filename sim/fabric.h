@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "routing/topology.h"
 #include "sim/event_queue.h"
+#include "sim/huge_alloc.h"
 #include "sim/sim_packet.h"
 #include "transport/base/random.h"
 
@@ -274,7 +275,7 @@ class Fabric {
   uint32_t DataQueueBytes(Time now, uint32_t id) const;
   // OK when every queue stayed within its limit and counts add up.
   absl::Status CheckInvariants() const;
-  const std::vector<Port>& ports() const { return ports_; }
+  const std::vector<Port, HugeAllocator<Port>>& ports() const { return ports_; }
   // Queue profiles of switch ports (Port::profile indexes this).
   const std::vector<QueueProfile>& profiles() const { return profiles_; }
   const routing::Topology& topology() const { return *topo_; }
@@ -361,7 +362,7 @@ class Fabric {
 
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
-  std::vector<Port> ports_;
+  std::vector<Port, HugeAllocator<Port>> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
   // Port::to of every port, compact (BuildCarrier walks it per packet; the
   // 128-byte ports would cost a cache miss per hop).

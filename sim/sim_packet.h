@@ -16,17 +16,14 @@
 #ifndef PRISM_SIM_SIM_PACKET_H_
 #define PRISM_SIM_SIM_PACKET_H_
 
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "prism/packet.h"
 #include "prism/types.h"
+#include "sim/huge_alloc.h"
 
 namespace prism::sim {
 
@@ -112,20 +109,16 @@ class PacketPool {
   // pages where the kernel offers them (madvise mode): live packets are
   // spread over hundreds of MiB and every hop touches one, so with 4 KiB
   // pages nearly every packet access also missed the TLB.
-  static constexpr size_t kChunkBytes = size_t{2} << 20;
+  static constexpr size_t kChunkBytes = kHugePageBytes;
   static constexpr size_t kChunk = kChunkBytes / sizeof(SimPacket);
   struct ChunkFree {
     void operator()(SimPacket* c) const {
       std::destroy_n(c, kChunk);
-      std::free(c);
+      FreeHuge(c);
     }
   };
   void Grow() {
-    void* mem = std::aligned_alloc(kChunkBytes, kChunkBytes);
-    if (mem == nullptr) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    madvise(mem, kChunkBytes, MADV_HUGEPAGE);  // a hint; failure is harmless
-#endif
+    void* mem = AllocHuge(kChunkBytes);
     SimPacket* c = static_cast<SimPacket*>(mem);
     std::uninitialized_default_construct_n(c, kChunk);
     chunks_.emplace_back(c);

@@ -518,7 +518,7 @@ void Simulator::TakeSample(Time now) {
     if (!s.host_bytes.empty()) s.host_bytes[f.dst] += d;
     s.total_bytes += d;
   }
-  const std::vector<Port>& ports = fabric_->ports();
+  const auto& ports = fabric_->ports();
   for (uint32_t id = 0; id < ports.size(); ++id) {
     if (ports[id].host_port) continue;
     const uint32_t q = fabric_->DataQueueBytes(now, id);
