@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "prism/types.h"
+#include "sim/huge_alloc.h"
 
 namespace prism::sim {
 
@@ -107,7 +108,7 @@ class EventQueue {
   };
   static constexpr uint32_t kNil = 0xffffffffu;
   uint32_t NewChunk();
-  std::vector<Chunk> chunks_;
+  std::vector<Chunk, HugeAllocator<Chunk>> chunks_;
   uint32_t free_ = kNil;
   std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
   std::vector<uint32_t> tail_;

@@ -432,8 +432,11 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
     if (g == kNone) break;
     const uint32_t b = r->group_begin[g];
     const uint32_t cnt = r->group_begin[g + 1] - b;
-    const uint32_t pick = choice % cnt;
-    choice /= cnt;
+    uint32_t pick = 0;
+    if (cnt > 1) {  // (a single next hop, e.g. T1 -> T0: no division)
+      pick = choice % cnt;
+      choice /= cnt;
+    }
     const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
     cur = port_to_[port];
     p->usids[p->usid_len++] = nodes_[cur].usid;
@@ -468,7 +471,45 @@ Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
   return since;
 }
 
-void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
+inline uint32_t Fabric::OutPort(uint32_t node, const NodeInfo& ni,
+                                const SimPacket* p, uint32_t usid_pos) const {
+  const uint32_t plane = p->plane;
+  const uint64_t h =
+      Mix(ni.seed ^
+          (static_cast<uint64_t>(p->entropy) << 32 ^
+           (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^ p->dst));
+  if (p->srv6) {
+    if (usid_pos < p->usid_len) {
+      const uint32_t next = usid_to_node_[plane][p->usids[usid_pos]];
+      return next != kNone ? NeighborPort(node, next, h) : kNone;
+    }
+    const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
+    return ports_[hp].from == node ? hp : kNone;
+  }
+  const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
+  if (ports_[hp].from == node) return hp;
+  const Routes* r = routes_[node].get();
+  const uint32_t g = r ? r->dst_group[host_t0_index_[p->dst]] : kNone;
+  if (g == kNone) return kNone;
+  const uint32_t b = r->group_begin[g];
+  const uint32_t cnt = r->group_begin[g + 1] - b;
+  return ni.port_base + r->group_ports[b + (cnt == 1 ? 0 : h % cnt)];
+}
+
+uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
+                             bool* exact) const {
+  *exact = false;
+  const uint32_t node = port_to_[wire_port];
+  if (node < hosts_ || node >= nodes_.size()) return kNone;
+  // Arrive matches the carrier's next uSID and shifts it first (a mismatch
+  // is dropped there, before the port is used).
+  const uint32_t pos =
+      p->srv6 && p->usid_pos < p->usid_len ? p->usid_pos + 1 : p->usid_pos;
+  *exact = p->srv6;
+  return OutPort(node, nodes_[node], p, pos);
+}
+
+void Fabric::Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out) {
   --on_wire_;
   if (ports_[p->last_port].epoch != p->epoch) {
     Drop(p, DropReason::kLinkDownInFlight);
@@ -487,41 +528,14 @@ void Fabric::Arrive(Time now, uint32_t node, SimPacket* p) {
     Drop(p, DropReason::kHopLimit);
     return;
   }
-  const uint32_t plane = p->plane;
-  uint32_t out = kNone;
-  const uint64_t h =
-      Mix(ni.seed ^
-          (static_cast<uint64_t>(p->entropy) << 32 ^
-           (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^ p->dst));
-  if (p->srv6) {
-    if (p->usid_pos < p->usid_len) {
-      if (p->usids[p->usid_pos] != ni.usid) {
-        Drop(p, DropReason::kUsidMismatch);
-        return;
-      }
-      ++p->usid_pos;
+  if (p->srv6 && p->usid_pos < p->usid_len) {
+    if (p->usids[p->usid_pos] != ni.usid) {
+      Drop(p, DropReason::kUsidMismatch);
+      return;
     }
-    if (p->usid_pos < p->usid_len) {
-      const uint32_t next = usid_to_node_[plane][p->usids[p->usid_pos]];
-      if (next != kNone) out = NeighborPort(node, next, h);
-    } else {
-      const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-      if (ports_[hp].from == node) out = hp;
-    }
-  } else {
-    const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-    if (ports_[hp].from == node) {
-      out = hp;
-    } else {
-      const Routes* r = routes_[node].get();
-      const uint32_t g = r ? r->dst_group[host_t0_index_[p->dst]] : kNone;
-      if (g != kNone) {
-        const uint32_t b = r->group_begin[g];
-        const uint32_t cnt = r->group_begin[g + 1] - b;
-        out = ni.port_base + r->group_ports[b + (cnt == 1 ? 0 : h % cnt)];
-      }
-    }
+    ++p->usid_pos;
   }
+  if (out == kNone) out = OutPort(node, ni, p, p->usid_pos);
   if (out == kNone) {
     Drop(p, DropReason::kNoRoute);
     return;
@@ -674,7 +688,12 @@ void Fabric::StartTx(Time now, uint32_t id) {
   --queued_packets_;
   p->next = nullptr;
   const uint32_t size = WireSize(p);
-  const Time ser = SerializationTime(size, pt.rate_bps);
+  // SerializationTime divides in 128 bits; a packet (< 2 MiB) times 8e12
+  // fits in 64, which gives the same quotient for less.
+  const Time ser = size < (1u << 21) && pt.rate_bps != 0
+                       ? static_cast<Time>(uint64_t{size} * 8 *
+                                           1000000000000ull / pt.rate_bps)
+                       : SerializationTime(size, pt.rate_bps);
   pt.busy_until = now + ser;
   ++pt.c.tx_packets;
   pt.c.tx_bytes += size;
@@ -707,7 +726,7 @@ void Fabric::StartTx(Time now, uint32_t id) {
   }
 }
 
-void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
+void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p, uint32_t out) {
   SimPacket* nx = p->next;
   if (nx == nullptr) {
     Port& pt = ports_[id];
@@ -719,7 +738,7 @@ void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p) {
     q_->Push(p->when, kWireKind, id, nx);
   }
   p->next = nullptr;
-  Arrive(now, ports_[id].to, p);
+  Arrive(now, port_to_[id], p, out);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {

@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "routing/topology.h"
 #include "sim/event_queue.h"
+#include "sim/huge_alloc.h"
 #include "sim/sim_packet.h"
 #include "transport/base/random.h"
 
@@ -239,6 +240,22 @@ class Fabric {
   Time CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
                         const SimPacket* p,
                         uint32_t* dead_port = nullptr) const;
+  // Looks ahead (changes nothing): the port that p, at the head of wire
+  // `wire_port`, will be queued on at the next switch, or kNoPort (it
+  // reaches a host, or has no route). For an SRv6 packet that is exactly
+  // the port its arrival picks (the carrier's tables are static and nothing
+  // touches a packet on a wire): *exact is set and OnWire may be handed
+  // it; for ECMP (tables change at convergence) it is a guess to prefetch.
+  uint32_t PeekOutPort(uint32_t wire_port, const SimPacket* p,
+                       bool* exact) const;
+  // Handles a kWireKind event; `out` is PeekOutPort's exact answer for its
+  // packet, or kNoPort (then the route is looked up as usual).
+  void OnWire(const Event& e, uint32_t out) {
+    WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
+  }
+  // Prefetch only: the node at the far end of port `id`.
+  uint32_t port_to(uint32_t id) const { return port_to_[id]; }
+  static constexpr uint32_t kNoPort = 0xffffffffu;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
   }
@@ -274,7 +291,7 @@ class Fabric {
   uint32_t DataQueueBytes(Time now, uint32_t id) const;
   // OK when every queue stayed within its limit and counts add up.
   absl::Status CheckInvariants() const;
-  const std::vector<Port>& ports() const { return ports_; }
+  const std::vector<Port, HugeAllocator<Port>>& ports() const { return ports_; }
   // Queue profiles of switch ports (Port::profile indexes this).
   const std::vector<QueueProfile>& profiles() const { return profiles_; }
   const routing::Topology& topology() const { return *topo_; }
@@ -312,7 +329,12 @@ class Fabric {
   };
   static constexpr uint32_t kNone = 0xffffffffu;
 
-  void Arrive(Time now, uint32_t node, SimPacket* p);
+  // `out`: the output port if already known (PeekOutPort), else kNone.
+  void Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out = kNone);
+  // The port a packet at switch `node` leaves on (kNone: no route), with
+  // its carrier at `usid_pos` (already shifted past this switch). Pure.
+  uint32_t OutPort(uint32_t node, const NodeInfo& ni, const SimPacket* p,
+                   uint32_t usid_pos) const;
   void Enqueue(Time now, uint32_t port, SimPacket* p);
   // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
@@ -322,7 +344,7 @@ class Fabric {
   // wire to come back for them, schedules a port-done when it is free.
   void CatchUp(Time now, uint32_t port);
   void PortDone(Time now, uint32_t port);
-  void WireArrive(Time now, uint32_t port, SimPacket* p);
+  void WireArrive(Time now, uint32_t port, SimPacket* p, uint32_t out = kNone);
   void Flush(uint32_t port);
   // Refreshes nic_room_ for NIC port pt.
   void SetNicRoom(const Port& pt) {
@@ -361,7 +383,7 @@ class Fabric {
 
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
-  std::vector<Port> ports_;
+  std::vector<Port, HugeAllocator<Port>> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
   // Port::to of every port, compact (BuildCarrier walks it per packet; the
   // 128-byte ports would cost a cache miss per hop).

@@ -21,6 +21,8 @@ constexpr size_t kRxBurst = 32;
 constexpr Time kRxBatch = 250 * kNanosecond;
 constexpr uint32_t kWakeTag = 1;
 constexpr uint32_t kRxTag = 2;
+static_assert(wire::kMaxHeaderSize <= kSimHeaderBytes,
+              "a SimPacket must hold every Prism header");
 
 class PrismDriver;
 
@@ -358,6 +360,11 @@ void PrismHost::Pull(Time now) {
       const TxPacket& t = d_->txv_[i];
       SimPacket* p = sim.pool().Alloc();
       ResetPacket(p);
+      if (t.header_len > kSimHeaderBytes) {  // not in this wire format
+        ++post_errors_;
+        fab.Drop(p, DropReason::kNoRoute);
+        continue;
+      }
       std::memcpy(p->header, t.header, t.header_len);
       p->header_len = t.header_len;
       p->payload = t.payload;

@@ -23,6 +23,7 @@
 
 #include "prism/packet.h"
 #include "prism/types.h"
+#include "sim/huge_alloc.h"
 
 namespace prism::sim {
 
@@ -34,7 +35,11 @@ enum class BlType : uint8_t { kNone = 0, kData, kAck, kNak, kCnp };
 // Field order: what every hop reads (queue link, wire arrival time, route
 // and queue metadata, SRv6 carrier) fills the first cache line; the slot is
 // cache-line aligned so a hop touches one line of the packet. Payload
-// pointer, baseline fields and header bytes follow (read at the hosts).
+// pointer, baseline fields and header bytes follow (read at the hosts). A
+// slot is three lines (192 bytes): the header bytes hold the largest header
+// the wire format has (wire::kMaxHeaderSize, 84 bytes, checked where the
+// Prism host copies them in), not TxPacket's 128-byte bound.
+inline constexpr size_t kSimHeaderBytes = 100;
 struct alignas(64) SimPacket {
   SimPacket* next = nullptr;  // intrusive queue link
   // Queued at a port: when it was queued (a switch port decides its
@@ -59,19 +64,19 @@ struct alignas(64) SimPacket {
   uint8_t usid_pos = 0;  // next uSID to match
   uint8_t hops = 0;
   uint16_t usids[kMaxUsids] = {};
-  // Second line: host-side fields.
+  uint16_t path = 0;  // the engine's path id (read at the hosts)
+  // Second and third lines: host-side fields.
   const uint8_t* payload = nullptr;
-  uint16_t path = 0;
-  // Baseline transports.
-  BlType bl_type = BlType::kNone;
-  uint16_t bl_qp = 0;
+  Time sent_at = 0;  // baseline transports
   uint32_t bl_flow = 0;
   uint32_t bl_psn = 0;
-  Time sent_at = 0;
-  uint8_t header[TxPacket::kMaxHeaderBytes];
+  uint16_t bl_qp = 0;
+  BlType bl_type = BlType::kNone;
+  uint8_t header[kSimHeaderBytes];
 };
 static_assert(offsetof(SimPacket, usids) + sizeof(uint16_t) * kMaxUsids <= 64,
               "per-hop fields must fit the first cache line");
+static_assert(sizeof(SimPacket) == 192, "a packet slot is three cache lines");
 
 class PacketPool {
  public:
@@ -100,16 +105,29 @@ class PacketPool {
   size_t capacity() const { return chunks_.size() * kChunk; }
 
  private:
-  static constexpr size_t kChunk = 4096;
+  // A chunk is one 2 MiB block, aligned and marked for transparent huge
+  // pages where the kernel offers them (madvise mode): live packets are
+  // spread over hundreds of MiB and every hop touches one, so with 4 KiB
+  // pages nearly every packet access also missed the TLB.
+  static constexpr size_t kChunkBytes = kHugePageBytes;
+  static constexpr size_t kChunk = kChunkBytes / sizeof(SimPacket);
+  struct ChunkFree {
+    void operator()(SimPacket* c) const {
+      std::destroy_n(c, kChunk);
+      FreeHuge(c);
+    }
+  };
   void Grow() {
-    chunks_.emplace_back(new SimPacket[kChunk]);
-    SimPacket* c = chunks_.back().get();
+    void* mem = AllocHuge(kChunkBytes);
+    SimPacket* c = static_cast<SimPacket*>(mem);
+    std::uninitialized_default_construct_n(c, kChunk);
+    chunks_.emplace_back(c);
     for (size_t i = 0; i < kChunk; ++i) {
       c[i].next = free_;
       free_ = &c[i];
     }
   }
-  std::vector<std::unique_ptr<SimPacket[]>> chunks_;
+  std::vector<std::unique_ptr<SimPacket, ChunkFree>> chunks_;
   SimPacket* free_ = nullptr;
   uint64_t allocated_ = 0;
   uint64_t freed_ = 0;

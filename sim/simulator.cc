@@ -518,7 +518,7 @@ void Simulator::TakeSample(Time now) {
     if (!s.host_bytes.empty()) s.host_bytes[f.dst] += d;
     s.total_bytes += d;
   }
-  const std::vector<Port>& ports = fabric_->ports();
+  const auto& ports = fabric_->ports();
   for (uint32_t id = 0; id < ports.size(); ++id) {
     if (ports[id].host_port) continue;
     const uint32_t q = fabric_->DataQueueBytes(now, id);
@@ -534,25 +534,67 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   const double rss0 = ResidentMiB();
   const Time end = sc_.duration;
   uint64_t n = 0;
+  uint64_t pops = 0;
   Time now = 0;
   const Port* const ports = fabric_->ports().data();
   while (!queue_.empty() && flows_done_ < flows_.size()) {
     if (queue_.next_time() > end) break;
     const Event e = queue_.Pop();
-    // Start loading what the next two events touch (the timer, or the port
-    // and for an arrival also its packet), so that those cache misses
-    // overlap with handling this one. No effect on results.
-    // For the very next port-done, whose port was prefetched one event ago,
-    // also the packet it will transmit.
-    for (size_t i = 0; i < 2; ++i) {
-      const Event* ne = queue_.PeekReady(i);
-      if (ne == nullptr) break;
-      __builtin_prefetch(ne->ptr);
+    // Start loading what the next events touch, one step of their chain
+    // of dependent loads at a time, so that those cache misses overlap
+    // with handling the events before them (a switch hop alone is shorter
+    // than one miss): kAhead events ahead the event's packet and port (or
+    // timer); kRoute ahead, for a wire arrival at a switch, the port it will
+    // be queued on (found from its packet, which has come in by then; kept
+    // for the arrival when exact) and for a port-done the packet it will
+    // transmit; kTail ahead, the packets whose links that enqueue or
+    // transmit writes (queue and wire tails). No effect on results.
+    ++pops;
+    if (const Event* ne = queue_.PeekReady(kAhead)) {
       if (ne->kind == Fabric::kWireKind) {
+        __builtin_prefetch(ne->ptr);
         __builtin_prefetch(&ports[ne->arg]);
-      } else if (i == 0 && ne->kind == Fabric::kPortDoneKind) {
+      } else {
+        __builtin_prefetch(ne->ptr);  // the port of a port-done, a timer
+      }
+    }
+    if (const Event* ne = queue_.PeekReady(kRoute)) {
+      if (ne->kind == Fabric::kWireKind) {
+        const auto* p = static_cast<const SimPacket*>(ne->ptr);
+        bool exact = false;
+        const uint32_t out = fabric_->PeekOutPort(ne->arg, p, &exact);
+        Hint& h = hints_[(pops + 1 + kRoute) % kHints];
+        h.seq = ne->seq;
+        h.out = exact ? out : Fabric::kNoPort;
+        h.prefetched = out;
+        if (out != Fabric::kNoPort) {
+          const char* o = reinterpret_cast<const char*>(&ports[out]);
+          __builtin_prefetch(o);
+          __builtin_prefetch(o + 64);
+          __builtin_prefetch(o + 128);
+          __builtin_prefetch(o + sizeof(Port) - 1);
+        } else {
+          const uint32_t to = fabric_->port_to(ne->arg);
+          if (to < agents_.size()) __builtin_prefetch(agents_[to]);
+        }
+      } else if (ne->kind == Fabric::kPortDoneKind) {
         const Port& pt = ports[ne->arg];
         __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head : pt.dq_head);
+      }
+    }
+    if (const Event* ne = queue_.PeekReady(kTail)) {
+      if (ne->kind == Fabric::kWireKind) {
+        const Hint& h = hints_[(pops + 1 + kTail) % kHints];
+        if (h.seq == ne->seq && h.prefetched != Fabric::kNoPort) {
+          const Port& o = ports[h.prefetched];
+          if (o.dq_tail != nullptr) __builtin_prefetch(o.dq_tail, 1);
+          if (o.busy_until <= ne->time && o.wire_tail != nullptr) {
+            __builtin_prefetch(o.wire_tail, 1);
+          }
+        }
+      } else if (ne->kind == Fabric::kPortDoneKind) {
+        const SimPacket* tail = ports[ne->arg].wire_tail;
+        if (tail != nullptr) __builtin_prefetch(tail, 1);
       }
     }
     now = e.time;
@@ -561,10 +603,12 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         ++result_.timer_events;
         static_cast<Timer*>(e.ptr)->Fire(queue_, e);
         break;
-      case Fabric::kWireKind:
+      case Fabric::kWireKind: {
         ++result_.wire_events;
-        fabric_->HandleEvent(e);
+        const Hint& h = hints_[pops % kHints];
+        fabric_->OnWire(e, h.seq == e.seq ? h.out : Fabric::kNoPort);
         break;
+      }
       case Fabric::kPortDoneKind:
         ++result_.port_done_events;
         fabric_->HandleEvent(e);

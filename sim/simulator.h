@@ -300,6 +300,17 @@ class Simulator : public FabricClient {
   std::unique_ptr<Verifier> verifier_;
   std::unique_ptr<TransportDriver> driver_;
   std::vector<HostAgent*> agents_;
+  // Run's look-ahead (see there): how many events ahead each step runs,
+  // and the out port found for an upcoming wire arrival (by its place in
+  // the pop order; `seq` confirms it is still the same event: one pushed
+  // meanwhile may have overtaken it).
+  static constexpr size_t kTail = 1, kRoute = 3, kAhead = 6, kHints = 8;
+  struct Hint {
+    uint64_t seq = ~0ull;
+    uint32_t out = Fabric::kNoPort;         // exact: handed to the arrival
+    uint32_t prefetched = Fabric::kNoPort;  // exact or a guess
+  };
+  Hint hints_[kHints];
   std::vector<FaultAction> faults_;
   std::vector<double> ideal_rate_;
   uint64_t InitialClassBytes() const;

@@ -61,6 +61,7 @@ class Verifier {
 
   const std::vector<Flow>* flows_;
   uint32_t mtu_;
+  int mtu_shift_;  // log2(mtu_) when a power of two, else -1
   bool check_bytes_;
   std::vector<uint8_t> pattern_;
   std::vector<uint32_t> packets_;
