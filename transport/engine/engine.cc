@@ -111,6 +111,7 @@
 #include "prism/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +161,17 @@ struct TxSlot {
   uint8_t state = kFree;
   uint8_t tx_count = 0;
 };
+
+// A slot's state and tx_count in one load (adjacent bytes, state first);
+// kInFlightOnce: in flight, sent once.
+static_assert(offsetof(TxSlot, tx_count) == offsetof(TxSlot, state) + 1);
+static_assert(std::endian::native == std::endian::little);
+constexpr uint16_t kInFlightOnce = kInFlight | (1u << 8);
+[[gnu::always_inline]] inline uint16_t StateAndCount(const TxSlot& s) {
+  uint16_t v;
+  memcpy(&v, &s.state, sizeof(v));
+  return v;
+}
 
 // Per-path sender state (allocated with the sender state, one per path):
 // PathInfo holds what every transmission and its ack touch, in one 64-byte
@@ -1422,6 +1434,16 @@ class Engine::Impl {
     s.prev_path = s.next_path = s.prev_all = s.next_all = kNil;
   }
 
+  // After slots were cut off the head of the send-order list (OnSack): the
+  // new head has no predecessor, an empty list no tail.
+  static void FixAllHead(Conn* c) {
+    if (c->all_head != kNil) {
+      c->slots[c->all_head].prev_all = kNil;
+    } else {
+      c->all_tail = kNil;
+    }
+  }
+
   // Slot in flight -> lost: out of the lists, queued for retransmission.
   void MarkLost(Conn* c, uint64_t psn, bool front) {
     const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
@@ -2306,14 +2328,90 @@ class Engine::Impl {
       const Time slow = c->srtt > 0 ? 2 * c->srtt : kTimeInfinite;
       uint64_t bytes = 0;
       uint32_t pkts = 0;
-      uint32_t msn = 0, msn_pkts = 0;
-      for (; q < cum; ++q) {
+      // The message of the run so far (its first slot's: a change of
+      // message, not an empty run, ends it) and its packets in the run.
+      uint32_t msn = q < cum ? c->slots[q & c->win_mask].msn : 0;
+      uint32_t msn_pkts = 0;
+      while (q < cum) {
+        // A run of such slots at the head of the send-order list (each one
+        // then heads its path's list too: both lists are in send order):
+        // cut off both heads without the general unlink, with the arrays
+        // and the list head in locals; the new head's prev_all is set once
+        // after the run, the freed slots' own links are left as they are
+        // (LinkSlot sets all four when a slot is sent again; nothing reads
+        // them before). The latest send time acked (rack_sent, and the
+        // answered-probe test that depends on it) is taken once from the
+        // run's maximum. What NoteCopyAcked does otherwise, per slot.
+        {
+          TxSlot* const slots = c->slots.data();
+          PathInfo* const paths = c->paths.data();
+          const uint8_t* const plane_of = c->plane_of.data();
+          const uint64_t mask = c->win_mask;
+          const uint32_t head0 = c->all_head;
+          uint32_t head = head0;
+          Time max_sent = run.rack_sent;
+          while (q < cum) {
+            const uint32_t idx = static_cast<uint32_t>(q & mask);
+            TxSlot& s = slots[idx];
+            if (idx != head || StateAndCount(s) != kInFlightOnce || q == trig ||
+                now - s.sent_time > slow) {
+              break;
+            }
+#ifndef NDEBUG
+            if (s.prev_path != kNil) std::abort();  // lists out of order
+#endif
+            PathInfo& p = paths[s.path];
+            head = s.next_all;
+            const uint32_t np = s.next_path;
+            p.head = np;
+            if (np != kNil) {
+              slots[np].prev_path = kNil;
+            } else {
+              p.tail = kNil;
+            }
+            if (!p.any_acked ||
+                static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+              p.acked_seq_hi = s.path_seq;
+              p.any_acked = true;
+            }
+            const Time st = s.sent_time;
+            if (st > p.last_acked_sent) p.last_acked_sent = st;
+            max_sent = std::max(max_sent, st);
+            Time& pr = c->plane_rack_sent[plane_of[s.path]];
+            if (st > pr) pr = st;
+            if (!p.dirty) {
+              p.dirty = true;
+              c->dirty_paths.push_back(s.path);
+            }
+            s.state = kFree;
+            ++p.st.acked_packets;
+            bytes += s.len;
+            ++pkts;
+            if (s.msn != msn) {
+              if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+              msn = s.msn;
+              msn_pkts = 0;
+            }
+            ++msn_pkts;
+            ++q;
+          }
+          if (head != head0) {
+            c->all_head = head;
+            FixAllHead(c);
+            run.rack_sent = max_sent;
+            if (c->tlp_stall_at > c->tlp_rack && max_sent >= c->tlp_stall_at) {
+              c->tlp_rack = c->tlp_stall_at;  // a probe or data got through
+            }
+          }
+        }
+        if (q >= cum) break;
         const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
         TxSlot& s = c->slots[idx];
-        if (s.state != kInFlight || s.tx_count != 1 || q == trig ||
+        if (StateAndCount(s) != kInFlightOnce || q == trig ||
             now - s.sent_time > slow) {
           AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
                   /*cumulative=*/true);
+          ++q;
           continue;
         }
         PathInfo& p = c->paths[s.path];
@@ -2323,12 +2421,13 @@ class Engine::Impl {
         ++p.st.acked_packets;
         bytes += s.len;
         ++pkts;
-        if (s.msn != msn || msn_pkts == 0) {
+        if (s.msn != msn) {
           if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
           msn = s.msn;
           msn_pkts = 0;
         }
         ++msn_pkts;
+        ++q;
       }
       if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
       if (pkts > 0) {
