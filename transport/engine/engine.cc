@@ -360,7 +360,8 @@ struct Conn {
   std::vector<uint64_t> retx;  // ring of PSNs to retransmit
   uint64_t retx_head = 0, retx_tail = 0;
   uint64_t inflight_bytes = 0;
-  uint64_t cwnd = 0;
+  uint64_t cwnd = 0;    // cc->window_bytes() (ReadCc)
+  uint64_t pacing = 0;  // cc->pacing_rate_bps(), 0: window only (ReadCc)
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
@@ -809,7 +810,7 @@ class Engine::Impl {
     c->max_msgs = c->opt.max_outstanding_messages;
     const uint64_t start = (uint64_t{1} << 32) + c->initial_psn;
     c->next_assign_psn = c->snd_una = c->snd_nxt = start;
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
     // Receiver state.
     c->rx_bits.assign(c->win / 64, 0);
     c->rcv_nxt = c->rcv_high = (uint64_t{1} << 32) + remote.initial_psn;
@@ -1386,6 +1387,14 @@ class Engine::Impl {
     return congestion::MakeController(cc);
   }
   void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
+
+  // The controller's outputs that the sender reads, cached in the
+  // connection: read again after each of its events (OnAck, OnTimeout), the
+  // only calls that change them.
+  static void ReadCc(Conn* c) {
+    c->cwnd = c->cc->window_bytes();
+    c->pacing = c->cc->pacing_rate_bps();
+  }
 
   // ------------------------------------------------------ lists (sender)
   void LinkSlot(Conn* c, uint32_t idx) {
@@ -2539,7 +2548,7 @@ class Engine::Impl {
     ev.stranded = Stranded(c, now);
     ev.stranded_bytes = StrandedBytes(c, now);
     c->cc->OnAck(ev);
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
     CompleteWrites(c);
   }
 
@@ -2693,7 +2702,7 @@ class Engine::Impl {
     }
     ev.inflight_bytes = c->inflight_bytes;
     c->cc->OnAck(ev);
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
   }
 
   // Completes every outstanding WRITE with `code` (the one with MSN
@@ -2758,11 +2767,12 @@ class Engine::Impl {
       ev.stranded = Stranded(c, now);
       ev.stranded_bytes = StrandedBytes(c, now);
       c->cc->OnAck(ev);
-      c->cwnd = c->cc->window_bytes();
+      ReadCc(c);
       if (c->all_head == kNil) return;
     }
     const Time rto_time = c->RtoTime();
-    if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
+    const Time tlp_time = c->TlpTime();
+    if (tlp_time <= now && tlp_time < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
       // while data is in flight, well before the RTO.
       // - Transmissions older than a PTO with one sent after them acked
@@ -2813,7 +2823,7 @@ class Engine::Impl {
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
         c->cc->OnAck(ev);
-        c->cwnd = c->cc->window_bytes();
+        ReadCc(c);
       }
       ++c->tlp_fired;
       if (c->tlp_fired == 1) c->tlp_stall_at = now;
@@ -2853,7 +2863,7 @@ class Engine::Impl {
     if (!delivering) {
       if (c->backoff < kMaxBackoff) ++c->backoff;
       c->cc->OnTimeout(now);
-      c->cwnd = c->cc->window_bytes();
+      ReadCc(c);
     }
     c->no_path = false;
   }
@@ -2902,7 +2912,7 @@ class Engine::Impl {
     }
     // Data: retransmissions first, then new packets, window permitting.
     constexpr size_t kQuantum = 64;
-    const uint64_t rate = c->cc->pacing_rate_bps();  // 0: window only
+    const uint64_t rate = c->pacing;  // 0: window only
     size_t data = 0;
     // Paths picked ahead for new packets that are certain to be sent (see
     // below): exactly the NextPath calls the loop would make, in one call.
