@@ -2187,8 +2187,8 @@ class Engine::Impl {
   // the path and the connection's send order: the path's highest acked send
   // sequence and latest acked send time, the run's and the plane's latest
   // acked send time, an answered tail-loss probe, and the path marked for
-  // OnSack's per-path pass. Shared by AckSlot and OnSack's cumulative run
-  // loop (inlined into both).
+  // OnSack's per-path pass (when anything is left in flight on it). Shared by
+  // AckSlot and OnSack's cumulative run loop (inlined into both).
   __attribute__((always_inline)) void NoteCopyAcked(Conn* c, PathInfo& p,
                                                     const TxSlot& s,
                                                     SackRun& run) {
@@ -2203,7 +2203,10 @@ class Engine::Impl {
     if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
       c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
     }
-    if (!p.dirty) {
+    // (A path left with nothing in flight needs no pass: FinishAckBatch's
+    // loss inference looks at what is still in flight on it, and nothing
+    // joins a path's list while a SACK is processed.)
+    if (!p.dirty && p.head != kNil) {
       p.dirty = true;
       c->dirty_paths.push_back(s.path);
     }
@@ -2388,7 +2391,7 @@ class Engine::Impl {
             max_sent = std::max(max_sent, st);
             Time& pr = c->plane_rack_sent[plane_of[s.path]];
             if (st > pr) pr = st;
-            if (!p.dirty) {
+            if (!p.dirty && np != kNil) {  // see NoteCopyAcked
               p.dirty = true;
               c->dirty_paths.push_back(s.path);
             }
