@@ -115,6 +115,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -2362,11 +2363,20 @@ class Engine::Impl {
           const uint32_t head0 = c->all_head;
           uint32_t head = head0;
           Time max_sent = run.rack_sent;
-          while (q < cum) {
+          // The run stops at the trigger (AckSlot: its RTT sample and ECN)
+          // and at a slot sent before `oldest` (acked after over twice the
+          // RTT, now - s.sent_time > slow: AckSlot, the selector gets its
+          // delay). Fewer values live across the loop.
+          const uint64_t stop = trig >= q && trig < cum ? trig : cum;
+          const Time oldest = slow == kTimeInfinite
+                                  ? std::numeric_limits<Time>::min()
+                                  : now - slow;
+          const uint64_t q0 = q;
+          while (q < stop) {
             const uint32_t idx = static_cast<uint32_t>(q & mask);
             TxSlot& s = slots[idx];
-            if (idx != head || StateAndCount(s) != kInFlightOnce || q == trig ||
-                now - s.sent_time > slow) {
+            if (idx != head || StateAndCount(s) != kInFlightOnce ||
+                s.sent_time < oldest) {
               break;
             }
 #ifndef NDEBUG
@@ -2398,7 +2408,6 @@ class Engine::Impl {
             s.state = kFree;
             ++p.st.acked_packets;
             bytes += s.len;
-            ++pkts;
             if (s.msn != msn) {
               if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
               msn = s.msn;
@@ -2407,6 +2416,7 @@ class Engine::Impl {
             ++msn_pkts;
             ++q;
           }
+          pkts += static_cast<uint32_t>(q - q0);
           if (head != head0) {
             c->all_head = head;
             FixAllHead(c);
