@@ -2022,12 +2022,10 @@ class Engine::Impl {
       // rcv_msn_next passes only delivered messages), bytes left.
       if (!m.active || m.received + plen > msg_len) break;
       // Accepted (what OnData does for it; pkt_ gets the last packet's
-      // fields at the end).
-      ++stats_.rx_packets;
+      // fields, stats_.rx_packets and last_heard the run's at the end).
       const uint64_t send_ts = Get64(p + off::kDSendTs);
       last = p;
       last_payload = payload;
-      c->last_heard = now;
       // CommitData.
       uint8_t* const dst = region_base + (addr - region_addr);
       if (payload != dst &&
@@ -2080,6 +2078,10 @@ class Engine::Impl {
       }
     }
     if (last != nullptr) {
+      // Every packet before j was accepted (a rejected one ends the run at
+      // its own index, a failed placement after counting itself).
+      stats_.rx_packets += j;
+      c->last_heard = now;
       // pkt_: the last packet's fields (as decoding it would).
       h.psn = Get32(last + off::kDPsn);
       h.msg_offset = Get32(last + off::kDMsgOffset);
