@@ -2585,12 +2585,16 @@ class Engine::Impl {
   // kStrandedScan of them. Bounded; no allocation.
   static uint64_t StrandedBytes(const Conn* c, Time now) {
     if (c->srtt == 0) return 0;
+    // Younger than srtt (sent_time + srtt > now) or not overtaken
+    // (sent_time >= rack_sent): sent after `last`, one compare per slot.
+    const Time last = std::min(now - c->srtt, c->rack_sent - 1);
+    const TxSlot* const slots = c->slots.data();
     uint64_t bytes = 0;
     uint32_t n = 0;
     for (uint32_t i = c->all_head; i != kNil && n < kStrandedScan;
-         i = c->slots[i].next_all, ++n) {
-      const TxSlot& s = c->slots[i];
-      if (s.sent_time + c->srtt > now || s.sent_time >= c->rack_sent) break;
+         i = slots[i].next_all, ++n) {
+      const TxSlot& s = slots[i];
+      if (s.sent_time > last) break;
       bytes += s.len;
     }
     return bytes;
