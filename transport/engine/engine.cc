@@ -111,9 +111,11 @@
 #include "prism/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -160,6 +162,17 @@ struct TxSlot {
   uint8_t state = kFree;
   uint8_t tx_count = 0;
 };
+
+// A slot's state and tx_count in one load (adjacent bytes, state first);
+// kInFlightOnce: in flight, sent once.
+static_assert(offsetof(TxSlot, tx_count) == offsetof(TxSlot, state) + 1);
+static_assert(std::endian::native == std::endian::little);
+constexpr uint16_t kInFlightOnce = kInFlight | (1u << 8);
+[[gnu::always_inline]] inline uint16_t StateAndCount(const TxSlot& s) {
+  uint16_t v;
+  memcpy(&v, &s.state, sizeof(v));
+  return v;
+}
 
 // Per-path sender state (allocated with the sender state, one per path):
 // PathInfo holds what every transmission and its ack touch, in one 64-byte
@@ -348,7 +361,8 @@ struct Conn {
   std::vector<uint64_t> retx;  // ring of PSNs to retransmit
   uint64_t retx_head = 0, retx_tail = 0;
   uint64_t inflight_bytes = 0;
-  uint64_t cwnd = 0;
+  uint64_t cwnd = 0;    // cc->window_bytes() (ReadCc)
+  uint64_t pacing = 0;  // cc->pacing_rate_bps(), 0: window only (ReadCc)
   Time srtt = 0, rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
@@ -797,7 +811,7 @@ class Engine::Impl {
     c->max_msgs = c->opt.max_outstanding_messages;
     const uint64_t start = (uint64_t{1} << 32) + c->initial_psn;
     c->next_assign_psn = c->snd_una = c->snd_nxt = start;
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
     // Receiver state.
     c->rx_bits.assign(c->win / 64, 0);
     c->rcv_nxt = c->rcv_high = (uint64_t{1} << 32) + remote.initial_psn;
@@ -1375,6 +1389,14 @@ class Engine::Impl {
   }
   void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
 
+  // The controller's outputs that the sender reads, cached in the
+  // connection: read again after each of its events (OnAck, OnTimeout), the
+  // only calls that change them.
+  static void ReadCc(Conn* c) {
+    c->cwnd = c->cc->window_bytes();
+    c->pacing = c->cc->pacing_rate_bps();
+  }
+
   // ------------------------------------------------------ lists (sender)
   void LinkSlot(Conn* c, uint32_t idx) {
     TxSlot& s = c->slots[idx];
@@ -1420,6 +1442,16 @@ class Engine::Impl {
       c->all_tail = s.prev_all;
     }
     s.prev_path = s.next_path = s.prev_all = s.next_all = kNil;
+  }
+
+  // After slots were cut off the head of the send-order list (OnSack): the
+  // new head has no predecessor, an empty list no tail.
+  static void FixAllHead(Conn* c) {
+    if (c->all_head != kNil) {
+      c->slots[c->all_head].prev_all = kNil;
+    } else {
+      c->all_tail = kNil;
+    }
   }
 
   // Slot in flight -> lost: out of the lists, queued for retransmission.
@@ -1990,12 +2022,10 @@ class Engine::Impl {
       // rcv_msn_next passes only delivered messages), bytes left.
       if (!m.active || m.received + plen > msg_len) break;
       // Accepted (what OnData does for it; pkt_ gets the last packet's
-      // fields at the end).
-      ++stats_.rx_packets;
+      // fields, stats_.rx_packets and last_heard the run's at the end).
       const uint64_t send_ts = Get64(p + off::kDSendTs);
       last = p;
       last_payload = payload;
-      c->last_heard = now;
       // CommitData.
       uint8_t* const dst = region_base + (addr - region_addr);
       if (payload != dst &&
@@ -2048,6 +2078,10 @@ class Engine::Impl {
       }
     }
     if (last != nullptr) {
+      // Every packet before j was accepted (a rejected one ends the run at
+      // its own index, a failed placement after counting itself).
+      stats_.rx_packets += j;
+      c->last_heard = now;
       // pkt_: the last packet's fields (as decoding it would).
       h.psn = Get32(last + off::kDPsn);
       h.msg_offset = Get32(last + off::kDMsgOffset);
@@ -2156,8 +2190,8 @@ class Engine::Impl {
   // the path and the connection's send order: the path's highest acked send
   // sequence and latest acked send time, the run's and the plane's latest
   // acked send time, an answered tail-loss probe, and the path marked for
-  // OnSack's per-path pass. Shared by AckSlot and OnSack's cumulative run
-  // loop (inlined into both).
+  // OnSack's per-path pass (when anything is left in flight on it). Shared by
+  // AckSlot and OnSack's cumulative run loop (inlined into both).
   __attribute__((always_inline)) void NoteCopyAcked(Conn* c, PathInfo& p,
                                                     const TxSlot& s,
                                                     SackRun& run) {
@@ -2172,7 +2206,10 @@ class Engine::Impl {
     if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
       c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
     }
-    if (!p.dirty) {
+    // (A path left with nothing in flight needs no pass: FinishAckBatch's
+    // loss inference looks at what is still in flight on it, and nothing
+    // joins a path's list while a SACK is processed.)
+    if (!p.dirty && p.head != kNil) {
       p.dirty = true;
       c->dirty_paths.push_back(s.path);
     }
@@ -2306,14 +2343,99 @@ class Engine::Impl {
       const Time slow = c->srtt > 0 ? 2 * c->srtt : kTimeInfinite;
       uint64_t bytes = 0;
       uint32_t pkts = 0;
-      uint32_t msn = 0, msn_pkts = 0;
-      for (; q < cum; ++q) {
+      // The message of the run so far (its first slot's: a change of
+      // message, not an empty run, ends it) and its packets in the run.
+      uint32_t msn = q < cum ? c->slots[q & c->win_mask].msn : 0;
+      uint32_t msn_pkts = 0;
+      while (q < cum) {
+        // A run of such slots at the head of the send-order list (each one
+        // then heads its path's list too: both lists are in send order):
+        // cut off both heads without the general unlink, with the arrays
+        // and the list head in locals; the new head's prev_all is set once
+        // after the run, the freed slots' own links are left as they are
+        // (LinkSlot sets all four when a slot is sent again; nothing reads
+        // them before). The latest send time acked (rack_sent, and the
+        // answered-probe test that depends on it) is taken once from the
+        // run's maximum. What NoteCopyAcked does otherwise, per slot.
+        {
+          TxSlot* const slots = c->slots.data();
+          PathInfo* const paths = c->paths.data();
+          const uint8_t* const plane_of = c->plane_of.data();
+          const uint64_t mask = c->win_mask;
+          const uint32_t head0 = c->all_head;
+          uint32_t head = head0;
+          Time max_sent = run.rack_sent;
+          // The run stops at the trigger (AckSlot: its RTT sample and ECN)
+          // and at a slot sent before `oldest` (acked after over twice the
+          // RTT, now - s.sent_time > slow: AckSlot, the selector gets its
+          // delay). Fewer values live across the loop.
+          const uint64_t stop = trig >= q && trig < cum ? trig : cum;
+          const Time oldest = slow == kTimeInfinite
+                                  ? std::numeric_limits<Time>::min()
+                                  : now - slow;
+          const uint64_t q0 = q;
+          while (q < stop) {
+            const uint32_t idx = static_cast<uint32_t>(q & mask);
+            TxSlot& s = slots[idx];
+            if (idx != head || StateAndCount(s) != kInFlightOnce ||
+                s.sent_time < oldest) {
+              break;
+            }
+#ifndef NDEBUG
+            if (s.prev_path != kNil) std::abort();  // lists out of order
+#endif
+            PathInfo& p = paths[s.path];
+            head = s.next_all;
+            const uint32_t np = s.next_path;
+            p.head = np;
+            if (np != kNil) {
+              slots[np].prev_path = kNil;
+            } else {
+              p.tail = kNil;
+            }
+            if (!p.any_acked ||
+                static_cast<int32_t>(s.path_seq - p.acked_seq_hi) > 0) {
+              p.acked_seq_hi = s.path_seq;
+              p.any_acked = true;
+            }
+            const Time st = s.sent_time;
+            if (st > p.last_acked_sent) p.last_acked_sent = st;
+            max_sent = std::max(max_sent, st);
+            Time& pr = c->plane_rack_sent[plane_of[s.path]];
+            if (st > pr) pr = st;
+            if (!p.dirty && np != kNil) {  // see NoteCopyAcked
+              p.dirty = true;
+              c->dirty_paths.push_back(s.path);
+            }
+            s.state = kFree;
+            ++p.st.acked_packets;
+            bytes += s.len;
+            if (s.msn != msn) {
+              if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
+              msn = s.msn;
+              msn_pkts = 0;
+            }
+            ++msn_pkts;
+            ++q;
+          }
+          pkts += static_cast<uint32_t>(q - q0);
+          if (head != head0) {
+            c->all_head = head;
+            FixAllHead(c);
+            run.rack_sent = max_sent;
+            if (c->tlp_stall_at > c->tlp_rack && max_sent >= c->tlp_stall_at) {
+              c->tlp_rack = c->tlp_stall_at;  // a probe or data got through
+            }
+          }
+        }
+        if (q >= cum) break;
         const uint32_t idx = static_cast<uint32_t>(q & c->win_mask);
         TxSlot& s = c->slots[idx];
-        if (s.state != kInFlight || s.tx_count != 1 || q == trig ||
+        if (StateAndCount(s) != kInFlightOnce || q == trig ||
             now - s.sent_time > slow) {
           AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
                   /*cumulative=*/true);
+          ++q;
           continue;
         }
         PathInfo& p = c->paths[s.path];
@@ -2323,12 +2445,13 @@ class Engine::Impl {
         ++p.st.acked_packets;
         bytes += s.len;
         ++pkts;
-        if (s.msn != msn || msn_pkts == 0) {
+        if (s.msn != msn) {
           if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
           msn = s.msn;
           msn_pkts = 0;
         }
         ++msn_pkts;
+        ++q;
       }
       if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
       if (pkts > 0) {
@@ -2440,7 +2563,7 @@ class Engine::Impl {
     ev.stranded = Stranded(c, now);
     ev.stranded_bytes = StrandedBytes(c, now);
     c->cc->OnAck(ev);
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
     CompleteWrites(c);
   }
 
@@ -2462,12 +2585,16 @@ class Engine::Impl {
   // kStrandedScan of them. Bounded; no allocation.
   static uint64_t StrandedBytes(const Conn* c, Time now) {
     if (c->srtt == 0) return 0;
+    // Younger than srtt (sent_time + srtt > now) or not overtaken
+    // (sent_time >= rack_sent): sent after `last`, one compare per slot.
+    const Time last = std::min(now - c->srtt, c->rack_sent - 1);
+    const TxSlot* const slots = c->slots.data();
     uint64_t bytes = 0;
     uint32_t n = 0;
     for (uint32_t i = c->all_head; i != kNil && n < kStrandedScan;
-         i = c->slots[i].next_all, ++n) {
-      const TxSlot& s = c->slots[i];
-      if (s.sent_time + c->srtt > now || s.sent_time >= c->rack_sent) break;
+         i = slots[i].next_all, ++n) {
+      const TxSlot& s = slots[i];
+      if (s.sent_time > last) break;
       bytes += s.len;
     }
     return bytes;
@@ -2594,7 +2721,7 @@ class Engine::Impl {
     }
     ev.inflight_bytes = c->inflight_bytes;
     c->cc->OnAck(ev);
-    c->cwnd = c->cc->window_bytes();
+    ReadCc(c);
   }
 
   // Completes every outstanding WRITE with `code` (the one with MSN
@@ -2659,11 +2786,12 @@ class Engine::Impl {
       ev.stranded = Stranded(c, now);
       ev.stranded_bytes = StrandedBytes(c, now);
       c->cc->OnAck(ev);
-      c->cwnd = c->cc->window_bytes();
+      ReadCc(c);
       if (c->all_head == kNil) return;
     }
     const Time rto_time = c->RtoTime();
-    if (c->TlpTime() <= now && c->TlpTime() < rto_time) {
+    const Time tlp_time = c->TlpTime();
+    if (tlp_time <= now && tlp_time < rto_time) {
       // Tail-loss probe: nothing new was acked for a PTO (about two RTTs)
       // while data is in flight, well before the RTO.
       // - Transmissions older than a PTO with one sent after them acked
@@ -2714,7 +2842,7 @@ class Engine::Impl {
       if (ev.lost > 0 && c->opt.loss_is_congestion) {  // drop-tail fabric
         ev.inflight_bytes = c->inflight_bytes;
         c->cc->OnAck(ev);
-        c->cwnd = c->cc->window_bytes();
+        ReadCc(c);
       }
       ++c->tlp_fired;
       if (c->tlp_fired == 1) c->tlp_stall_at = now;
@@ -2754,7 +2882,7 @@ class Engine::Impl {
     if (!delivering) {
       if (c->backoff < kMaxBackoff) ++c->backoff;
       c->cc->OnTimeout(now);
-      c->cwnd = c->cc->window_bytes();
+      ReadCc(c);
     }
     c->no_path = false;
   }
@@ -2803,7 +2931,7 @@ class Engine::Impl {
     }
     // Data: retransmissions first, then new packets, window permitting.
     constexpr size_t kQuantum = 64;
-    const uint64_t rate = c->cc->pacing_rate_bps();  // 0: window only
+    const uint64_t rate = c->pacing;  // 0: window only
     size_t data = 0;
     // Paths picked ahead for new packets that are certain to be sent (see
     // below): exactly the NextPath calls the loop would make, in one call.
