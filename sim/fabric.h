@@ -254,7 +254,7 @@ class Fabric {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
   // Prefetch only: the node at the far end of port `id`.
-  uint32_t port_to(uint32_t id) const { return port_to_[id]; }
+  uint32_t port_to(uint32_t id) const { return port_to_[id].to; }
   static constexpr uint32_t kNoPort = 0xffffffffu;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
@@ -322,10 +322,31 @@ class Fabric {
     routing::NodeKind kind = routing::NodeKind::kHost;
     bool up = true;
   };
+  struct Span {
+    uint32_t begin = 0;
+    uint32_t cnt = 0;  // 0: no route
+  };
   struct Routes {
-    std::vector<uint32_t> dst_group;    // per dst T0 index; kNone if none
+    // While built: per dst T0 index, its group; kNone if none (then
+    // freed: `dst` has it).
+    std::vector<uint32_t> dst_group;
     std::vector<uint32_t> group_begin;  // group g: [begin[g], begin[g+1])
     std::vector<uint16_t> group_ports;  // local port positions
+    // Per dst T0 index: its group's [begin, begin + cnt) in group_ports
+    // (dst_group and group_begin in one load; what forwarding reads).
+    std::vector<Span> dst;
+  };
+  // What a route walk reads of a node, compact (BuildCarrier walks it per
+  // packet): its tables (routes_[node].get()) and first port.
+  struct Hop {
+    const Routes* r = nullptr;
+    uint32_t port_base = 0;
+    uint16_t usid = 0;
+  };
+  // The far end of a port and its uSID (0 for a host).
+  struct PortTo {
+    uint32_t to = 0;
+    uint32_t usid = 0;
   };
   static constexpr uint32_t kNone = 0xffffffffu;
 
@@ -356,6 +377,14 @@ class Fabric {
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
+  // Builds direct_range_ / direct_ from nbr_ and the nodes' uSIDs, and
+  // the uSIDs in port_to_ and hop_.
+  void BuildDirect();
+  // routes_[node] = r, keeping hop_[node].r in step.
+  void SetRoutes(uint32_t node, std::shared_ptr<const Routes> r) {
+    hop_[node].r = r.get();
+    routes_[node] = std::move(r);
+  }
   // Fills routes_ for every switch of `plane` from the live topology.
   void ComputeRoutes(uint16_t plane);
   // Resolves each switch port's QueueProfile from config_ and overrides.
@@ -385,9 +414,9 @@ class Fabric {
   std::vector<NodeInfo> nodes_;
   std::vector<Port, HugeAllocator<Port>> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
-  // Port::to of every port, compact (BuildCarrier walks it per packet; the
-  // 128-byte ports would cost a cache miss per hop).
-  std::vector<uint32_t> port_to_;
+  // Port::to of every port and its uSID, compact (BuildCarrier walks it
+  // per packet; the 128-byte ports would cost a cache miss per hop).
+  std::vector<PortTo> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
   // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
@@ -397,11 +426,32 @@ class Fabric {
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.
   std::vector<std::pair<uint32_t, uint32_t>> nbr_;
+  // Direct next-hop table by uSID (what NeighborPort(node,
+  // usid_to_node_[plane][usid]) answers, without the binary search): a
+  // switch whose switch neighbours are all in its plane and whose uSIDs
+  // span a short range [lo, lo + span) gets `span` slots at `base` in
+  // direct_; slot usid - lo says the neighbour's first port and how many
+  // parallel ports (0: no neighbour with that uSID) from which position of
+  // the node's nbr_ run. `ok` false: NeighborPort as before.
+  struct DirectRange {
+    uint32_t base = 0;
+    uint16_t lo = 0;
+    uint16_t span = 0;
+    bool ok = false;
+  };
+  struct DirectSlot {
+    uint32_t port = 0;  // the first (or only) parallel port
+    uint16_t off = 0;   // its position in the node's nbr_ run
+    uint16_t cnt = 0;   // parallel ports to the neighbour; 0 = none
+  };
+  std::vector<DirectRange> direct_range_;  // per node
+  std::vector<DirectSlot> direct_;
   std::vector<std::vector<uint32_t>> usid_to_node_;    // per plane, 65536
   std::vector<std::vector<uint32_t>> t0_nodes_;        // per plane, by index
   std::vector<std::vector<uint32_t>> plane_switches_;  // per plane
   // Routes per switch node (shared between identical planes).
   std::vector<std::shared_ptr<const Routes>> routes_;
+  std::vector<Hop> hop_;  // per node; r follows routes_ (SetRoutes)
 
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops_{};
   uint64_t trims_ = 0;
