@@ -581,7 +581,7 @@ uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
   // is dropped there, before the port is used).
   const uint32_t pos =
       p->srv6 && p->usid_pos < p->usid_len ? p->usid_pos + 1 : p->usid_pos;
-  *exact = p->srv6;
+  *exact = true;  // (at this routes_epoch())
   return OutPort(node, nodes_[node], p, pos);
 }
 

@@ -242,14 +242,19 @@ class Fabric {
                         uint32_t* dead_port = nullptr) const;
   // Looks ahead (changes nothing): the port that p, at the head of wire
   // `wire_port`, will be queued on at the next switch, or kNoPort (it
-  // reaches a host, or has no route). For an SRv6 packet that is exactly
-  // the port its arrival picks (the carrier's tables are static and nothing
-  // touches a packet on a wire): *exact is set and OnWire may be handed
-  // it; for ECMP (tables change at convergence) it is a guess to prefetch.
+  // reaches a host, or has no route). That is exactly the port its arrival
+  // picks as long as routes_epoch() has not changed meanwhile (the SRv6
+  // next-hop tables are static, ECMP's change only at convergence, and
+  // nothing touches a packet on a wire): then *exact is set and OnWire may
+  // be handed it.
   uint32_t PeekOutPort(uint32_t wire_port, const SimPacket* p,
                        bool* exact) const;
+  // Changes whenever any switch's ECMP / carrier tables are replaced
+  // (Init, convergence).
+  uint32_t routes_epoch() const { return routes_epoch_; }
   // Handles a kWireKind event; `out` is PeekOutPort's exact answer for its
-  // packet, or kNoPort (then the route is looked up as usual).
+  // packet (found at the same routes_epoch()), or kNoPort (then the route
+  // is looked up as usual).
   void OnWire(const Event& e, uint32_t out) {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
@@ -382,6 +387,7 @@ class Fabric {
   void BuildDirect();
   // routes_[node] = r, keeping hop_[node].r in step.
   void SetRoutes(uint32_t node, std::shared_ptr<const Routes> r) {
+    ++routes_epoch_;
     hop_[node].r = r.get();
     routes_[node] = std::move(r);
   }
@@ -452,6 +458,7 @@ class Fabric {
   // Routes per switch node (shared between identical planes).
   std::vector<std::shared_ptr<const Routes>> routes_;
   std::vector<Hop> hop_;  // per node; r follows routes_ (SetRoutes)
+  uint32_t routes_epoch_ = 0;  // incremented by SetRoutes
 
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops_{};
   uint64_t trims_ = 0;
