@@ -118,6 +118,7 @@ absl::Status Fabric::Init() {
   // Host ports and T0 -> host ports.
   host_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
   host_down_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
+  host_down_from_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
   host_t0_index_.assign(hosts_, 0);
   for (uint32_t h = 0; h < hosts_; ++h) {
     host_t0_index_[h] = t.host_t0_index(h);
@@ -127,6 +128,8 @@ absl::Status Fabric::Init() {
       const int dir_from_host = lk.a == h ? 0 : 1;
       host_port_[h * planes_ + p] = link_port_[2 * l + dir_from_host];
       host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
+      host_down_from_[h * planes_ + p] =
+          ports_[host_down_port_[h * planes_ + p]].from;
     }
   }
   nic_room_.assign(static_cast<size_t>(hosts_) * planes_, 0);
@@ -559,11 +562,11 @@ inline uint32_t Fabric::OutPort(uint32_t node, const NodeInfo& ni,
       const uint32_t next = usid_to_node_[plane][usid];
       return next != kNone ? NeighborPort(node, next, hash()) : kNone;
     }
-    const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-    return ports_[hp].from == node ? hp : kNone;
+    const size_t hi = static_cast<size_t>(p->dst) * planes_ + plane;
+    return host_down_from_[hi] == node ? host_down_port_[hi] : kNone;
   }
-  const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-  if (ports_[hp].from == node) return hp;
+  const size_t hi = static_cast<size_t>(p->dst) * planes_ + plane;
+  if (host_down_from_[hi] == node) return host_down_port_[hi];
   const Routes* r = hop_[node].r;
   if (r == nullptr) return kNone;
   const Span s = r->dst[host_t0_index_[p->dst]];
@@ -960,7 +963,7 @@ size_t Fabric::memory_bytes() const {
          link_port_.capacity() * sizeof(uint32_t) +
          port_to_.capacity() * sizeof(PortTo) + hop_.capacity() * sizeof(Hop) +
          nic_room_.capacity() * sizeof(uint16_t) +
-         host_port_.capacity() * sizeof(uint32_t) * 2;
+         host_port_.capacity() * sizeof(uint32_t) * 3;
 }
 
 }  // namespace prism::sim

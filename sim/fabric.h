@@ -429,6 +429,9 @@ class Fabric {
   // queued (at least 0) : 0. Maintained by SetNicRoom.
   std::vector<uint16_t> nic_room_;
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
+  // The T0 each of those ports leaves from (Port::from, compact: the
+  // last hop's check reads it per packet; the port is a cache miss).
+  std::vector<uint32_t> host_down_from_;  // host*planes + plane
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.
   std::vector<std::pair<uint32_t, uint32_t>> nbr_;
