@@ -106,9 +106,7 @@ absl::Status Fabric::Init() {
     }
   }
   port_to_.resize(ports_.size());
-  for (size_t id = 0; id < ports_.size(); ++id) {
-    port_to_[id].to = ports_[id].to;  // (uSIDs: BuildDirect)
-  }
+  for (size_t id = 0; id < ports_.size(); ++id) port_to_[id] = ports_[id].to;
   for (size_t l = 0; l < t.num_links(); ++l) {
     if (link_port_[2 * l] == kNone || link_port_[2 * l + 1] == kNone) {
       return absl::InternalError(
@@ -427,7 +425,6 @@ void Fabric::BuildDirect() {
     hop_[i].port_base = nodes_[i].port_base;
     hop_[i].usid = nodes_[i].kind == NodeKind::kHost ? 0 : nodes_[i].usid;
   }
-  for (PortTo& pt : port_to_) pt.usid = hop_[pt.to].usid;
   for (size_t i = hosts_; i < n; ++i) {
     const NodeInfo& ni = nodes_[i];
     if (ni.kind == NodeKind::kHost || ni.num_ports == 0 ||
@@ -503,10 +500,9 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
       pick = choice % s.cnt;
       choice /= s.cnt;
     }
-    const PortTo& nx =
-        port_to_[hc.port_base + hc.r->group_ports[s.begin + pick]];
-    cur = nx.to;
-    p->usids[p->usid_len++] = static_cast<uint16_t>(nx.usid);
+    cur = port_to_[hc.port_base + hc.r->group_ports[s.begin + pick]];
+    // (hop[cur]: what the next step reads anyway)
+    p->usids[p->usid_len++] = hop[cur].usid;
   }
 }
 
@@ -578,7 +574,7 @@ inline uint32_t Fabric::OutPort(uint32_t node, const NodeInfo& ni,
 uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
                              bool* exact) const {
   *exact = false;
-  const uint32_t node = port_to_[wire_port].to;
+  const uint32_t node = port_to_[wire_port];
   if (node < hosts_ || node >= nodes_.size()) return kNone;
   // Arrive matches the carrier's next uSID and shifts it first (a mismatch
   // is dropped there, before the port is used).
@@ -817,7 +813,7 @@ void Fabric::WireArrive(Time now, uint32_t id, SimPacket* p, uint32_t out) {
     q_->Push(p->when, kWireKind, id, nx);
   }
   p->next = nullptr;
-  Arrive(now, port_to_[id].to, p, out);
+  Arrive(now, port_to_[id], p, out);
 }
 
 void Fabric::PortDone(Time now, uint32_t id) {
@@ -961,7 +957,8 @@ size_t Fabric::memory_bytes() const {
          direct_range_.capacity() * sizeof(DirectRange) +
          direct_.capacity() * sizeof(DirectSlot) +
          link_port_.capacity() * sizeof(uint32_t) +
-         port_to_.capacity() * sizeof(PortTo) + hop_.capacity() * sizeof(Hop) +
+         port_to_.capacity() * sizeof(uint32_t) +
+         hop_.capacity() * sizeof(Hop) +
          nic_room_.capacity() * sizeof(uint16_t) +
          host_port_.capacity() * sizeof(uint32_t) * 3;
 }

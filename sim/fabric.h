@@ -259,7 +259,7 @@ class Fabric {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
   // Prefetch only: the node at the far end of port `id`.
-  uint32_t port_to(uint32_t id) const { return port_to_[id].to; }
+  uint32_t port_to(uint32_t id) const { return port_to_[id]; }
   static constexpr uint32_t kNoPort = 0xffffffffu;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
@@ -348,11 +348,6 @@ class Fabric {
     uint32_t port_base = 0;
     uint16_t usid = 0;
   };
-  // The far end of a port and its uSID (0 for a host).
-  struct PortTo {
-    uint32_t to = 0;
-    uint32_t usid = 0;
-  };
   static constexpr uint32_t kNone = 0xffffffffu;
 
   // `out`: the output port if already known (PeekOutPort), else kNone.
@@ -383,7 +378,7 @@ class Fabric {
   void ScheduleConvergence(Time now, uint16_t plane);
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
   // Builds direct_range_ / direct_ from nbr_ and the nodes' uSIDs, and
-  // the uSIDs in port_to_ and hop_.
+  // hop_ (tables aside).
   void BuildDirect();
   // routes_[node] = r, keeping hop_[node].r in step.
   void SetRoutes(uint32_t node, std::shared_ptr<const Routes> r) {
@@ -420,9 +415,9 @@ class Fabric {
   std::vector<NodeInfo> nodes_;
   std::vector<Port, HugeAllocator<Port>> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
-  // Port::to of every port and its uSID, compact (BuildCarrier walks it
-  // per packet; the 128-byte ports would cost a cache miss per hop).
-  std::vector<PortTo> port_to_;
+  // Port::to of every port, compact (BuildCarrier walks it per packet; the
+  // 168-byte ports would cost a cache miss per hop).
+  std::vector<uint32_t> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
   // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
