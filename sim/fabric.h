@@ -455,7 +455,7 @@ class Fabric {
   std::vector<std::vector<uint32_t>> plane_switches_;  // per plane
   // Routes per switch node (shared between identical planes).
   std::vector<std::shared_ptr<const Routes>> routes_;
-  std::vector<Hop> hop_;  // per node; r follows routes_ (SetRoutes)
+  std::vector<Hop> hop_;       // per node; r follows routes_ (SetRoutes)
   uint32_t routes_epoch_ = 0;  // incremented by SetRoutes
 
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops_{};
