@@ -116,6 +116,7 @@ absl::Status Fabric::Init() {
   // Host ports and T0 -> host ports.
   host_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
   host_down_port_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
+  host_down_from_.assign(static_cast<size_t>(hosts_) * planes_, kNone);
   host_t0_index_.assign(hosts_, 0);
   for (uint32_t h = 0; h < hosts_; ++h) {
     host_t0_index_[h] = t.host_t0_index(h);
@@ -125,6 +126,8 @@ absl::Status Fabric::Init() {
       const int dir_from_host = lk.a == h ? 0 : 1;
       host_port_[h * planes_ + p] = link_port_[2 * l + dir_from_host];
       host_down_port_[h * planes_ + p] = link_port_[2 * l + 1 - dir_from_host];
+      host_down_from_[h * planes_ + p] =
+          ports_[host_down_port_[h * planes_ + p]].from;
     }
   }
   nic_room_.assign(static_cast<size_t>(hosts_) * planes_, 0);
@@ -172,8 +175,10 @@ absl::Status Fabric::Init() {
       ni.t0_index = idx;
     }
   }
+  BuildDirect();
   // Tables: plane 0, shared with identical planes; others computed.
   routes_.assign(n, nullptr);
+  for (Hop& h : hop_) h.r = nullptr;
   ComputeRoutes(0);
   for (uint32_t p = 1; p < planes_; ++p) {
     bool same = plane_switches_[p].size() == plane_switches_[0].size();
@@ -188,7 +193,7 @@ absl::Status Fabric::Init() {
       continue;
     }
     for (size_t i = 0; i < plane_switches_[p].size(); ++i) {
-      routes_[plane_switches_[p][i]] = routes_[plane_switches_[0][i]];
+      SetRoutes(plane_switches_[p][i], routes_[plane_switches_[0][i]]);
     }
   }
   return absl::OkStatus();
@@ -320,7 +325,17 @@ void Fabric::ComputeRoutes(uint16_t plane) {
       r.dst_group[d] = found;
     }
   }
-  for (size_t i = 0; i < sw.size(); ++i) routes_[sw[i]] = std::move(built[i]);
+  for (size_t i = 0; i < sw.size(); ++i) {
+    Routes& r = *built[i];
+    r.dst.assign(r.dst_group.size(), Span());
+    for (size_t d = 0; d < r.dst_group.size(); ++d) {
+      const uint32_t g = r.dst_group[d];
+      if (g == kNone) continue;
+      r.dst[d] = {r.group_begin[g], r.group_begin[g + 1] - r.group_begin[g]};
+    }
+    std::vector<uint32_t>().swap(r.dst_group);  // (built; dst reads it)
+    SetRoutes(sw[i], std::move(built[i]));
+  }
 }
 
 void Fabric::RecomputeRoutes(uint16_t plane) {
@@ -401,6 +416,54 @@ void Fabric::HostSend(Time now, uint32_t host, uint16_t plane, SimPacket* p) {
   if (!pt.done_pending && now >= pt.busy_until) StartTx(now, id);
 }
 
+void Fabric::BuildDirect() {
+  const size_t n = nodes_.size();
+  direct_range_.assign(n, DirectRange());
+  direct_.clear();
+  hop_.assign(n, Hop());
+  for (size_t i = 0; i < n; ++i) {
+    hop_[i].port_base = nodes_[i].port_base;
+    hop_[i].usid = nodes_[i].kind == NodeKind::kHost ? 0 : nodes_[i].usid;
+  }
+  for (size_t i = hosts_; i < n; ++i) {
+    const NodeInfo& ni = nodes_[i];
+    if (ni.kind == NodeKind::kHost || ni.num_ports == 0 ||
+        ni.num_ports > 0xffff) {
+      continue;
+    }
+    uint32_t lo = 0xffff, hi = 0;
+    bool ok = true;
+    for (uint32_t k = 0; k < ni.num_ports && ok; ++k) {
+      const uint32_t to = nbr_[ni.port_base + k].first;
+      if (to < hosts_) continue;  // hosts have no uSID
+      const NodeInfo& nj = nodes_[to];
+      ok = nj.kind != NodeKind::kHost && nj.plane == ni.plane;
+      lo = std::min<uint32_t>(lo, nj.usid);
+      hi = std::max<uint32_t>(hi, nj.usid);
+    }
+    if (!ok || lo > hi) continue;
+    const uint32_t span = hi - lo + 1;
+    // A short range only (clos2 / fat tree tiers are dense).
+    if (span > 0xffff || span > 4 * ni.num_ports + 64) continue;
+    DirectRange& dr = direct_range_[i];
+    dr.base = static_cast<uint32_t>(direct_.size());
+    dr.lo = static_cast<uint16_t>(lo);
+    dr.span = static_cast<uint16_t>(span);
+    dr.ok = true;
+    direct_.resize(direct_.size() + span);
+    for (uint32_t k = 0; k < ni.num_ports; ++k) {
+      const auto& [to, port] = nbr_[ni.port_base + k];
+      if (to < hosts_) continue;
+      DirectSlot& s = direct_[dr.base + (nodes_[to].usid - lo)];
+      if (s.cnt == 0) {
+        s.port = port;
+        s.off = static_cast<uint16_t>(k);
+      }
+      ++s.cnt;
+    }
+  }
+}
+
 uint32_t Fabric::NeighborPort(uint32_t node, uint32_t nbr,
                               uint64_t hash) const {
   const NodeInfo& ni = nodes_[node];
@@ -423,23 +486,23 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
   uint32_t cur = t0s[host_t0_index_[src]];
   const uint32_t dst_t0 = host_t0_index_[dst];
   const uint32_t target = t0s[dst_t0];
-  p->usids[p->usid_len++] = nodes_[cur].usid;
+  const Hop* hop = hop_.data();
+  p->usids[p->usid_len++] = hop[cur].usid;
   while (cur != target && p->usid_len < kMaxUsids) {
-    const Routes* r = routes_[cur].get();
+    const Hop& hc = hop[cur];
     // Static carriers come from the tables as built at start (or after the
     // last convergence); they do not follow later failures by themselves.
-    const uint32_t g = r ? r->dst_group[dst_t0] : kNone;
-    if (g == kNone) break;
-    const uint32_t b = r->group_begin[g];
-    const uint32_t cnt = r->group_begin[g + 1] - b;
+    if (hc.r == nullptr) break;
+    const Span s = hc.r->dst[dst_t0];
+    if (s.cnt == 0) break;
     uint32_t pick = 0;
-    if (cnt > 1) {  // (a single next hop, e.g. T1 -> T0: no division)
-      pick = choice % cnt;
-      choice /= cnt;
+    if (s.cnt > 1) {  // (a single next hop, e.g. T1 -> T0: no division)
+      pick = choice % s.cnt;
+      choice /= s.cnt;
     }
-    const uint32_t port = nodes_[cur].port_base + r->group_ports[b + pick];
-    cur = port_to_[port];
-    p->usids[p->usid_len++] = nodes_[cur].usid;
+    cur = port_to_[hc.port_base + hc.r->group_ports[s.begin + pick]];
+    // (hop[cur]: what the next step reads anyway)
+    p->usids[p->usid_len++] = hop[cur].usid;
   }
 }
 
@@ -474,26 +537,38 @@ Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
 inline uint32_t Fabric::OutPort(uint32_t node, const NodeInfo& ni,
                                 const SimPacket* p, uint32_t usid_pos) const {
   const uint32_t plane = p->plane;
-  const uint64_t h =
-      Mix(ni.seed ^
-          (static_cast<uint64_t>(p->entropy) << 32 ^
-           (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^ p->dst));
+  // The per-switch hash, computed only where a choice is made.
+  auto hash = [&] {
+    return Mix(ni.seed ^
+               (static_cast<uint64_t>(p->entropy) << 32 ^
+                (static_cast<uint64_t>(p->src) * 0x9e3779b97f4a7c15ull) ^
+                p->dst));
+  };
   if (p->srv6) {
     if (usid_pos < p->usid_len) {
-      const uint32_t next = usid_to_node_[plane][p->usids[usid_pos]];
-      return next != kNone ? NeighborPort(node, next, h) : kNone;
+      const uint16_t usid = p->usids[usid_pos];
+      const DirectRange& dr = direct_range_[node];
+      if (dr.ok && plane == ni.plane) {
+        const uint32_t off = static_cast<uint32_t>(usid - dr.lo);
+        if (off >= dr.span) return kNone;
+        const DirectSlot& s = direct_[dr.base + off];
+        if (s.cnt <= 1) return s.cnt == 1 ? s.port : kNone;
+        return nbr_[ni.port_base + s.off + hash() % s.cnt].second;
+      }
+      const uint32_t next = usid_to_node_[plane][usid];
+      return next != kNone ? NeighborPort(node, next, hash()) : kNone;
     }
-    const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-    return ports_[hp].from == node ? hp : kNone;
+    const size_t hi = static_cast<size_t>(p->dst) * planes_ + plane;
+    return host_down_from_[hi] == node ? host_down_port_[hi] : kNone;
   }
-  const uint32_t hp = host_down_port_[p->dst * planes_ + plane];
-  if (ports_[hp].from == node) return hp;
-  const Routes* r = routes_[node].get();
-  const uint32_t g = r ? r->dst_group[host_t0_index_[p->dst]] : kNone;
-  if (g == kNone) return kNone;
-  const uint32_t b = r->group_begin[g];
-  const uint32_t cnt = r->group_begin[g + 1] - b;
-  return ni.port_base + r->group_ports[b + (cnt == 1 ? 0 : h % cnt)];
+  const size_t hi = static_cast<size_t>(p->dst) * planes_ + plane;
+  if (host_down_from_[hi] == node) return host_down_port_[hi];
+  const Routes* r = hop_[node].r;
+  if (r == nullptr) return kNone;
+  const Span s = r->dst[host_t0_index_[p->dst]];
+  if (s.cnt == 0) return kNone;
+  return ni.port_base +
+         r->group_ports[s.begin + (s.cnt == 1 ? 0 : hash() % s.cnt)];
 }
 
 uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
@@ -505,7 +580,7 @@ uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
   // is dropped there, before the port is used).
   const uint32_t pos =
       p->srv6 && p->usid_pos < p->usid_len ? p->usid_pos + 1 : p->usid_pos;
-  *exact = p->srv6;
+  *exact = true;  // (at this routes_epoch())
   return OutPort(node, nodes_[node], p, pos);
 }
 
@@ -879,10 +954,13 @@ size_t Fabric::memory_bytes() const {
   return ports_.capacity() * sizeof(Port) +
          nodes_.capacity() * sizeof(NodeInfo) +
          nbr_.capacity() * sizeof(nbr_[0]) +
+         direct_range_.capacity() * sizeof(DirectRange) +
+         direct_.capacity() * sizeof(DirectSlot) +
          link_port_.capacity() * sizeof(uint32_t) +
          port_to_.capacity() * sizeof(uint32_t) +
+         hop_.capacity() * sizeof(Hop) +
          nic_room_.capacity() * sizeof(uint16_t) +
-         host_port_.capacity() * sizeof(uint32_t) * 2;
+         host_port_.capacity() * sizeof(uint32_t) * 3;
 }
 
 }  // namespace prism::sim

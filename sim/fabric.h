@@ -242,14 +242,19 @@ class Fabric {
                         uint32_t* dead_port = nullptr) const;
   // Looks ahead (changes nothing): the port that p, at the head of wire
   // `wire_port`, will be queued on at the next switch, or kNoPort (it
-  // reaches a host, or has no route). For an SRv6 packet that is exactly
-  // the port its arrival picks (the carrier's tables are static and nothing
-  // touches a packet on a wire): *exact is set and OnWire may be handed
-  // it; for ECMP (tables change at convergence) it is a guess to prefetch.
+  // reaches a host, or has no route). That is exactly the port its arrival
+  // picks as long as routes_epoch() has not changed meanwhile (the SRv6
+  // next-hop tables are static, ECMP's change only at convergence, and
+  // nothing touches a packet on a wire): then *exact is set and OnWire may
+  // be handed it.
   uint32_t PeekOutPort(uint32_t wire_port, const SimPacket* p,
                        bool* exact) const;
+  // Changes whenever any switch's ECMP / carrier tables are replaced
+  // (Init, convergence).
+  uint32_t routes_epoch() const { return routes_epoch_; }
   // Handles a kWireKind event; `out` is PeekOutPort's exact answer for its
-  // packet, or kNoPort (then the route is looked up as usual).
+  // packet (found at the same routes_epoch()), or kNoPort (then the route
+  // is looked up as usual).
   void OnWire(const Event& e, uint32_t out) {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
@@ -322,10 +327,26 @@ class Fabric {
     routing::NodeKind kind = routing::NodeKind::kHost;
     bool up = true;
   };
+  struct Span {
+    uint32_t begin = 0;
+    uint32_t cnt = 0;  // 0: no route
+  };
   struct Routes {
-    std::vector<uint32_t> dst_group;    // per dst T0 index; kNone if none
+    // While built: per dst T0 index, its group; kNone if none (then
+    // freed: `dst` has it).
+    std::vector<uint32_t> dst_group;
     std::vector<uint32_t> group_begin;  // group g: [begin[g], begin[g+1])
     std::vector<uint16_t> group_ports;  // local port positions
+    // Per dst T0 index: its group's [begin, begin + cnt) in group_ports
+    // (dst_group and group_begin in one load; what forwarding reads).
+    std::vector<Span> dst;
+  };
+  // What a route walk reads of a node, compact (BuildCarrier walks it per
+  // packet): its tables (routes_[node].get()) and first port.
+  struct Hop {
+    const Routes* r = nullptr;
+    uint32_t port_base = 0;
+    uint16_t usid = 0;
   };
   static constexpr uint32_t kNone = 0xffffffffu;
 
@@ -356,6 +377,15 @@ class Fabric {
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
   uint32_t NeighborPort(uint32_t node, uint32_t nbr, uint64_t hash) const;
+  // Builds direct_range_ / direct_ from nbr_ and the nodes' uSIDs, and
+  // hop_ (tables aside).
+  void BuildDirect();
+  // routes_[node] = r, keeping hop_[node].r in step.
+  void SetRoutes(uint32_t node, std::shared_ptr<const Routes> r) {
+    ++routes_epoch_;
+    hop_[node].r = r.get();
+    routes_[node] = std::move(r);
+  }
   // Fills routes_ for every switch of `plane` from the live topology.
   void ComputeRoutes(uint16_t plane);
   // Resolves each switch port's QueueProfile from config_ and overrides.
@@ -386,7 +416,7 @@ class Fabric {
   std::vector<Port, HugeAllocator<Port>> ports_;
   std::vector<uint32_t> link_port_;       // 2 per link
   // Port::to of every port, compact (BuildCarrier walks it per packet; the
-  // 128-byte ports would cost a cache miss per hop).
+  // 168-byte ports would cost a cache miss per hop).
   std::vector<uint32_t> port_to_;
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
@@ -394,14 +424,39 @@ class Fabric {
   // queued (at least 0) : 0. Maintained by SetNicRoom.
   std::vector<uint16_t> nic_room_;
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
+  // The T0 each of those ports leaves from (Port::from, compact: the
+  // last hop's check reads it per packet; the port is a cache miss).
+  std::vector<uint32_t> host_down_from_;  // host*planes + plane
   std::vector<uint32_t> host_t0_index_;   // per host
   // Sorted (neighbour node, port id) per node, for uSID next hops.
   std::vector<std::pair<uint32_t, uint32_t>> nbr_;
+  // Direct next-hop table by uSID (what NeighborPort(node,
+  // usid_to_node_[plane][usid]) answers, without the binary search): a
+  // switch whose switch neighbours are all in its plane and whose uSIDs
+  // span a short range [lo, lo + span) gets `span` slots at `base` in
+  // direct_; slot usid - lo says the neighbour's first port and how many
+  // parallel ports (0: no neighbour with that uSID) from which position of
+  // the node's nbr_ run. `ok` false: NeighborPort as before.
+  struct DirectRange {
+    uint32_t base = 0;
+    uint16_t lo = 0;
+    uint16_t span = 0;
+    bool ok = false;
+  };
+  struct DirectSlot {
+    uint32_t port = 0;  // the first (or only) parallel port
+    uint16_t off = 0;   // its position in the node's nbr_ run
+    uint16_t cnt = 0;   // parallel ports to the neighbour; 0 = none
+  };
+  std::vector<DirectRange> direct_range_;  // per node
+  std::vector<DirectSlot> direct_;
   std::vector<std::vector<uint32_t>> usid_to_node_;    // per plane, 65536
   std::vector<std::vector<uint32_t>> t0_nodes_;        // per plane, by index
   std::vector<std::vector<uint32_t>> plane_switches_;  // per plane
   // Routes per switch node (shared between identical planes).
   std::vector<std::shared_ptr<const Routes>> routes_;
+  std::vector<Hop> hop_;       // per node; r follows routes_ (SetRoutes)
+  uint32_t routes_epoch_ = 0;  // incremented by SetRoutes
 
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops_{};
   uint64_t trims_ = 0;

@@ -565,6 +565,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         const uint32_t out = fabric_->PeekOutPort(ne->arg, p, &exact);
         Hint& h = hints_[(pops + 1 + kRoute) % kHints];
         h.seq = ne->seq;
+        h.epoch = fabric_->routes_epoch();
         h.out = exact ? out : Fabric::kNoPort;
         h.prefetched = out;
         if (out != Fabric::kNoPort) {
@@ -606,7 +607,9 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       case Fabric::kWireKind: {
         ++result_.wire_events;
         const Hint& h = hints_[pops % kHints];
-        fabric_->OnWire(e, h.seq == e.seq ? h.out : Fabric::kNoPort);
+        fabric_->OnWire(e, h.seq == e.seq && h.epoch == fabric_->routes_epoch()
+                               ? h.out
+                               : Fabric::kNoPort);
         break;
       }
       case Fabric::kPortDoneKind:

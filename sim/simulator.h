@@ -303,12 +303,14 @@ class Simulator : public FabricClient {
   // Run's look-ahead (see there): how many events ahead each step runs,
   // and the out port found for an upcoming wire arrival (by its place in
   // the pop order; `seq` confirms it is still the same event: one pushed
-  // meanwhile may have overtaken it).
+  // meanwhile may have overtaken it; `epoch`, that the routes it was found
+  // with are still those in use).
   static constexpr size_t kTail = 1, kRoute = 3, kAhead = 6, kHints = 8;
   struct Hint {
     uint64_t seq = ~0ull;
     uint32_t out = Fabric::kNoPort;         // exact: handed to the arrival
     uint32_t prefetched = Fabric::kNoPort;  // exact or a guess
+    uint32_t epoch = 0;                     // Fabric::routes_epoch() then
   };
   Hint hints_[kHints];
   std::vector<FaultAction> faults_;
