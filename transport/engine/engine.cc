@@ -1833,6 +1833,56 @@ class Engine::Impl {
     CommitData(now, c, rx, psn, a);
   }
 
+  // Places a DATA payload at dst unless it is already there (read in place
+  // after RxDestination: not copied again). The default placer is called
+  // directly (final class: inlined). On failure counts the drop, ends the
+  // receive run and returns false. Shared by CommitData and DataRun.
+  [[gnu::always_inline]] bool PlaceOrDrop(uint8_t* dst, const uint8_t* src,
+                                          uint32_t len,
+                                          const MemoryRegion& mr) {
+    if (src == dst ||
+        (placer_ == &memcpy_placer_ ? memcpy_placer_.Place(dst, src, len, mr)
+                                    : placer_->Place(dst, src, len, mr)))
+      return true;
+    ++stats_.rx_drop_placement;
+    run_c_ = nullptr;
+    return false;
+  }
+
+  // Accepts a placed DATA packet (psn in the window, its bit clear):
+  // rcv_high, ooo_count, the bitmap (rx_bits == c->rx_bits, word_mask ==
+  // c->rx_word_mask) and rcv_nxt (== c->rcv_nxt). The in-order packet whose
+  // successor has not arrived moves rcv_nxt by one without touching the
+  // bitmap (what setting its bit and AdvanceRcvNxt would do: set it,
+  // consume it). `bits` is rx_bits[word] as the acceptance check read it
+  // (placement does not touch rx_bits). Returns whether psn is past
+  // rcv_high (a gap). Shared by CommitData and DataRun.
+  [[gnu::always_inline]] bool AcceptPsn(Conn* c, uint64_t psn, uint64_t rcv_nxt,
+                                        uint64_t* rx_bits, uint64_t word_mask,
+                                        uint32_t word, uint64_t bits) {
+    const bool gap = psn > c->rcv_high;
+    if (psn >= c->rcv_high) {
+      c->rcv_high = psn + 1;
+    } else {
+      ++c->ooo_count;
+    }
+    if (psn == rcv_nxt) {
+      // The successor's bit: in `bits` unless it starts the next word.
+      const uint64_t nx = psn + 1;
+      const uint64_t nbits =
+          (nx & 63) != 0 ? bits : rx_bits[(nx >> 6) & word_mask];
+      if ((nbits >> (nx & 63)) & 1) {
+        rx_bits[word] |= uint64_t{1} << (psn & 63);
+        AdvanceRcvNxt(c);
+      } else {
+        c->rcv_nxt = nx;
+      }
+    } else {
+      rx_bits[word] |= uint64_t{1} << (psn & 63);
+    }
+    return gap;
+  }
+
   // An accepted DATA packet (pkt_ holds its decoded header): placement,
   // the receive window, the message and the SACK bookkeeping. A packet
   // placed here is remembered for the run fast path (DataRun; the packets
@@ -1853,44 +1903,11 @@ class Engine::Impl {
     if (!a.has_slot)
       c->GrowRxMsgs(static_cast<uint32_t>(h.msn - c->rcv_msn_next));
     RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-    // A payload already at its address (read in place after
-    // RxDestination) is not copied again. The default placer is called
-    // directly (final class: inlined).
-    uint8_t* const dst = a.dst;
-    if (plen > 0 && pkt_.payload != dst &&
-        !(placer_ == &memcpy_placer_
-              ? memcpy_placer_.Place(dst, pkt_.payload,
-                                     static_cast<uint32_t>(plen), r.mr)
-              : placer_->Place(dst, pkt_.payload, static_cast<uint32_t>(plen),
-                               r.mr))) {
-      ++stats_.rx_drop_placement;
-      run_c_ = nullptr;
+    if (plen > 0 &&
+        !PlaceOrDrop(a.dst, pkt_.payload, static_cast<uint32_t>(plen), r.mr))
       return;
-    }
-    // Accept. The in-order packet whose successor has not arrived moves
-    // rcv_nxt by one without touching the bitmap (what setting its bit and
-    // AdvanceRcvNxt would do: set it, consume it).
-    const bool gap = psn > c->rcv_high;
-    if (psn >= c->rcv_high) {
-      c->rcv_high = psn + 1;
-    } else {
-      ++c->ooo_count;
-    }
-    if (psn == c->rcv_nxt) {
-      // The successor's bit: in the word read by the acceptance check
-      // unless it starts the next one (placement does not touch rx_bits).
-      const uint64_t nx = psn + 1;
-      const uint64_t nbits =
-          (nx & 63) != 0 ? a.bits : c->rx_bits[(nx >> 6) & c->rx_word_mask];
-      if ((nbits >> (nx & 63)) & 1) {
-        c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
-        AdvanceRcvNxt(c);
-      } else {
-        c->rcv_nxt = nx;
-      }
-    } else {
-      c->rx_bits[a.word] |= uint64_t{1} << (psn & 63);
-    }
+    const bool gap = AcceptPsn(c, psn, c->rcv_nxt, c->rx_bits.data(),
+                               c->rx_word_mask, a.word, a.bits);
     ++c->st.rx_data_packets;
     c->st.rx_data_bytes += plen;
     c->rx_bytes_total += plen;
@@ -2027,35 +2044,13 @@ class Engine::Impl {
       last = p;
       last_payload = payload;
       // CommitData.
-      uint8_t* const dst = region_base + (addr - region_addr);
-      if (payload != dst &&
-          !(placer_ == &memcpy_placer_
-                ? memcpy_placer_.Place(dst, payload, plen, r.mr)
-                : placer_->Place(dst, payload, plen, r.mr))) {
-        ++stats_.rx_drop_placement;
-        run_c_ = nullptr;
+      if (!PlaceOrDrop(region_base + (addr - region_addr), payload, plen,
+                       r.mr)) {
         ++j;
         break;
       }
-      const bool gap = psn > c->rcv_high;
-      if (psn >= c->rcv_high) {
-        c->rcv_high = psn + 1;
-      } else {
-        ++c->ooo_count;
-      }
-      if (psn == rcv_nxt) {
-        const uint64_t nx = psn + 1;
-        const uint64_t nbits =
-            (nx & 63) != 0 ? bits : rx_bits[(nx >> 6) & word_mask];
-        if ((nbits >> (nx & 63)) & 1) {
-          rx_bits[word] |= uint64_t{1} << (psn & 63);
-          AdvanceRcvNxt(c);
-        } else {
-          c->rcv_nxt = nx;
-        }
-      } else {
-        rx_bits[word] |= uint64_t{1} << (psn & 63);
-      }
+      const bool gap =
+          AcceptPsn(c, psn, rcv_nxt, rx_bits, word_mask, word, bits);
       ++c->st.rx_data_packets;
       c->st.rx_data_bytes += plen;
       c->rx_bytes_total += plen;
@@ -2083,14 +2078,7 @@ class Engine::Impl {
       stats_.rx_packets += j;
       c->last_heard = now;
       // pkt_: the last packet's fields (as decoding it would).
-      h.psn = Get32(last + off::kDPsn);
-      h.msg_offset = Get32(last + off::kDMsgOffset);
-      h.remote_addr = Get64(last + off::kDRemoteAddr);
-      h.send_ts = Get64(last + off::kDSendTs);
-      h.payload_len = Get16(last + off::kDPayloadLen) |
-                      uint32_t{Get16(last + off::kDPayloadLenHi)} << 16;
-      h.path_id = Get16(last + off::kDPathId);
-      h.flags = Get16(last + off::kDFlags);
+      wire::internal::DecodeDataPacketFields(last, &h);
       pkt_.payload = last_payload;
       pkt_.payload_len = h.payload_len;
       pkt_.trimmed = false;

@@ -115,6 +115,22 @@ inline size_t HeaderSizeOf(uint8_t t) {
   return t < sizeof(kHeaderSizeByType) ? kHeaderSizeByType[t] : 0;
 }
 
+// The DATA header fields that can differ between the packets of one
+// message (psn, offset, address, timestamp, length, path, flags),
+// unchecked. Shared by DecodeDataFields and the engine's receive run
+// (DataRun), which decodes only these for a run's last packet.
+[[gnu::always_inline]] inline void DecodeDataPacketFields(const uint8_t* p,
+                                                          DataHeader* h) {
+  h->psn = Get32(p + off::kDPsn);
+  h->msg_offset = Get32(p + off::kDMsgOffset);
+  h->remote_addr = Get64(p + off::kDRemoteAddr);
+  h->send_ts = Get64(p + off::kDSendTs);
+  h->payload_len = Get16(p + off::kDPayloadLen) |
+                   uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
+  h->path_id = Get16(p + off::kDPathId);
+  h->flags = Get16(p + off::kDFlags);
+}
+
 // The decoders below are inlined into each public entry point, so `split`
 // and the precomputed checksum are constants there (the receive hot path).
 [[gnu::always_inline]] inline DecodeError DecodeDataFields(
@@ -122,19 +138,12 @@ inline size_t HeaderSizeOf(uint8_t t) {
     Packet* out) {
   DataHeader& h = out->data;
   h.dst_conn = Get32(p + off::kDstConn);
-  h.psn = Get32(p + off::kDPsn);
   h.msn = Get32(p + off::kDMsn);
-  h.msg_offset = Get32(p + off::kDMsgOffset);
   h.msg_len = Get32(p + off::kDMsgLen);
   h.rkey = Get32(p + off::kDRkey);
-  h.remote_addr = Get64(p + off::kDRemoteAddr);
-  h.send_ts = Get64(p + off::kDSendTs);
-  h.payload_len = Get16(p + off::kDPayloadLen) |
-                  uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
-  h.path_id = Get16(p + off::kDPathId);
-  h.flags = Get16(p + off::kDFlags);
   h.immediate = Get32(p + off::kDImmediate);
   h.payload_crc = Get32(p + off::kDPayloadCrc);
+  DecodeDataPacketFields(p, &h);
 
   if ((h.flags & ~kKnownDataFlags) != 0) return DecodeError::kBadField;
   if (h.payload_len > kMaxPayloadLen) return DecodeError::kBadField;
