@@ -376,9 +376,11 @@ TEST(CcSimTest, DegradedUplinkCarriesAtMostTwiceItsCapacityShare) {
     o.Set("share_over_capacity_share", Value::Number(worst / cap_share));
     o.Set("meets_bar", Value::Bool(worst <= 2 * cap_share));
     acc.Set(tc.name, std::move(o));
-    // Every policy meets the bar on every seed (seeds 1-4: rotation
-    // 1.73-1.80x, p2c 1.62-1.77x, reps 0.83-0.89x of the capacity share;
-    // docs/congestion.md, "Degraded path").
+    // Every policy meets the bar on every seed (seeds 1-4 on 2026-12-03:
+    // rotation 1.74-1.78x, p2c 1.82-1.98x, reps 0.82-0.89x of the capacity
+    // share; p2c's worst seed is within 1% of the bar, so a change to the
+    // order of simultaneous events may tip it; docs/congestion.md,
+    // "Degraded path").
     EXPECT_LE(worst, 2 * cap_share)
         << tc.name << " (" << tc.path_policy << ") sends up to " << worst
         << " of uplink packets into a link with " << cap_share
