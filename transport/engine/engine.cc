@@ -2296,6 +2296,20 @@ class Engine::Impl {
     if (m.acked == m.npkts) m.done = true;
   }
 
+  // One more packet of message `slot_msn` in a cumulative run: the count
+  // of the previous message (`*msn`, `*msn_pkts`) is added when it changes.
+  [[gnu::always_inline]] static void CountRunMsgPacket(Conn* c,
+                                                       uint32_t slot_msn,
+                                                       uint32_t* msn,
+                                                       uint32_t* msn_pkts) {
+    if (slot_msn != *msn) {
+      if (*msn_pkts > 0) AckMsgPackets(c, *msn, *msn_pkts);
+      *msn = slot_msn;
+      *msn_pkts = 0;
+    }
+    ++*msn_pkts;
+  }
+
   // Hands the batched clean acks (kGood, no RTT) to the selector.
   void FlushGoodFeedback(Conn* c, Time now) {
     if (good_fb_n_ == 0) return;
@@ -2398,12 +2412,7 @@ class Engine::Impl {
             s.state = kFree;
             ++p.st.acked_packets;
             bytes += s.len;
-            if (s.msn != msn) {
-              if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
-              msn = s.msn;
-              msn_pkts = 0;
-            }
-            ++msn_pkts;
+            CountRunMsgPacket(c, s.msn, &msn, &msn_pkts);
             ++q;
           }
           pkts += static_cast<uint32_t>(q - q0);
@@ -2433,12 +2442,7 @@ class Engine::Impl {
         ++p.st.acked_packets;
         bytes += s.len;
         ++pkts;
-        if (s.msn != msn) {
-          if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
-          msn = s.msn;
-          msn_pkts = 0;
-        }
-        ++msn_pkts;
+        CountRunMsgPacket(c, s.msn, &msn, &msn_pkts);
         ++q;
       }
       if (msn_pkts > 0) AckMsgPackets(c, msn, msn_pkts);
