@@ -24,6 +24,10 @@ uint64_t Mix3(uint64_t a, uint64_t b, uint64_t c) {
 
 }  // namespace
 
+uint64_t PairSpread(uint32_t src, uint32_t dst, uint16_t plane) {
+  return Mix3(std::min(src, dst), std::max(src, dst), plane);
+}
+
 Ipv6Address HostAddress(uint32_t host, uint16_t plane, uint32_t block) {
   Ipv6Address a;
   a.set_word(0, static_cast<uint16_t>(block >> 16));
@@ -110,7 +114,7 @@ absl::StatusOr<PathSet> PathSet::Build(const Topology& topo, uint32_t src,
   ps.offset_.resize(P);
   ps.offset2_.resize(P);
   for (uint32_t p = 0; p < P; ++p) {
-    const uint64_t m = Mix3(src, dst, p);
+    const uint64_t m = PairSpread(src, dst, static_cast<uint16_t>(p));
     switch (ps.shape_) {
       case Shape::kSameT0:
         break;

@@ -74,6 +74,16 @@ Ipv6Address HostAddress(uint32_t host, uint16_t plane,
 bool ParseHostAddress(const Ipv6Address& a, uint32_t* host, uint16_t* plane,
                       uint32_t block = kDefaultLocatorBlock);
 Ipv6Address ClassicSid(uint16_t plane, uint16_t usid);
+
+// The per-(host pair, plane) spread of the pair's path ids: a deterministic
+// 64-bit mix of the unordered pair and the plane, so PairSpread(a, b, p) ==
+// PairSpread(b, a, p). PathSet's per-plane offsets are taken from it:
+// different pairs start their path ids on different spines (senders that
+// walk their ids in the same order do not all hit the same spine at once),
+// and path x from b to a crosses the spine that path x from a to b does, so
+// control packets sent back on the path id a packet arrived on take its
+// mirror. The simulator rotates its carriers by it too.
+uint64_t PairSpread(uint32_t src, uint32_t dst, uint16_t plane);
 Ipv6Address ClassicAdjacencySid(uint16_t plane, uint16_t usid, uint16_t port);
 
 struct PathSetOptions {

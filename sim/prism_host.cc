@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "prism/engine.h"
+#include "routing/path_set.h"
 #include "sim/baseline.h"
 #include "transport/base/bytes.h"
 #include "transport/wire/packet.h"
@@ -101,6 +102,14 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
+  // Fabric::BuildCarrier's choice for `path` to `peer`: the path's index
+  // within its plane plus the pair's spread (routing::PairSpread, from
+  // which routing::PathSet offsets a pair's spines). Every sender walks its
+  // path ids in the same order (the selector's rotation starts at path 0);
+  // without the spread, path id x would leave every host of a T0 on the
+  // same uplink at about the same time. (q + s) mod n is a bijection, so
+  // the pair's distinct carriers stay distinct.
+  uint32_t CarrierChoice(uint32_t peer, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
   // p, whose carrier crosses `dead_port` (down since `down_since`), onto a
   // live T1 of its plane once this host's first packet into that outage is
@@ -346,6 +355,13 @@ void PrismHost::Drain(Time now) {
   if (freed && !pending_.empty()) PostPending(now);
 }
 
+uint32_t PrismHost::CarrierChoice(uint32_t peer, uint16_t path) const {
+  const uint32_t planes = d_->sim_->planes();
+  const uint16_t plane = static_cast<uint16_t>(path % planes);
+  return path / planes + static_cast<uint32_t>(
+                             routing::PairSpread(host_, peer, plane) & 0xFFFF);
+}
+
 void PrismHost::Pull(Time now) {
   Simulator& sim = *d_->sim_;
   Fabric& fab = sim.fabric();
@@ -385,7 +401,8 @@ void PrismHost::Pull(Time now) {
         continue;
       }
       if (srv6) {
-        fab.BuildCarrier(host_, t.peer, plane, t.path / planes, p);
+        fab.BuildCarrier(host_, t.peer, plane, CarrierChoice(t.peer, t.path),
+                         p);
         uint32_t dead_port = 0;
         const Time down =
             fab.CarrierDownSince(host_, t.peer, plane, p, &dead_port);
@@ -432,7 +449,7 @@ bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
     }
   }
   // No live route found: the packet takes its own.
-  fab.BuildCarrier(host_, p->dst, plane, p->path / d_->sim_->planes(), p);
+  fab.BuildCarrier(host_, p->dst, plane, CarrierChoice(p->dst, p->path), p);
   return false;
 }
 

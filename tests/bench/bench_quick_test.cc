@@ -188,17 +188,21 @@ TEST(BenchQuick, LinkFlaps) {
     EXPECT_TRUE(Bool(p, "completed"));
     EXPECT_EQ(Num(p, "connection_errors"), 0);
     // The bar, over the flap window: loss of throughput no larger than the
-    // capacity taken away (0.008 vs 0.031 at seed 1, prism-classic 0.016;
-    // the baselines lose more than is taken away).
+    // capacity taken away (0.022 vs 0.034 at seed 1, prism-classic the same:
+    // quick adapt does not fire in this all-to-all since the simulator's
+    // carriers take the pair spread; the baselines lose more than is taken
+    // away).
     const double wlost = Num(p, "flap_window_throughput_loss_fraction");
     const double wremoved = Num(p, "flap_window_capacity_removed_fraction");
     EXPECT_GT(wremoved, 0.02);
     EXPECT_LE(wlost, wremoved);
     EXPECT_LT(wlost, Num(T(s, "roce"), "flap_window_throughput_loss_fraction"));
     // Makespan-based (all bytes / last completion): the last straggler's tail
-    // decides it. NOT MET (0.241 lost vs 0.027 removed at seed 1: a packet
-    // lost into a dead link near a flow's end costs about two loaded RTTs);
-    // the default run guards against regression beyond today's figure.
+    // decides it. NOT MET (0.309 lost vs 0.032 removed at seed 1: a packet
+    // lost into a dead link near a flow's end costs about two loaded RTTs;
+    // 0.241 with the earlier lockstep carriers, whose slower undisturbed run
+    // hid part of it); the default run guards against regression beyond
+    // today's figure.
     const double lost = Num(p, "throughput_loss_fraction");
     const double removed = Num(p, "capacity_removed_fraction");
     std::printf(
@@ -208,17 +212,18 @@ TEST(BenchQuick, LinkFlaps) {
     if (Strict()) {
       EXPECT_LE(lost, removed + 0.05);
     } else {
-      EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.236";
+      EXPECT_LE(lost, 0.35) << "regression beyond the recorded 0.309";
     }
-    EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.4);  // 1.33 at seed 1
-    // 53 at seed 1 (prism-classic 70; ~1100 before the path timeout).
+    EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.5);  // 1.43 at seed 1
+    // 7 at seed 1 (53 / 70 with lockstep carriers; ~1100 before the path
+    // timeout).
     EXPECT_LE(Num(p, "timeouts"), 120);
     // Failover accounting (the fabric's view; docs/benchmarks.md): flaps put
     // DATA on dead paths; every dead path outage that got DATA belongs to one
     // route group of one connection and one dead hop of one sender, so the
-    // counts nest. At seed 1: 1591 + 200 sends onto 1791 path outages (1.00
-    // each), 1732 route-group outages, 319 hop outages (prism-classic: 1530
-    // + 209, 1651 route-group outages).
+    // counts nest. At seed 1: 1532 + 165 sends onto 1697 path outages (1.00
+    // each), 1669 route-group outages, 313 hop outages (prism-classic the
+    // same).
     const double sends =
         Num(p, "dead_path_data_packets") + Num(p, "dead_path_retransmissions");
     EXPECT_GT(sends, 0);
@@ -242,15 +247,17 @@ TEST(BenchQuick, T1Reboot) {
   EXPECT_TRUE(Bool(p, "completed"));
   EXPECT_EQ(Num(p, "connection_errors"), 0);
   // Bar: loss no larger than the capacity removed (0.125). NOT MET in the
-  // quick variant (0.258 at seed 1: the path timeout's rto_min / 4 floor,
-  // needed against spurious timeouts in the 128-host permutation, slows the
-  // detection of packets lost into the rebooting switches in this short
-  // ring); the full variant meets it. Default: a regression floor.
+  // quick variant (0.440 at seeds 1-6, step 51.6 us against 28.9: the path
+  // timeout's rto_min / 4 floor, needed against spurious timeouts in the
+  // 128-host permutation, slows the detection of packets lost into the
+  // rebooting switches in this short ring; 0.251-0.260 with the earlier
+  // lockstep carriers); the full variant meets it (0.002). Default: a
+  // regression floor.
   const double lost = Num(p, "throughput_loss_fraction");
   if (Strict()) {
     EXPECT_LE(lost, Num(p, "capacity_removed_fraction"));
   } else {
-    EXPECT_LE(lost, 0.30) << "regression beyond the recorded 0.258";
+    EXPECT_LE(lost, 0.48) << "regression beyond the recorded 0.440";
   }
 }
 

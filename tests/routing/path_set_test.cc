@@ -371,6 +371,18 @@ TEST_F(Mrc131kTest, StableIdsAndSpreadAcrossPairs) {
     first.insert(ps->info(0).t1);
   }
   EXPECT_GT(first.size(), 200u);
+  // The offsets are the unordered pair's: path x back from the destination
+  // crosses the spine (and parallel link) path x out did, so a SACK sent on
+  // the path id its data arrived on takes the mirrored route.
+  for (uint32_t i = 0; i < 200; ++i) {
+    absl::StatusOr<PathSet> out = PathSet::Build(*topo_, i, 131071 - i);
+    absl::StatusOr<PathSet> back = PathSet::Build(*topo_, 131071 - i, i);
+    ASSERT_TRUE(out.ok() && back.ok());
+    for (PathId x = 0; x < out->num_paths(); x += 31) {
+      EXPECT_EQ(out->info(x).t1, back->info(x).t1) << i << " " << x;
+      EXPECT_EQ(out->info(x).link, back->info(x).link) << i << " " << x;
+    }
+  }
 }
 
 }  // namespace
