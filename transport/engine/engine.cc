@@ -2332,6 +2332,15 @@ class Engine::Impl {
     ++*msn_pkts;
   }
 
+  // The bits b of a 64-bit word for PSNs first + b in [lo, hi).
+  static uint64_t RangeBits(uint64_t first, uint64_t lo, uint64_t hi) {
+    if (lo >= hi || hi <= first || lo >= first + 64) return 0;
+    uint64_t m = ~uint64_t{0};
+    if (lo > first) m <<= lo - first;
+    if (hi < first + 64) m &= (uint64_t{1} << (hi - first)) - 1;
+    return m;
+  }
+
   // Hands the batched clean acks (kGood, no RTT) to the selector.
   void FlushGoodFeedback(Conn* c, Time now) {
     if (good_fb_n_ == 0) return;
@@ -2481,18 +2490,22 @@ class Engine::Impl {
       AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
               /*cumulative=*/true);
     }
-    // Bitmap part.
+    // Bitmap part: its PSNs in [max(snd_una, cum), snd_nxt), each word's
+    // others masked off at once (those below cum were just freed: AckSlot
+    // would leave them as they are).
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
+    const uint64_t lo = std::max(c->snd_una, cum);
+    const uint64_t hi = c->snd_nxt;
     for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
       uint64_t bits = h.bitmap[w];
+      if (bits == 0) continue;
+      const uint64_t first = base + 64 * w;
+      bits &= RangeBits(first, lo, hi);
       while (bits) {
         const unsigned b = static_cast<unsigned>(__builtin_ctzll(bits));
         bits &= bits - 1;
-        const uint64_t q = base + 64 * w + b;
-        if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
-                  /*cumulative=*/false);
-        }
+        AckSlot(c, first + b, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                /*cumulative=*/false);
       }
     }
     // Every slot below cum is free now: snd_una moves there (AdvanceUna in
