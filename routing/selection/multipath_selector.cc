@@ -727,10 +727,56 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
   return stop + MultipathSelector::NextPaths(now, out + stop, n - stop);
 }
 
+// The rotation's steady state (every plane has a path and no path anywhere
+// is in SKIP: the skip list holds them all), the engine's every batch: each
+// pick is the next plane's cursor member. More picks than planes: plane by
+// plane (NextPathsByPlane). Otherwise in turn, the cursors and the last pick
+// in locals (`out` may alias uint16_t members, which would force reloads),
+// until a pick must sit out (NextPathsGeneral does that, and everything
+// after it). Anything else is NextPathsGeneral's. Small: the simulator's
+// one- and two-pick batches pay for no more than this.
+size_t MultipathSelector::NextPaths(Time now, PathId* out, size_t n) {
+  const uint16_t np = num_planes_;
+  if (policy_ != Policy::kRotation || reps_owed_total_ != 0 ||
+      ready_planes_ != np || skip_list_.head != kNil) {
+    return NextPathsGeneral(now, out, n);
+  }
+  if (n > np) return NextPathsByPlane(now, out, n);
+  const Time slow_above =
+      typical_rtt_ > 0 ? kSlowRttFactor * typical_rtt_ : kTimeInfinite;
+  const Path* const paths = paths_.data();
+  Plane* const planes = planes_.data();
+  uint16_t sit = sit_out_;
+  uint16_t cursor = plane_cursor_;
+  size_t i = 0;
+  while (i < n) {
+    if (sit != kNil) {
+      const Path& x = paths[sit];
+      if (x.srtt > slow_above && x.state == PathState::kGood && CanExclude()) {
+        break;
+      }
+      sit = kNil;
+    }
+    const uint16_t c = cursor;
+    cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+    Plane& pl = planes[c];
+    const uint16_t k = pl.cursor;
+    pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
+    const uint16_t p = pl.members[k];
+    sit = p;
+    out[i++] = p;
+  }
+  counters_.picks += i;
+  sit_out_ = sit;
+  plane_cursor_ = cursor;
+  if (i == n) return n;
+  return i + NextPathsGeneral(now, out + i, n - i);
+}
+
 // flatten: NextPath and its helpers are inlined into the loop (the batch's
 // point); the behaviour is that of the single calls.
-[[gnu::flatten]] size_t MultipathSelector::NextPaths(Time now, PathId* out,
-                                                     size_t n) {
+[[gnu::flatten, gnu::noinline]] size_t MultipathSelector::NextPathsGeneral(
+    Time now, PathId* out, size_t n) {
   if (policy_ == Policy::kRotation && reps_owed_total_ == 0) {
     // NextPath's rotation case with its invariants read once: the slow
     // threshold (typical_rtt_ does not change while choosing; slow() folded
@@ -750,32 +796,6 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
     // plane has one, NextPlane is the cursor itself.
     const bool all_planes = ready_planes_ == np;
     size_t i = 0;
-    if (all_planes && skip_list_.head == kNil) {
-      // Steady state: every plane has a path and no path anywhere is in
-      // SKIP (the skip list holds them all), so each pick is the next
-      // plane's cursor member. More picks than planes: plane by plane.
-      // Otherwise in turn, until a pick must sit out (the loop below does
-      // that, and everything after it).
-      if (n > np) return NextPathsByPlane(now, out, n);
-      while (i < n) {
-        if (sit != kNil) {
-          const Path& x = paths[sit];
-          if (x.srtt > slow_above && x.state == PathState::kGood &&
-              CanExclude()) {
-            break;
-          }
-          sit = kNil;
-        }
-        const uint16_t c = cursor;
-        cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
-        Plane& pl = planes[c];
-        const uint16_t k = pl.cursor;
-        pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
-        const uint16_t p = pl.members[k];
-        sit = p;
-        out[i++] = p;
-      }
-    }
     for (; i < n; ++i) {
       if (sit != kNil) {
         Path& x = paths[sit];

@@ -192,6 +192,8 @@ class MultipathSelector final : public PathSelector {
   // steady state. REQUIRES: every plane ready, no path in SKIP, no reps
   // state.
   size_t NextPathsByPlane(Time now, PathId* out, size_t n);
+  // NextPaths in any state: n NextPath calls (see NextPaths).
+  size_t NextPathsGeneral(Time now, PathId* out, size_t n);
   // probe_interval x 2^(level - 1), at most x 2^kMaxProbeBackoff.
   Time ProbeDelay(uint16_t p) const;
 
