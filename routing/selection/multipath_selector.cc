@@ -651,10 +651,132 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
   ++counters_.slow_skips;
 }
 
+// Each pick is the next plane's cursor member, and a plane's cursor moves
+// only on its own picks: the picks are made plane by plane (the t-th plane
+// from the cursor takes picks t, t + np, ...: the same paths as in pick
+// order), then checked in pick order for the first whose previous pick must
+// sit out (SitOutIfSlow's test; its inputs do not change here). The picks
+// from there on are taken back (each plane's cursor moved back over those
+// of its picks: a cursor below `good` steps by one modulo `good`), that path
+// sits out, and NextPaths makes them. Out of line: NextPaths' smaller
+// batches (the simulator's) do not pay for its frame.
+[[gnu::noinline]] size_t MultipathSelector::NextPathsByPlane(Time now,
+                                                             PathId* out,
+                                                             size_t n) {
+  const Time slow_above =
+      typical_rtt_ > 0 ? kSlowRttFactor * typical_rtt_ : kTimeInfinite;
+  const uint16_t np = num_planes_;
+  Plane* const planes = planes_.data();
+  const uint16_t cursor = plane_cursor_;
+  uint16_t c = cursor;
+  for (size_t t = 0; t < np; ++t) {
+    Plane& pl = planes[c];
+    const uint16_t g = pl.good;
+    const uint16_t* const m = pl.members.data();
+    uint16_t k = pl.cursor;  // < g: members are the g GOOD paths
+    // The plane's picks, in stretches up to the end of its members (where
+    // the cursor wraps to 0).
+    size_t left = (n - t + np - 1) / np;
+    size_t j = t;
+    while (left > 0) {
+      const size_t run = std::min<size_t>(left, g - k);
+      const uint16_t* const from = m + k;
+      for (size_t r = 0; r < run; ++r, j += np) out[j] = from[r];
+      left -= run;
+      k = static_cast<uint16_t>(k + run == g ? 0 : k + run);
+    }
+    pl.cursor = k;
+    c = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+  }
+  const Path* const paths = paths_.data();
+  const auto sits_out = [&](uint16_t p) {
+    return paths[p].srtt > slow_above && paths[p].state == PathState::kGood;
+  };
+  size_t stop = n;
+  if (slow_above != kTimeInfinite && CanExclude()) {
+    if (sit_out_ != kNil && sits_out(sit_out_)) {
+      stop = 0;
+    } else {
+      for (size_t j = 1; j < n; ++j) {
+        if (sits_out(out[j - 1])) {
+          stop = j;
+          break;
+        }
+      }
+    }
+  }
+  if (stop < n) {
+    c = cursor;
+    for (size_t t = 0; t < np; ++t) {
+      Plane& pl = planes[c];
+      const size_t made = (n - t + np - 1) / np;
+      const size_t kept = stop > t ? (stop - t + np - 1) / np : 0;
+      const size_t back = (made - kept) % pl.good;
+      pl.cursor = static_cast<uint16_t>((pl.cursor + pl.good - back) % pl.good);
+      c = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+    }
+  }
+  counters_.picks += stop;
+  plane_cursor_ = static_cast<uint16_t>((cursor + stop) % np);
+  if (stop > 0) sit_out_ = out[stop - 1];
+  if (stop == n) return n;
+  // NextPath's first step for pick `stop`; with nothing left to sit out,
+  // NextPaths cannot stop before that pick again.
+  SitOutIfSlow(sit_out_);
+  sit_out_ = kNil;
+  return stop + MultipathSelector::NextPaths(now, out + stop, n - stop);
+}
+
+// The rotation's steady state (every plane has a path and no path anywhere
+// is in SKIP: the skip list holds them all), the engine's every batch: each
+// pick is the next plane's cursor member. More picks than planes: plane by
+// plane (NextPathsByPlane). Otherwise in turn, the cursors and the last pick
+// in locals (`out` may alias uint16_t members, which would force reloads),
+// until a pick must sit out (NextPathsGeneral does that, and everything
+// after it). Anything else is NextPathsGeneral's. Small: the simulator's
+// one- and two-pick batches pay for no more than this.
+size_t MultipathSelector::NextPaths(Time now, PathId* out, size_t n) {
+  const uint16_t np = num_planes_;
+  if (policy_ != Policy::kRotation || reps_owed_total_ != 0 ||
+      ready_planes_ != np || skip_list_.head != kNil) {
+    return NextPathsGeneral(now, out, n);
+  }
+  if (n > np) return NextPathsByPlane(now, out, n);
+  const Time slow_above =
+      typical_rtt_ > 0 ? kSlowRttFactor * typical_rtt_ : kTimeInfinite;
+  const Path* const paths = paths_.data();
+  Plane* const planes = planes_.data();
+  uint16_t sit = sit_out_;
+  uint16_t cursor = plane_cursor_;
+  size_t i = 0;
+  while (i < n) {
+    if (sit != kNil) {
+      const Path& x = paths[sit];
+      if (x.srtt > slow_above && x.state == PathState::kGood && CanExclude()) {
+        break;
+      }
+      sit = kNil;
+    }
+    const uint16_t c = cursor;
+    cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
+    Plane& pl = planes[c];
+    const uint16_t k = pl.cursor;
+    pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
+    const uint16_t p = pl.members[k];
+    sit = p;
+    out[i++] = p;
+  }
+  counters_.picks += i;
+  sit_out_ = sit;
+  plane_cursor_ = cursor;
+  if (i == n) return n;
+  return i + NextPathsGeneral(now, out + i, n - i);
+}
+
 // flatten: NextPath and its helpers are inlined into the loop (the batch's
 // point); the behaviour is that of the single calls.
-[[gnu::flatten]] size_t MultipathSelector::NextPaths(Time now, PathId* out,
-                                                     size_t n) {
+[[gnu::flatten, gnu::noinline]] size_t MultipathSelector::NextPathsGeneral(
+    Time now, PathId* out, size_t n) {
   if (policy_ == Policy::kRotation && reps_owed_total_ == 0) {
     // NextPath's rotation case with its invariants read once: the slow
     // threshold (typical_rtt_ does not change while choosing; slow() folded
@@ -674,30 +796,6 @@ void MultipathSelector::SitOutIfSlow(uint16_t p) {
     // plane has one, NextPlane is the cursor itself.
     const bool all_planes = ready_planes_ == np;
     size_t i = 0;
-    if (all_planes && skip_list_.head == kNil) {
-      // Steady state: every plane has a path and no path anywhere is in
-      // SKIP (the skip list holds them all), so each pick is the next
-      // plane's cursor member. Until a pick must sit out (the loop below
-      // does that, and everything after it).
-      while (i < n) {
-        if (sit != kNil) {
-          const Path& x = paths[sit];
-          if (x.srtt > slow_above && x.state == PathState::kGood &&
-              CanExclude()) {
-            break;
-          }
-          sit = kNil;
-        }
-        const uint16_t c = cursor;
-        cursor = static_cast<uint16_t>(c + 1 == np ? 0 : c + 1);
-        Plane& pl = planes[c];
-        const uint16_t k = pl.cursor;
-        pl.cursor = static_cast<uint16_t>(k + 1u >= pl.good ? 0 : k + 1);
-        const uint16_t p = pl.members[k];
-        sit = p;
-        out[i++] = p;
-      }
-    }
     for (; i < n; ++i) {
       if (sit != kNil) {
         Path& x = paths[sit];

@@ -188,6 +188,12 @@ class MultipathSelector final : public PathSelector {
   // After a use of p: a GOOD path known to be slow goes to SKIP for
   // SlowPasses(its srtt) (not below the floor).
   void SitOutIfSlow(uint16_t p);
+  // NextPaths for a batch of n > num_planes_ picks in the rotation's
+  // steady state. REQUIRES: every plane ready, no path in SKIP, no reps
+  // state.
+  size_t NextPathsByPlane(Time now, PathId* out, size_t n);
+  // NextPaths in any state: n NextPath calls (see NextPaths).
+  size_t NextPathsGeneral(Time now, PathId* out, size_t n);
   // probe_interval x 2^(level - 1), at most x 2^kMaxProbeBackoff.
   Time ProbeDelay(uint16_t p) const;
 

@@ -150,11 +150,12 @@ constexpr uint32_t kStrandedScan = 64;
 
 enum SlotState : uint8_t { kFree = 0, kInFlight, kLost, kAcked };
 
+// A PSN's packet index in its message is not kept: it is psn -
+// TxMsg::first_psn (PSNs are assigned per message, contiguously).
 struct TxSlot {
   Time sent_time = 0;
   uint32_t msn = 0;
-  uint32_t pkt_idx = 0;
-  uint32_t path_seq = 0;
+  uint32_t path_seq = 0;  // the low 32 bits of its path's tx_seq
   uint32_t prev_path = kNil, next_path = kNil;
   uint32_t prev_all = kNil, next_all = kNil;
   uint32_t len = 0;  // payload bytes (up to wire::kMaxPayloadLen)
@@ -178,9 +179,9 @@ constexpr uint16_t kInFlightOnce = kInFlight | (1u << 8);
 // PathInfo holds what every transmission and its ack touch, in one 64-byte
 // cache line per path (at the packed 104-byte stride of the earlier single
 // struct the hot fields of most paths straddled two lines); the counters of
-// rarer events are in PathCold, a parallel array. Same footprint.
+// rarer events are in PathCold, a parallel array. Same footprint. (The
+// path's transmissions are counted by tx_seq, PathStats::tx_packets.)
 struct PathCounters {
-  uint64_t tx_packets = 0;
   uint64_t tx_bytes = 0;
   uint64_t acked_packets = 0;
 };
@@ -195,7 +196,7 @@ struct PathCold {
 
 struct alignas(64) PathInfo {
   uint32_t head = kNil, tail = kNil;
-  uint32_t tx_seq = 0;
+  uint64_t tx_seq = 0;  // transmissions on the path (each one's path_seq)
   uint32_t acked_seq_hi = 0;
   Time last_acked_sent = 0;
   Time srtt = 0;
@@ -1248,7 +1249,7 @@ class Engine::Impl {
     PathStats s;
     if (!c->paths.empty()) {  // sender state allocated (something was sent)
       const PathInfo& pi = c->paths[path];
-      s.tx_packets = pi.st.tx_packets;
+      s.tx_packets = pi.tx_seq;
       s.tx_bytes = pi.st.tx_bytes;
       s.acked_packets = pi.st.acked_packets;
       s.lost_packets = c->path_cold[path].lost_packets;
@@ -2291,9 +2292,30 @@ class Engine::Impl {
   // `n` packets of message `msn` acked (AckSlot's per-packet count, added
   // at once).
   static void AckMsgPackets(Conn* c, uint32_t msn, uint32_t n) {
-    TxMsg& m = c->Msg(msn);
+    AddMsgAcks(c->Msg(msn), n);
+  }
+  static void AddMsgAcks(TxMsg& m, uint32_t n) {
     m.acked += n;
     if (m.acked == m.npkts) m.done = true;
+  }
+
+  // PSNs [from, to) acked in a cumulative run, each one in flight and sent
+  // once: what AckSlot counts per packet, per message at once (a message's
+  // PSNs are contiguous). Returns their payload bytes: mtu each but a
+  // message's last, which carries the rest of its length.
+  static uint64_t AckRunMessages(Conn* c, uint64_t from, uint64_t to) {
+    uint64_t bytes = 0;
+    while (from < to) {
+      TxMsg& m = c->Msg(c->slots[from & c->win_mask].msn);
+      const uint64_t msg_end = m.first_psn + m.npkts;
+      const uint64_t end = std::min(to, msg_end);
+      const uint32_t n = static_cast<uint32_t>(end - from);
+      bytes += uint64_t{n} * c->mtu;
+      if (end == msg_end) bytes -= uint64_t{m.npkts} * c->mtu - m.len;
+      AddMsgAcks(m, n);
+      from = end;
+    }
+    return bytes;
   }
 
   // One more packet of message `slot_msn` in a cumulative run: the count
@@ -2308,6 +2330,15 @@ class Engine::Impl {
       *msn_pkts = 0;
     }
     ++*msn_pkts;
+  }
+
+  // The bits b of a 64-bit word for PSNs first + b in [lo, hi).
+  static uint64_t RangeBits(uint64_t first, uint64_t lo, uint64_t hi) {
+    if (lo >= hi || hi <= first || lo >= first + 64) return 0;
+    uint64_t m = ~uint64_t{0};
+    if (lo > first) m <<= lo - first;
+    if (hi < first + 64) m &= (uint64_t{1} << (hi - first)) - 1;
+    return m;
   }
 
   // Hands the batched clean acks (kGood, no RTT) to the selector.
@@ -2345,8 +2376,10 @@ class Engine::Impl {
       const Time slow = c->srtt > 0 ? 2 * c->srtt : kTimeInfinite;
       uint64_t bytes = 0;
       uint32_t pkts = 0;
-      // The message of the run so far (its first slot's: a change of
-      // message, not an empty run, ends it) and its packets in the run.
+      // The message of the common slots counted one at a time so far (its
+      // first slot's: a change of message, not an empty run, ends it) and
+      // its packets among them; a run at the head of the send-order list
+      // counts its own, per message (AckRunMessages).
       uint32_t msn = q < cum ? c->slots[q & c->win_mask].msn : 0;
       uint32_t msn_pkts = 0;
       while (q < cum) {
@@ -2358,7 +2391,8 @@ class Engine::Impl {
         // (LinkSlot sets all four when a slot is sent again; nothing reads
         // them before). The latest send time acked (rack_sent, and the
         // answered-probe test that depends on it) is taken once from the
-        // run's maximum. What NoteCopyAcked does otherwise, per slot.
+        // run's maximum (what NoteCopyAcked does otherwise, per slot); its
+        // bytes and per-message counts once from its PSN range.
         {
           TxSlot* const slots = c->slots.data();
           PathInfo* const paths = c->paths.data();
@@ -2405,18 +2439,17 @@ class Engine::Impl {
             max_sent = std::max(max_sent, st);
             Time& pr = c->plane_rack_sent[plane_of[s.path]];
             if (st > pr) pr = st;
-            if (!p.dirty && np != kNil) {  // see NoteCopyAcked
+            if (np != kNil && !p.dirty) {  // see NoteCopyAcked
               p.dirty = true;
               c->dirty_paths.push_back(s.path);
             }
             s.state = kFree;
             ++p.st.acked_packets;
-            bytes += s.len;
-            CountRunMsgPacket(c, s.msn, &msn, &msn_pkts);
             ++q;
           }
           pkts += static_cast<uint32_t>(q - q0);
           if (head != head0) {
+            bytes += AckRunMessages(c, q0, q);
             c->all_head = head;
             FixAllHead(c);
             run.rack_sent = max_sent;
@@ -2457,18 +2490,22 @@ class Engine::Impl {
       AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
               /*cumulative=*/true);
     }
-    // Bitmap part.
+    // Bitmap part: its PSNs in [max(snd_una, cum), snd_nxt), each word's
+    // others masked off at once (those below cum were just freed: AckSlot
+    // would leave them as they are).
     const uint64_t base = Ext(c->snd_una, h.bitmap_base);
+    const uint64_t lo = std::max(c->snd_una, cum);
+    const uint64_t hi = c->snd_nxt;
     for (size_t w = 0; w < wire::kSackBitmapWords; ++w) {
       uint64_t bits = h.bitmap[w];
+      if (bits == 0) continue;
+      const uint64_t first = base + 64 * w;
+      bits &= RangeBits(first, lo, hi);
       while (bits) {
         const unsigned b = static_cast<unsigned>(__builtin_ctzll(bits));
         bits &= bits - 1;
-        const uint64_t q = base + 64 * w + b;
-        if (q >= c->snd_una && q < c->snd_nxt) {
-          AckSlot(c, q, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
-                  /*cumulative=*/false);
-        }
+        AckSlot(c, first + b, trig, echo_path, echo_ts, ecn, rtt, now, run, ev,
+                /*cumulative=*/false);
       }
     }
     // Every slot below cum is free now: snd_una moves there (AdvanceUna in
@@ -2889,7 +2926,8 @@ class Engine::Impl {
       if (psn < c->snd_una || s.state != kLost) return true;  // stale: pop
       if (c->tlp_credit > 0) return true;  // a probe ignores the window
       const TxMsg& m = c->Msg(s.msn);
-      len = std::min<uint32_t>(c->mtu, m.len - s.pkt_idx * c->mtu);
+      const uint32_t pkt_idx = static_cast<uint32_t>(psn - m.first_psn);
+      len = std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu);
     } else {
       if (c->send_msn == c->post_msn) return false;
       const TxMsg& m = c->Msg(c->send_msn);
@@ -2952,7 +2990,7 @@ class Engine::Impl {
       uint32_t msn, pkt_idx;
       if (retx) {
         msn = s.msn;
-        pkt_idx = s.pkt_idx;
+        pkt_idx = static_cast<uint32_t>(psn - c->Msg(msn).first_psn);
       } else {
         msn = c->send_msn;
         pkt_idx = c->send_idx;
@@ -3022,7 +3060,6 @@ class Engine::Impl {
       } else {
         s = TxSlot{};
         s.msn = msn;
-        s.pkt_idx = pkt_idx;
         s.tx_count = 0;
         if (++c->send_idx == m.npkts) {
           ++c->send_msn;
@@ -3036,10 +3073,9 @@ class Engine::Impl {
       s.state = kInFlight;
       if (s.tx_count < 255) ++s.tx_count;
       PathInfo& pi = c->paths[path];
-      s.path_seq = ++pi.tx_seq;
+      s.path_seq = static_cast<uint32_t>(++pi.tx_seq);
       LinkSlot(c, idx);
       c->inflight_bytes += len;
-      ++pi.st.tx_packets;
       pi.st.tx_bytes += len;
       ++c->st.tx_data_packets;
       c->st.tx_data_bytes += len;
@@ -3067,7 +3103,7 @@ class Engine::Impl {
                   TxPacket* out) {
     // The first packet through EmitData (its header is the template), the
     // others in EmitNewRunRest.
-    EmitNewSlot(now, c, msn, pkt_idx, psn, paths[0],
+    EmitNewSlot(now, c, msn, psn, paths[0],
                 std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu));
     EmitData(now, c, m, msn, pkt_idx * c->mtu,
              std::min<uint32_t>(c->mtu, m.len - pkt_idx * c->mtu), psn,
@@ -3100,7 +3136,7 @@ class Engine::Impl {
         const uint32_t pi_idx = pkt_idx + static_cast<uint32_t>(i);
         const uint32_t off = pi_idx * c->mtu;
         const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
-        EmitNewSlot(now, c, msn, pi_idx, psn + i, paths[i], len);
+        EmitNewSlot(now, c, msn, psn + i, paths[i], len);
         EmitData(now, c, m, msn, off, len, psn + i, paths[i], /*retx=*/false,
                  out[i]);
         bytes += len;
@@ -3110,8 +3146,15 @@ class Engine::Impl {
       // packet's fields: the same bytes as EmitData's (same message, same
       // send time, no retransmission, no payload checksum). The run's
       // invariants in locals (stores to slots and packets could alias the
-      // members they come from).
-      const uint8_t* const tmpl = out[0].header;
+      // members they come from), the header template in four vector
+      // registers.
+      using V = long long __attribute__((vector_size(16)));
+      static_assert(4 * sizeof(V) == wire::kDataHeaderSize);
+      V t0, t1, t2, t3;
+      std::memcpy(&t0, out[0].header, 16);
+      std::memcpy(&t1, out[0].header + 16, 16);
+      std::memcpy(&t2, out[0].header + 32, 16);
+      std::memcpy(&t3, out[0].header + 48, 16);
       const uint32_t mtu = c->mtu;
       const uint32_t mlen = m.len;
       const uint8_t* const src = m.src;
@@ -3127,9 +3170,10 @@ class Engine::Impl {
       PathInfo* const pinfo = c->paths.data();
       const uint64_t win_mask = c->win_mask;
       uint32_t all_tail = c->all_tail;
-      uint32_t off = (pkt_idx + 1) * mtu;
-      for (size_t i = 1; i < cnt; ++i, off += mtu) {
-        const uint32_t len = std::min<uint32_t>(mtu, mlen - off);
+      // Packet i of the run: `len` payload bytes, header flags `flags`.
+      const auto emit = [&](size_t i, uint32_t len, uint16_t flags)
+          __attribute__((always_inline)) {
+        const uint32_t off = (pkt_idx + static_cast<uint32_t>(i)) * mtu;
         const uint16_t path = paths[i];
         const uint64_t q = psn + i;
         const uint32_t idx = static_cast<uint32_t>(q & win_mask);
@@ -3137,8 +3181,7 @@ class Engine::Impl {
         PathInfo& pi = pinfo[path];
         s.sent_time = now;
         s.msn = msn;
-        s.pkt_idx = pkt_idx + static_cast<uint32_t>(i);
-        s.path_seq = ++pi.tx_seq;
+        s.path_seq = static_cast<uint32_t>(++pi.tx_seq);
         s.len = len;
         s.path = path;
         s.state = kInFlight;
@@ -3155,14 +3198,13 @@ class Engine::Impl {
         s.prev_all = all_tail;
         slots[all_tail].next_all = idx;
         all_tail = idx;
-        ++pi.st.tx_packets;
         pi.st.tx_bytes += len;
-        bytes += len;
         TxPacket& o = out[i];
-        std::memcpy(o.header, tmpl, wire::kDataHeaderSize);
+        std::memcpy(o.header, &t0, 16);
+        std::memcpy(o.header + 16, &t1, 16);
+        std::memcpy(o.header + 32, &t2, 16);
+        std::memcpy(o.header + 48, &t3, 16);
         // (off > 0: never the first packet of the message.)
-        uint16_t flags = base_flags;
-        if (off + len == mlen) flags |= wire::kFlagLastOfMessage;
         wire::internal::PatchDataHeader(o.header, static_cast<uint32_t>(q), off,
                                         raddr + off, len, path, flags);
         o.header_len = static_cast<uint16_t>(wire::kDataHeaderSize);
@@ -3171,6 +3213,20 @@ class Engine::Impl {
         o.peer = peer;
         o.path = path;
         o.tclass = TrafficClass::kData;
+      };
+      // Every packet before the message's last carries mtu bytes and no
+      // last-of-message flag: those two header fields are the same for
+      // all of them (set up once); the last one, if in the run, after.
+      const size_t full =
+          std::min<size_t>(cnt, static_cast<size_t>(m.npkts - 1 - pkt_idx));
+      for (size_t i = 1; i < full; ++i) emit(i, mtu, base_flags);
+      bytes = static_cast<uint64_t>(full > 1 ? full - 1 : 0) * mtu;
+      if (full < cnt) {  // the last packet: cnt == full + 1
+        const uint32_t off = (pkt_idx + static_cast<uint32_t>(full)) * mtu;
+        const uint32_t len = mlen - off;
+        emit(full, len,
+             static_cast<uint16_t>(base_flags | wire::kFlagLastOfMessage));
+        bytes += len;
       }
       c->all_tail = all_tail;
     }
@@ -3180,25 +3236,21 @@ class Engine::Impl {
   // EmitConn's commit of a new packet's slot (sent once, now, on `path`),
   // linked in the send-order lists, and its path's counters.
   __attribute__((always_inline)) void EmitNewSlot(Time now, Conn* c,
-                                                  uint32_t msn,
-                                                  uint32_t pkt_idx,
-                                                  uint64_t psn, uint16_t path,
-                                                  uint32_t len) {
+                                                  uint32_t msn, uint64_t psn,
+                                                  uint16_t path, uint32_t len) {
     const uint32_t idx = static_cast<uint32_t>(psn & c->win_mask);
     TxSlot& s = c->slots[idx];
     PathInfo& pi = c->paths[path];
     TxSlot n;
     n.sent_time = now;
     n.msn = msn;
-    n.pkt_idx = pkt_idx;
-    n.path_seq = ++pi.tx_seq;
+    n.path_seq = static_cast<uint32_t>(++pi.tx_seq);
     n.len = len;
     n.path = path;
     n.state = kInFlight;
     n.tx_count = 1;
     s = n;
     LinkSlot(c, idx);
-    ++pi.st.tx_packets;
     pi.st.tx_bytes += len;
   }
 
