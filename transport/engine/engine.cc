@@ -1942,9 +1942,6 @@ class Engine::Impl {
         !c->rx_crc_required) {
       run_c_ = c;
       run_hdr_ = rx.data;
-      run_base_ = a.base_addr;
-      run_region_base_ = r.base;
-      run_region_addr_ = r.mr.addr;
     }
   }
 
@@ -1995,9 +1992,13 @@ class Engine::Impl {
     Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
     const uint8_t* const run_hdr = run_hdr_;
-    const uint64_t run_base = run_base_;
-    uint8_t* const region_base = run_region_base_;
-    const uint64_t region_addr = run_region_addr_;
+    // The message's base address, its region (the one of the connection's
+    // cache, set by CommitData for the run's first packet).
+    const uint64_t run_base = h.remote_addr - h.msg_offset;
+    const Region& r = regions_[c->last_region];
+    // Where remote address 0 would be mapped (the bytes at remote address
+    // a are at region_at + a).
+    const uintptr_t region_at = reinterpret_cast<uintptr_t>(r.base) - r.mr.addr;
     const uint64_t msg_len = h.msg_len;
     const uint32_t remote_mtu = c->remote_mtu;
     const uint16_t num_paths = c->num_paths;
@@ -2009,7 +2010,6 @@ class Engine::Impl {
         static_cast<uint64_t>(md0) >= c->rx_msgs.size())
       return 0;
     RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-    const Region& r = regions_[c->last_region];
     // The per-packet checks of packet i (the decoder's and the payload's):
     // true, with its payload, length and destination, when they pass. No
     // check that the address is at least the offset: addr - msg_off ==
@@ -2046,7 +2046,7 @@ class Engine::Impl {
           ((flags & wire::kFlagLastOfMessage) && end != msg_len) ||
           path >= num_paths || addr - msg_off != run_base)
         return false;
-      dst = region_base + (addr - region_addr);
+      dst = reinterpret_cast<uint8_t*>(region_at + addr);
       return true;
     };
     size_t j = 0;  // packets handled
@@ -2151,21 +2151,29 @@ class Engine::Impl {
                                         uint32_t psn0, uint64_t p0,
                                         uint64_t bytes, bool ce_last) {
     namespace off = wire::internal::off;
-    const uint64_t pe = p0 + k;
-    const uint64_t high = c->rcv_high;
-    const bool gap = p0 > high;
-    if (p0 < high)
-      c->ooo_count += static_cast<uint32_t>(std::min<uint64_t>(k, high - p0));
-    if (pe > high) c->rcv_high = pe;
-    if (p0 == c->rcv_nxt) {
-      // Each packet's successor but the last one's is in the unit (not
-      // received): rcv_nxt moves by one per packet; the last one's may
-      // have been received (then set, and consumed with what follows).
-      c->rcv_nxt = pe;
-      if ((c->rx_bits[(pe >> 6) & c->rx_word_mask] >> (pe & 63)) & 1)
-        AdvanceRcvNxt(c);
+    bool gap;
+    if (k == 1) {
+      // One packet (most units when packets arrive out of order).
+      const uint32_t word = static_cast<uint32_t>((p0 >> 6) & c->rx_word_mask);
+      gap = AcceptPsn(c, p0, c->rcv_nxt, c->rx_bits.data(), c->rx_word_mask,
+                      word, c->rx_bits[word]);
     } else {
-      SetRxBits(c, p0, k);
+      const uint64_t pe = p0 + k;
+      const uint64_t high = c->rcv_high;
+      gap = p0 > high;
+      if (p0 < high)
+        c->ooo_count += static_cast<uint32_t>(std::min<uint64_t>(k, high - p0));
+      if (pe > high) c->rcv_high = pe;
+      if (p0 == c->rcv_nxt) {
+        // Each packet's successor but the last one's is in the unit (not
+        // received): rcv_nxt moves by one per packet; the last one's may
+        // have been received (then set, and consumed with what follows).
+        c->rcv_nxt = pe;
+        if ((c->rx_bits[(pe >> 6) & c->rx_word_mask] >> (pe & 63)) & 1)
+          AdvanceRcvNxt(c);
+      } else {
+        SetRxBits(c, p0, k);
+      }
     }
     c->st.rx_data_packets += k;
     c->st.rx_data_bytes += bytes;
@@ -2175,28 +2183,53 @@ class Engine::Impl {
       m.complete = true;
       if (m.msn == c->rcv_msn_next) DeliverInOrder(c);
     }
-    // NoteAck for packets i, i + 1, ... up to the next that flushes (f).
+    // NoteAck for each packet: ack_pending, the trigger fields (those of
+    // the last packet noted before a flush, or of the unit), the
+    // delayed-SACK timer (armed by a packet that does not flush) and the
+    // flushes: the first packet on a gap, each kAckEvery-th pending, the
+    // last one on ECN CE.
     uint32_t pending = c->ack_pending;
-    for (size_t i = 0;;) {
-      size_t f = pending + 1 >= kAckEvery ? i : i + (kAckEvery - 1 - pending);
-      if (gap && i == 0) f = 0;
-      if (ce_last) f = std::min(f, k - 1);
-      const size_t t = std::min(f, k - 1);  // the trigger: the last noted
+    auto note = [&](size_t i, size_t t) __attribute__((always_inline)) {
       const uint8_t* p = pkts[t].data;
       c->ack_pending = pending + static_cast<uint32_t>(t - i + 1);
       c->trig_psn = psn0 + static_cast<uint32_t>(t);
       c->trig_psn64 = p0 + t;
       c->trig_path = Get16(p + off::kDPathId);
       c->trig_ts = Get64(p + off::kDSendTs);
-      // Packets [i, f) did not flush: the first of them arms the timer.
+    };
+    // Packets i..f noted, f flushes (with ECN CE: `ce`); those before it
+    // arm the timer.
+    auto flush_at = [&](size_t i, size_t f, bool ce)
+        __attribute__((always_inline)) {
+      note(i, f);
       if (f > i && c->ack_deadline == kTimeInfinite)
         c->ack_deadline = now + AckDelay(c);
-      if (f >= k) break;
-      if (f == k - 1 && ce_last) c->trig_ecn = 1;
+      if (ce) c->trig_ecn = 1;
       FlushAck(c);
       pending = c->ack_pending;
-      i = f + 1;
-      if (i == k) break;
+    };
+    size_t i = 0;
+    if (gap) {
+      flush_at(0, 0, ce_last && k == 1);
+      i = 1;
+    }
+    while (i < k) {
+      const size_t f =
+          pending + 1 >= kAckEvery ? i : i + (kAckEvery - 1 - pending);
+      if (f + 1 < k) {
+        flush_at(i, f, false);
+        i = f + 1;
+        continue;
+      }
+      // None flushes before the last packet.
+      if (f + 1 == k || ce_last) {
+        flush_at(i, k - 1, ce_last);
+      } else {
+        note(i, k - 1);
+        if (c->ack_deadline == kTimeInfinite)
+          c->ack_deadline = now + AckDelay(c);
+      }
+      break;
     }
   }
 
@@ -2264,15 +2297,16 @@ class Engine::Impl {
     if (c->ack_pending == 0) return;
     CtrlItem* it = c->PushCtrl();
     if (it == nullptr) return;  // next burst retries (ack_pending kept)
-    *it = CtrlItem{};
-    it->type = CtrlType::kSack;
-    it->psn = c->trig_psn;
-    it->psn64 = c->trig_psn64;
-    it->path = c->trig_path;
-    it->ts = c->trig_ts;
-    it->ecn = c->trig_ecn;
-    it->coalesced =
+    CtrlItem k;                 // built whole, then stored at once
+    k.type = CtrlType::kSack;
+    k.psn = c->trig_psn;
+    k.psn64 = c->trig_psn64;
+    k.path = c->trig_path;
+    k.ts = c->trig_ts;
+    k.ecn = c->trig_ecn;
+    k.coalesced =
         static_cast<uint16_t>(std::min<uint32_t>(c->ack_pending, 0xFFFF));
+    *it = k;
     c->ack_pending = 0;
     c->trig_ecn = 0;
     c->ack_deadline = kTimeInfinite;
@@ -3495,13 +3529,9 @@ class Engine::Impl {
   wire::Packet pkt_;  // decode scratch, reused
   // The receive run (DataRun): the connection of the DATA packet
   // accepted last in this OnReceive call (nullptr: none, or anything else
-  // came after it), its header bytes, message base address, and its
-  // region's base pointer and address.
+  // came after it) and its header bytes.
   Conn* run_c_ = nullptr;
   const uint8_t* run_hdr_ = nullptr;
-  uint64_t run_base_ = 0;
-  uint8_t* run_region_base_ = nullptr;
-  uint64_t run_region_addr_ = 0;
 
   // Clean acks of the SACK being processed, for one OnFeedbackBatch call
   // (flushed before any other selector call of that SACK).
