@@ -905,7 +905,7 @@ class Engine::Impl {
   // -------------------------------------------------------------- receive
   // Packets of a burst whose header checksums OnReceive computes at once
   // (and so the most a DataRun call gets).
-  static constexpr size_t kRxChunk = 16;
+  static constexpr size_t kRxChunk = 64;
   // Header checksums are computed for a chunk of the burst at once
   // (interleaved CRC32C chains, wire::HeaderCrcs), then each packet is
   // decoded and handled in order, exactly as one at a time. A split packet
@@ -915,9 +915,11 @@ class Engine::Impl {
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     constexpr size_t kChunk = kRxChunk;
-    // Packet j of the chunk: its header (a zero one when it has no
-    // checksum span: malformed, or read in place), the span, the checksum,
-    // whether it is one, and its claim.
+    // Packet j of the chunk: its header checksum crc[j] (has_crc[j]:
+    // whether it has one: a checksum span, and not read in place) and its
+    // claim. hdr/span: what HeaderCrcs checksums: each packet's header (a
+    // zero one for a packet without a span), or, with claims, only those of
+    // the packets not read in place (their checksums then spread to crc[j]).
     static constexpr uint8_t kNoHeader[wire::kDataHeaderSize] = {};
     const uint8_t* hdr[kChunk];
     size_t span[kChunk];
@@ -938,8 +940,7 @@ class Engine::Impl {
         }
         wire::HeaderCrcs(hdr, span, k, crc);
       } else {
-        // Only the packets not read in place are checksummed (m of them),
-        // then their checksums spread to their packets' places.
+        // Only the packets not read in place are checksummed (m of them).
         size_t m = 0;
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
@@ -1865,7 +1866,7 @@ class Engine::Impl {
   // bitmap (what setting its bit and AdvanceRcvNxt would do: set it,
   // consume it). `bits` is rx_bits[word] as the acceptance check read it
   // (placement does not touch rx_bits). Returns whether psn is past
-  // rcv_high (a gap). Shared by CommitData and DataRun.
+  // rcv_high (a gap). Shared by CommitData and CommitRun.
   [[gnu::always_inline]] bool AcceptPsn(Conn* c, uint64_t psn, uint64_t rcv_nxt,
                                         uint64_t* rx_bits, uint64_t word_mask,
                                         uint32_t word, uint64_t bits) {
