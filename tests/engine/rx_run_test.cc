@@ -7,8 +7,8 @@
 // completions, the region's bytes and the next timer. The edge cases: a
 // duplicate in the middle of a run, a failed placement mid-run, runs
 // crossing kAckEvery, a run completing a message and going on into the
-// next, ECN CE on one packet, PSNs out of order in a burst (gaps), and
-// random bursts mixing all of these.
+// next, ECN CE on one packet, PSNs out of order in a burst (gaps), malformed
+// packets in a run, and random bursts mixing all of these.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -288,6 +288,29 @@ TEST_F(RxRun, OutOfOrderInABurst) {
   Same(pkts, {b});
   // Starting past a gap, then filling it.
   Same(pkts, {Range(4, 12), Range(0, 4), Range(12, 24)});
+}
+
+TEST_F(RxRun, MalformedPacketsInARun) {
+  auto pkts = Send({20 * kMtu});
+  // A copy of packet 5 with a header byte flipped (checksum mismatch), and
+  // one cut to less than a common header (no checksum span).
+  Pkt bad = pkts[5];
+  bad.hdr[21] ^= 1;
+  Pkt cut = pkts[9];
+  cut.hdr.resize(10);
+  cut.payload.clear();
+  pkts.push_back(bad);
+  pkts.push_back(cut);
+  Burst b = Range(0, 5);
+  b.push_back({20});
+  const Burst mid = Range(5, 10);
+  b.insert(b.end(), mid.begin(), mid.end());
+  b.push_back({21});
+  const Burst rest = Range(10, 20);
+  b.insert(b.end(), rest.begin(), rest.end());
+  const Outcome o = Same(pkts, {b});
+  EXPECT_NE(o.engine_stats.find("rx_drop_bad_checksum=1"), std::string::npos)
+      << o.engine_stats;
 }
 
 TEST_F(RxRun, RandomBursts) {

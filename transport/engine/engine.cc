@@ -962,7 +962,7 @@ class Engine::Impl {
         if (run_c_ != nullptr && has_crc[j] &&
             MayContinueRun(pkts[i + j].data)) {
           // The packets continuing the receive run, in one call.
-          j += DataRun(now, pkts + i + j, k - j, crc + j);
+          j += DataRun(now, pkts + i + j, k - j, crc + j, has_crc + j);
           if (j == k) break;
         }
         ReceiveOne(now, pkts[i + j], has_crc[j] ? &crc[j] : nullptr,
@@ -1982,13 +1982,12 @@ class Engine::Impl {
   // header checksum), at one whose message slot is no longer active (the
   // message was delivered), or after a failed placement (counted as
   // received; it ends the run, as in CommitData). `crc[j]`: packet j's
-  // header checksum as OnReceive computed it (any value for a packet with
-  // no checksum span: shorter than a DATA header or not DATA, so it fails
-  // the length or SameDataMessage check anyway). Out of line, with the
-  // run's invariants in locals (the connection's fields that no packet of
-  // the run changes, the message's receive slot).
+  // header checksum as OnReceive computed it, when has_crc[j] (else: stop).
+  // Out of line, with the run's invariants in locals (the connection's
+  // fields that no packet of the run changes, the message's receive slot).
   __attribute__((noinline)) size_t DataRun(Time now, const RxPacket* pkts,
-                                           size_t n, const uint32_t* crc) {
+                                           size_t n, const uint32_t* crc,
+                                           const bool* has_crc) {
     namespace off = wire::internal::off;
     Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
@@ -2021,6 +2020,7 @@ class Engine::Impl {
     uint32_t plen;
     uint8_t* dst;
     auto check = [&](size_t i) __attribute__((always_inline)) {
+      if (!has_crc[i]) return false;
       const RxPacket& rx = pkts[i];
       const uint8_t* p = rx.data;
       payload = rx.payload;
