@@ -11,6 +11,7 @@
 // packets in a run, and random bursts mixing all of these.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -218,6 +219,12 @@ class RxRun : public ::testing::Test {
     for (size_t i = from; i < to; ++i) b.push_back({i});
     return b;
   }
+  // The bursts' arrivals, one after the other, in one burst.
+  static Burst Join(std::initializer_list<Burst> parts) {
+    Burst b;
+    for (const Burst& p : parts) b.insert(b.end(), p.begin(), p.end());
+    return b;
+  }
 
   std::vector<uint8_t> src_, dst_;
   ConnectionInfo sender_info_;
@@ -234,11 +241,7 @@ TEST_F(RxRun, WholeMessageInOneBurst) {
 
 TEST_F(RxRun, DuplicateInTheMiddle) {
   const auto pkts = Send({20 * kMtu});
-  Burst b = Range(0, 10);
-  b.push_back({4});
-  const Burst rest = Range(10, 20);
-  b.insert(b.end(), rest.begin(), rest.end());
-  const Outcome o = Same(pkts, {b});
+  const Outcome o = Same(pkts, {Join({Range(0, 10), {{4}}, Range(10, 20)})});
   EXPECT_NE(o.engine_stats.find("rx_duplicates=1"), std::string::npos)
       << o.engine_stats;
 }
@@ -301,14 +304,8 @@ TEST_F(RxRun, MalformedPacketsInARun) {
   cut.payload.clear();
   pkts.push_back(bad);
   pkts.push_back(cut);
-  Burst b = Range(0, 5);
-  b.push_back({20});
-  const Burst mid = Range(5, 10);
-  b.insert(b.end(), mid.begin(), mid.end());
-  b.push_back({21});
-  const Burst rest = Range(10, 20);
-  b.insert(b.end(), rest.begin(), rest.end());
-  const Outcome o = Same(pkts, {b});
+  const Outcome o = Same(
+      pkts, {Join({Range(0, 5), {{20}}, Range(5, 10), {{21}}, Range(10, 20)})});
   EXPECT_NE(o.engine_stats.find("rx_drop_bad_checksum=1"), std::string::npos)
       << o.engine_stats;
 }
