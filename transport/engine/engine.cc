@@ -904,6 +904,9 @@ class Engine::Impl {
   }
 
   // -------------------------------------------------------------- receive
+  // Packets of a burst whose header checksums OnReceive computes at once
+  // (and so the most a DataRun call gets).
+  static constexpr size_t kRxChunk = 64;
   // Header checksums are computed for a chunk of the burst at once
   // (interleaved CRC32C chains, wire::HeaderCrcs), then each packet is
   // decoded and handled in order, exactly as one at a time. A split packet
@@ -912,28 +915,34 @@ class Engine::Impl {
   // compared with those RxDestination decoded).
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
-    constexpr size_t kChunk = 16;
+    constexpr size_t kChunk = kRxChunk;
+    // Packet j of the chunk: its header checksum crc[j] (has_crc[j]:
+    // whether it has one: a checksum span, and not read in place) and its
+    // claim. hdr/span: what HeaderCrcs checksums: each packet's header (a
+    // zero one for a packet without a span), or, with claims, only those of
+    // the packets not read in place (their checksums then spread to crc[j]).
+    static constexpr uint8_t kNoHeader[wire::kDataHeaderSize] = {};
     const uint8_t* hdr[kChunk];
     size_t span[kChunk];
     uint32_t crc[kChunk];
-    uint8_t slot[kChunk];  // index into hdr/crc, or kChunk: not precomputed
+    bool has_crc[kChunk];
     const RxClaim* claim[kChunk];
     in_batch_ = nclaims_ > 0;
     claim_next_ = claim_done_ = 0;
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
-      size_t m = 0;
       if (!in_batch_) {
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
-          claim[j] = nullptr;
           const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
-          hdr[m] = rx.data;
-          span[m] = sp;
-          m += sp != 0;
+          has_crc[j] = sp != 0;
+          hdr[j] = sp != 0 ? rx.data : kNoHeader;
+          span[j] = sp != 0 ? sp : sizeof(kNoHeader);
         }
+        wire::HeaderCrcs(hdr, span, k, crc);
       } else {
+        // Only the packets not read in place are checksummed (m of them).
+        size_t m = 0;
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
           claim[j] = MatchClaim(rx);
@@ -941,23 +950,24 @@ class Engine::Impl {
               claim[j] != nullptr
                   ? 0
                   : wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-          slot[j] = static_cast<uint8_t>(sp != 0 ? m : kChunk);
+          has_crc[j] = sp != 0;
           if (sp != 0) {
             hdr[m] = rx.data;
             span[m++] = sp;
           }
         }
+        wire::HeaderCrcs(hdr, span, m, crc);
+        for (size_t j = k; j-- > 0;) crc[j] = has_crc[j] ? crc[--m] : 0;
       }
-      wire::HeaderCrcs(hdr, span, m, crc);
       for (size_t j = 0; j < k; ++j) {
-        if (run_c_ != nullptr && slot[j] < kChunk &&
+        if (run_c_ != nullptr && has_crc[j] &&
             MayContinueRun(pkts[i + j].data)) {
           // The packets continuing the receive run, in one call.
-          j += DataRun(now, pkts + i + j, k - j, crc, slot + j);
+          j += DataRun(now, pkts + i + j, k - j, crc + j, has_crc + j);
           if (j == k) break;
         }
-        ReceiveOne(now, pkts[i + j], slot[j] < kChunk ? &crc[slot[j]] : nullptr,
-                   claim[j]);
+        ReceiveOne(now, pkts[i + j], has_crc[j] ? &crc[j] : nullptr,
+                   in_batch_ ? claim[j] : nullptr);
       }
     }
     // Connection failures held back while packets of the connection read in
@@ -1857,7 +1867,7 @@ class Engine::Impl {
   // bitmap (what setting its bit and AdvanceRcvNxt would do: set it,
   // consume it). `bits` is rx_bits[word] as the acceptance check read it
   // (placement does not touch rx_bits). Returns whether psn is past
-  // rcv_high (a gap). Shared by CommitData and DataRun.
+  // rcv_high (a gap). Shared by CommitData and CommitRun.
   [[gnu::always_inline]] bool AcceptPsn(Conn* c, uint64_t psn, uint64_t rcv_nxt,
                                         uint64_t* rx_bits, uint64_t word_mask,
                                         uint32_t word, uint64_t bits) {
@@ -1934,9 +1944,6 @@ class Engine::Impl {
         !c->rx_crc_required) {
       run_c_ = c;
       run_hdr_ = rx.data;
-      run_base_ = a.base_addr;
-      run_region_base_ = r.base;
-      run_region_addr_ = r.mr.addr;
     }
   }
 
@@ -1951,44 +1958,52 @@ class Engine::Impl {
            Get32(p + off::kDMsn) == Get32(run_hdr_ + off::kDMsn);
   }
 
-  // The receive run fast path, for consecutive packets pkts[0, n) of the
-  // message whose packet was accepted just before them in this OnReceive
-  // call (run_c_; pkt_ holds that packet's decoded header). A header that
-  // differs from the run's first one only in per-packet fields
-  // (wire::internal::SameDataMessage: same connection, message, key,
-  // flags) has the outcome that packet had in the connection lookup and
-  // the key, range and message-consistency checks of AcceptData (nothing
-  // between the two changed the connection, its regions or the message's
-  // slot): they are not repeated; the decoder's field checks, the payload
-  // checks, the PSN window, the duplicate bit and the message's byte count
-  // are, and an accepted packet gets what OnData and CommitData give it.
-  // Returns how many packets it handled; it stops, having changed nothing
-  // for it, at the first packet whose outcome it does not know to be
-  // acceptance (ReceiveOne then handles it exactly as any other), at one
-  // whose message slot is no longer active (the message was delivered),
-  // or after a failed placement (which ends the run). `slot[j]`: the
-  // index of packet j's header checksum in `crc`, or 16 (none: stop).
+  // The receive run fast path, for consecutive packets pkts[0, n) (n <=
+  // kRxChunk) of the message whose packet was accepted just before them in
+  // this OnReceive call (run_c_; pkt_ holds that packet's decoded header).
+  // The packets are taken in units, each the longest stretch of packets
+  // with consecutive PSNs whose acceptance is known (ending at one with
+  // ECN CE), handled in two steps: one pass that validates and places each
+  // packet (the Placer interface is per packet), then one commit for the
+  // unit (CommitRun). A header that differs from the run's first one only
+  // in per-packet fields (wire::internal::SameDataMessage: same connection,
+  // message, key, flags) has the outcome that packet had in the connection
+  // lookup and the key, range and message-consistency checks of AcceptData
+  // (nothing between the two changed the connection, its regions or the
+  // message's slot): they are not repeated; the decoder's field checks, the
+  // payload checks and the message's byte count are, per packet; the PSN
+  // window and the duplicate bits once per unit, against the state before
+  // it (its own packets change neither for one another; a packet beyond the
+  // window's end as it was, which rcv_nxt moving during the unit may have
+  // let in, starts the next unit). A packet out of sequence starts the next
+  // unit. Returns how many packets it handled; it stops, having changed
+  // nothing for it, at the first packet whose outcome it does not know to
+  // be acceptance (ReceiveOne then handles it exactly as any other: a
+  // duplicate, a packet of another message, beyond the window, without a
+  // header checksum), at one whose message slot is no longer active (the
+  // message was delivered), or after a failed placement (counted as
+  // received; it ends the run, as in CommitData). `crc[j]`: packet j's
+  // header checksum as OnReceive computed it, when has_crc[j] (else: stop).
   // Out of line, with the run's invariants in locals (the connection's
-  // arrays and fields that no packet of the run changes, the message's
-  // receive slot): inlined into OnReceive, whose other paths left it short
-  // of registers, the byte stores of placement and bookkeeping (which may
-  // alias anything) forced them to be reloaded per packet.
+  // fields that no packet of the run changes, the message's receive slot).
   __attribute__((noinline)) size_t DataRun(Time now, const RxPacket* pkts,
                                            size_t n, const uint32_t* crc,
-                                           const uint8_t* slot) {
+                                           const bool* has_crc) {
     namespace off = wire::internal::off;
     Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
     const uint8_t* const run_hdr = run_hdr_;
-    const uint64_t run_base = run_base_;
-    uint8_t* const region_base = run_region_base_;
-    const uint64_t region_addr = run_region_addr_;
+    // The message's base address, its region (the one of the connection's
+    // cache, set by CommitData for the run's first packet).
+    const uint64_t run_base = h.remote_addr - h.msg_offset;
+    const Region& r = regions_[c->last_region];
+    // Where remote address 0 would be mapped (the bytes at remote address
+    // a are at region_at + a).
+    const uintptr_t region_at = reinterpret_cast<uintptr_t>(r.base) - r.mr.addr;
     const uint64_t msg_len = h.msg_len;
     const uint32_t remote_mtu = c->remote_mtu;
     const uint16_t num_paths = c->num_paths;
     const uint64_t win = c->win;
-    const uint64_t word_mask = c->rx_word_mask;
-    uint64_t* const rx_bits = c->rx_bits.data();
     // The message's slot: valid for the whole call (the ring grows only in
     // CommitData for a packet without a slot, never one of the run).
     const int32_t md0 = static_cast<int32_t>(h.msn - c->rcv_msn_next);
@@ -1996,95 +2011,228 @@ class Engine::Impl {
         static_cast<uint64_t>(md0) >= c->rx_msgs.size())
       return 0;
     RxMsg& m = c->rx_msgs[h.msn & c->rx_msg_mask];
-    const Region& r = regions_[c->last_region];
-    const uint8_t* last = nullptr;  // the last packet accepted
-    const uint8_t* last_payload = nullptr;
-    size_t j = 0;
-    for (; j < n; ++j) {
-      const RxPacket& rx = pkts[j];
-      if (slot[j] >= 16) break;
+    // The per-packet checks of packet i (the decoder's and the payload's):
+    // true, with its payload, length and destination, when they pass. No
+    // check that the address is at least the offset: addr - msg_off ==
+    // run_base cannot hold by wrapping around, as the message ends below
+    // 2^64 (RegisterMemory, AcceptData's range check) and msg_off is in it.
+    // (plen - 1 >= remote_mtu: empty, or more than the peer's MTU.)
+    const uint8_t* payload;
+    uint32_t plen;
+    uint8_t* dst;
+    auto check = [&](size_t i) __attribute__((always_inline)) {
+      if (!has_crc[i]) return false;
+      const RxPacket& rx = pkts[i];
       const uint8_t* p = rx.data;
-      const uint8_t* payload = rx.payload;
+      payload = rx.payload;
       size_t payload_bytes = rx.payload_len;
       if (payload == nullptr) {
-        if (rx.len <= wire::kDataHeaderSize) break;
+        if (rx.len <= wire::kDataHeaderSize) return false;
         payload = p + wire::kDataHeaderSize;
         payload_bytes = rx.len - wire::kDataHeaderSize;
       } else if (rx.len != wire::kDataHeaderSize) {
-        break;
+        return false;
       }
-      if (rx.trimmed || Get32(p + off::kCrc) != crc[slot[j]] ||
+      if (rx.trimmed || Get32(p + off::kCrc) != crc[i] ||
           !wire::internal::SameDataMessage(p, run_hdr))
-        break;
+        return false;
       const uint16_t flags = Get16(p + off::kDFlags);
       const uint32_t msg_off = Get32(p + off::kDMsgOffset);
-      const uint32_t plen = Get16(p + off::kDPayloadLen) |
-                            uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
+      plen = Get16(p + off::kDPayloadLen) |
+             uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
       const uint16_t path = Get16(p + off::kDPathId);
       const uint64_t addr = Get64(p + off::kDRemoteAddr);
       const uint64_t end = uint64_t{msg_off} + plen;
-      if (plen == 0 || payload_bytes != plen || end > msg_len ||
+      if (plen - 1 >= remote_mtu || payload_bytes != plen || end > msg_len ||
           ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
           ((flags & wire::kFlagLastOfMessage) && end != msg_len) ||
-          plen > remote_mtu || path >= num_paths || addr < msg_off ||
-          addr - msg_off != run_base)
-        break;
-      const uint32_t psn32 = Get32(p + off::kDPsn);
+          path >= num_paths || addr - msg_off != run_base)
+        return false;
+      dst = reinterpret_cast<uint8_t*>(region_at + addr);
+      return true;
+    };
+    size_t j = 0;  // packets handled
+    while (j < n && m.active && check(j)) {
+      // One unit: pkts[j, i), PSNs p0 .. (32-bit: psn0 ..), up to lim (the
+      // window's end or the first PSN received, as they were before it).
+      const uint32_t psn0 = Get32(pkts[j].data + off::kDPsn);
       const uint64_t rcv_nxt = c->rcv_nxt;
-      const uint64_t psn = Ext(rcv_nxt, psn32);
-      if (psn < rcv_nxt || psn >= rcv_nxt + win) break;
-      const uint32_t word = static_cast<uint32_t>((psn >> 6) & word_mask);
-      const uint64_t bits = rx_bits[word];
-      if ((bits >> (psn & 63)) & 1) break;
-      // The message: still active (then its MSN is h.msn, in the window:
-      // rcv_msn_next passes only delivered messages), bytes left.
-      if (!m.active || m.received + plen > msg_len) break;
-      // Accepted (what OnData does for it; pkt_ gets the last packet's
-      // fields, stats_.rx_packets and last_heard the run's at the end).
-      const uint64_t send_ts = Get64(p + off::kDSendTs);
-      last = p;
-      last_payload = payload;
-      // CommitData.
-      if (!PlaceOrDrop(region_base + (addr - region_addr), payload, plen,
-                       r.mr)) {
-        ++j;
+      const uint64_t p0 = Ext(rcv_nxt, psn0);
+      if (p0 < rcv_nxt || p0 >= rcv_nxt + win) break;
+      const size_t lim =
+          j +
+          UnreceivedFrom(c, p0, std::min<uint64_t>(n - j, rcv_nxt + win - p0));
+      if (lim == j) break;  // a duplicate
+      const uint64_t room = msg_len - m.received;
+      uint64_t left = room;  // the message's bytes not received yet
+      size_t i = j;
+      uint32_t psn = psn0;
+      bool failed = false;
+      for (;;) {
+        if (plen > left) break;
+        // Accepted: placed now, committed with the unit.
+        if (!PlaceOrDrop(dst, payload, plen, r.mr)) {
+          failed = true;
+          break;
+        }
+        left -= plen;
+        const bool ce = pkts[i].ecn_ce;
+        ++i;
+        ++psn;
+        if (ce || i == lim || !check(i) ||
+            Get32(pkts[i].data + off::kDPsn) != psn)
+          break;
+      }
+      if (i > j) {
+        CommitRun(now, c, m, pkts + j, i - j, psn0, p0, room - left,
+                  pkts[i - 1].ecn_ce);
+      }
+      if (failed) {
+        j = i + 1;  // the packet whose placement failed: received
         break;
       }
-      const bool gap =
-          AcceptPsn(c, psn, rcv_nxt, rx_bits, word_mask, word, bits);
-      ++c->st.rx_data_packets;
-      c->st.rx_data_bytes += plen;
-      c->rx_bytes_total += plen;
-      m.received += plen;
-      if (m.received == m.len) {
-        m.complete = true;
-        if (h.msn == c->rcv_msn_next) DeliverInOrder(c);
-      }
-      // NoteAck(now, c, <this packet>, psn, rx.ecn_ce, gap).
-      ++c->ack_pending;
-      c->trig_psn = psn32;
-      c->trig_psn64 = psn;
-      c->trig_path = path;
-      c->trig_ts = send_ts;
-      c->trig_ecn |= rx.ecn_ce ? 1 : 0;
-      if (gap || rx.ecn_ce || c->ack_pending >= kAckEvery) {
-        FlushAck(c);
-      } else if (c->ack_deadline == kTimeInfinite) {
-        c->ack_deadline = now + AckDelay(c);
-      }
+      if (i == j) break;
+      j = i;
     }
-    if (last != nullptr) {
-      // Every packet before j was accepted (a rejected one ends the run at
-      // its own index, a failed placement after counting itself).
+    if (j > 0) {
       stats_.rx_packets += j;
       c->last_heard = now;
       // pkt_: the last packet's fields (as decoding it would).
-      wire::internal::DecodeDataPacketFields(last, &h);
-      pkt_.payload = last_payload;
+      const RxPacket& last = pkts[j - 1];
+      wire::internal::DecodeDataPacketFields(last.data, &h);
+      pkt_.payload = last.payload != nullptr
+                         ? last.payload
+                         : last.data + wire::kDataHeaderSize;
       pkt_.payload_len = h.payload_len;
       pkt_.trimmed = false;
     }
     return j;
+  }
+
+  // How many of the k PSNs from p (all in the window) are not received yet
+  // (their bits clear), counted up to the first received one.
+  static uint64_t UnreceivedFrom(const Conn* c, uint64_t p, uint64_t k) {
+    uint64_t done = 0;
+    while (done < k) {
+      const unsigned sh = static_cast<unsigned>(p & 63);
+      const uint64_t w = c->rx_bits[(p >> 6) & c->rx_word_mask] >> sh;
+      if (w != 0) return std::min<uint64_t>(k, done + std::countr_zero(w));
+      done += 64 - sh;
+      p += 64 - sh;
+    }
+    return k;
+  }
+
+  // Sets the bits of the k PSNs from p (all in the window).
+  static void SetRxBits(Conn* c, uint64_t p, uint64_t k) {
+    while (k > 0) {
+      const unsigned sh = static_cast<unsigned>(p & 63);
+      const uint64_t take = std::min<uint64_t>(k, 64 - sh);
+      const uint64_t ones =
+          take == 64 ? ~uint64_t{0} : (uint64_t{1} << take) - 1;
+      c->rx_bits[(p >> 6) & c->rx_word_mask] |= ones << sh;
+      p += take;
+      k -= take;
+    }
+  }
+
+  // The commit of one unit of DataRun: packets pkts[0, k) of message m,
+  // PSNs p0 + i (32-bit: psn0 + i), all in the window and not received
+  // before, placed; `bytes` payload bytes in all; no ECN CE but on the last
+  // one (`ce_last`). Leaves the connection, the message and the control
+  // queue as OnData and CommitData for each packet in turn would: AcceptPsn
+  // (only the first packet can be past rcv_high, a gap; those below it are
+  // out of order; rcv_nxt moves over the unit when it starts there, else
+  // the unit's bits are set), the counters, the message's bytes and its
+  // completion (at the last packet: the bytes end the unit there), and each
+  // packet's NoteAck: the same SACKs pushed at the same packets (the first
+  // one on a gap, the last one on ECN CE, each kAckEvery-th pending) with
+  // the same fields, and the same delayed-SACK deadline.
+  [[gnu::always_inline]] void CommitRun(Time now, Conn* c, RxMsg& m,
+                                        const RxPacket* pkts, size_t k,
+                                        uint32_t psn0, uint64_t p0,
+                                        uint64_t bytes, bool ce_last) {
+    namespace off = wire::internal::off;
+    bool gap;
+    if (k == 1) {
+      // One packet (most units when packets arrive out of order).
+      const uint32_t word = static_cast<uint32_t>((p0 >> 6) & c->rx_word_mask);
+      gap = AcceptPsn(c, p0, c->rcv_nxt, c->rx_bits.data(), c->rx_word_mask,
+                      word, c->rx_bits[word]);
+    } else {
+      const uint64_t pe = p0 + k;
+      const uint64_t high = c->rcv_high;
+      gap = p0 > high;
+      if (p0 < high)
+        c->ooo_count += static_cast<uint32_t>(std::min<uint64_t>(k, high - p0));
+      if (pe > high) c->rcv_high = pe;
+      if (p0 == c->rcv_nxt) {
+        // Each packet's successor but the last one's is in the unit (not
+        // received): rcv_nxt moves by one per packet; the last one's may
+        // have been received (then set, and consumed with what follows).
+        c->rcv_nxt = pe;
+        if ((c->rx_bits[(pe >> 6) & c->rx_word_mask] >> (pe & 63)) & 1)
+          AdvanceRcvNxt(c);
+      } else {
+        SetRxBits(c, p0, k);
+      }
+    }
+    c->st.rx_data_packets += k;
+    c->st.rx_data_bytes += bytes;
+    c->rx_bytes_total += bytes;
+    m.received += bytes;
+    if (m.received == m.len) {
+      m.complete = true;
+      if (m.msn == c->rcv_msn_next) DeliverInOrder(c);
+    }
+    // NoteAck for each packet: ack_pending, the trigger fields (those of
+    // the last packet noted before a flush, or of the unit), the
+    // delayed-SACK timer (armed by a packet that does not flush) and the
+    // flushes: the first packet on a gap, each kAckEvery-th pending, the
+    // last one on ECN CE.
+    uint32_t pending = c->ack_pending;
+    auto note = [&](size_t i, size_t t) __attribute__((always_inline)) {
+      const uint8_t* p = pkts[t].data;
+      c->ack_pending = pending + static_cast<uint32_t>(t - i + 1);
+      c->trig_psn = psn0 + static_cast<uint32_t>(t);
+      c->trig_psn64 = p0 + t;
+      c->trig_path = Get16(p + off::kDPathId);
+      c->trig_ts = Get64(p + off::kDSendTs);
+    };
+    // Packets i..f noted, f flushes (with ECN CE: `ce`); those before it
+    // arm the timer.
+    auto flush_at = [&](size_t i, size_t f, bool ce)
+        __attribute__((always_inline)) {
+      note(i, f);
+      if (f > i && c->ack_deadline == kTimeInfinite)
+        c->ack_deadline = now + AckDelay(c);
+      if (ce) c->trig_ecn = 1;
+      FlushAck(c);
+      pending = c->ack_pending;
+    };
+    size_t i = 0;
+    if (gap) {
+      flush_at(0, 0, ce_last && k == 1);
+      i = 1;
+    }
+    while (i < k) {
+      const size_t f =
+          pending + 1 >= kAckEvery ? i : i + (kAckEvery - 1 - pending);
+      if (f + 1 < k) {
+        flush_at(i, f, false);
+        i = f + 1;
+        continue;
+      }
+      // None flushes before the last packet.
+      if (f + 1 == k || ce_last) {
+        flush_at(i, k - 1, ce_last);
+      } else {
+        note(i, k - 1);
+        if (c->ack_deadline == kTimeInfinite)
+          c->ack_deadline = now + AckDelay(c);
+      }
+      break;
+    }
   }
 
   void AdvanceRcvNxt(Conn* c) {
@@ -2151,15 +2299,16 @@ class Engine::Impl {
     if (c->ack_pending == 0) return;
     CtrlItem* it = c->PushCtrl();
     if (it == nullptr) return;  // next burst retries (ack_pending kept)
-    *it = CtrlItem{};
-    it->type = CtrlType::kSack;
-    it->psn = c->trig_psn;
-    it->psn64 = c->trig_psn64;
-    it->path = c->trig_path;
-    it->ts = c->trig_ts;
-    it->ecn = c->trig_ecn;
-    it->coalesced =
+    CtrlItem k;                 // built whole, then stored at once
+    k.type = CtrlType::kSack;
+    k.psn = c->trig_psn;
+    k.psn64 = c->trig_psn64;
+    k.path = c->trig_path;
+    k.ts = c->trig_ts;
+    k.ecn = c->trig_ecn;
+    k.coalesced =
         static_cast<uint16_t>(std::min<uint32_t>(c->ack_pending, 0xFFFF));
+    *it = k;
     c->ack_pending = 0;
     c->trig_ecn = 0;
     c->ack_deadline = kTimeInfinite;
@@ -3433,13 +3582,9 @@ class Engine::Impl {
   wire::Packet pkt_;  // decode scratch, reused
   // The receive run (DataRun): the connection of the DATA packet
   // accepted last in this OnReceive call (nullptr: none, or anything else
-  // came after it), its header bytes, message base address, and its
-  // region's base pointer and address.
+  // came after it) and its header bytes.
   Conn* run_c_ = nullptr;
   const uint8_t* run_hdr_ = nullptr;
-  uint64_t run_base_ = 0;
-  uint8_t* run_region_base_ = nullptr;
-  uint64_t run_region_addr_ = 0;
 
   // Clean acks of the SACK being processed, for one OnFeedbackBatch call
   // (flushed before any other selector call of that SACK).

@@ -115,6 +115,18 @@ inline size_t HeaderSizeOf(uint8_t t) {
   return t < sizeof(kHeaderSizeByType) ? kHeaderSizeByType[t] : 0;
 }
 
+// kHeaderSizeByType for every byte value (0 past the known types): the
+// lookup without the bound check.
+struct HeaderSizeTable {
+  uint8_t size[256];
+};
+inline constexpr HeaderSizeTable kHeaderSizeByByte = [] {
+  HeaderSizeTable t{};
+  for (size_t i = 0; i < sizeof(kHeaderSizeByType); ++i)
+    t.size[i] = kHeaderSizeByType[i];
+  return t;
+}();
+
 // The DATA header fields that can differ between the packets of one
 // message (psn, offset, address, timestamp, length, path, flags),
 // unchecked. Shared by DecodeDataFields and the engine's receive run
@@ -279,6 +291,20 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
     out->type = PacketType::kData;
     return DecodeDataFields(hdr, payload, payload_bytes, out);
   }
+  // A whole SACK (the other packet of every flow): the same, then what
+  // the general path below does for it (no payload follows).
+  constexpr uint32_t kSackLead =
+      uint32_t{kMagic} | uint32_t{kVersion} << 16 |
+      uint32_t{static_cast<uint8_t>(PacketType::kSack)} << 24;
+  if (!split && hdr != nullptr && hdr_avail == kSackHeaderSize &&
+      Get32(hdr) == kSackLead) {
+    if (Get32(hdr + off::kCrc) !=
+        (crc != nullptr ? *crc : HeaderCrc(hdr, kSackHeaderSize))) {
+      return DecodeError::kBadChecksum;
+    }
+    out->type = PacketType::kSack;
+    return DecodeSackFields(hdr, out);
+  }
   if (hdr == nullptr || hdr_avail < kCommonHeaderSize) {
     return DecodeError::kTooShort;
   }
@@ -411,10 +437,18 @@ inline DecodeError DecodePlaneFields(const uint8_t* p, Packet* out) {
                     &hdr_crc, out);
 }
 
+// (A header shorter than the common header is never long enough for its
+// type: every known header is longer, an unknown type's size is 0.)
 [[gnu::always_inline]] inline size_t HeaderCrcSpanImpl(const uint8_t* p,
                                                        size_t avail) {
-  if (p == nullptr || avail < kCommonHeaderSize) return 0;
-  const size_t need = HeaderSizeOf(p[off::kType]);
+  static_assert(off::kType < kCommonHeaderSize);
+  static_assert([] {
+    for (uint8_t n : kHeaderSizeByType)
+      if (n != 0 && n < kCommonHeaderSize) return false;
+    return true;
+  }());
+  if (p == nullptr || avail <= off::kType) return 0;
+  const size_t need = kHeaderSizeByByte.size[p[off::kType]];
   return avail >= need ? need : 0;
 }
 
