@@ -6,45 +6,30 @@
 
 namespace prism::sim {
 
-EventQueue::EventQueue()
-    : head_(kBuckets, kNil),
-      tail_(kBuckets, kNil),
-      tail_n_(kBuckets, 0),
-      bits_(kBuckets / 64, 0) {}
+EventQueue::EventQueue() : buckets_(kBuckets), bits_(kBuckets / 64, 0) {}
 
-uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
-  if (time < now_) time = now_;  // never into the past
+uint64_t EventQueue::PushSlow(Time time, uint16_t kind, uint32_t arg,
+                              void* ptr) {
   const uint64_t seq = next_seq_++;
-  ++size_;
   const int64_t b = time >> kShift;
   if (b > cur_ && b < cur_ + static_cast<int64_t>(kBuckets)) {
     const uint32_t slot = static_cast<uint32_t>(b) & (kBuckets - 1);
-    // Only stores touch the chunk (its fill count lives in tail_n_), so a
-    // push does not wait for the chunk's cache line.
-    uint32_t t = tail_[slot];
-    uint32_t n = tail_n_[slot];
-    if (t == kNil) {
-      t = NewChunk();
-      head_[slot] = tail_[slot] = t;
-      n = 0;
+    Bucket& k = buckets_[slot];
+    const uint32_t c = NewChunk();
+    if (k.tail == kNil) {
+      k.head = c;
       bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
-    } else if (n == kChunkEvents) {
-      const uint32_t c = NewChunk();
-      chunks_[t].next = c;
-      tail_[slot] = t = c;
-      n = 0;
+    } else {  // the last chunk is full
+      chunks_[k.tail].next = c;
     }
-    // Written field by field in place: an Event built on the stack and
-    // copied was read back with wider loads than it was stored with, which
-    // stalls store forwarding.
-    Event& d = chunks_[t].ev[n];
+    k.tail = c;
+    Event& d = chunks_[c].ev[0];
     d.time = time;
     d.seq = seq;
     d.ptr = ptr;
     d.arg = arg;
     d.kind = kind;
-    tail_n_[slot] = n + 1;
-    ++in_calendar_;
+    k.n = 1;
     return seq;
   }
   Event e;
@@ -53,7 +38,12 @@ uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
   e.kind = kind;
   e.arg = arg;
   e.ptr = ptr;
-  HeapPush(b <= cur_ ? late_ : far_, e);
+  if (b <= cur_) {
+    HeapPush(late_, e);
+    ready_fast_ = 0;
+  } else {
+    HeapPush(far_, e);
+  }
   return seq;
 }
 
@@ -73,8 +63,10 @@ void EventQueue::Advance() {
   // The next non-empty calendar bucket (buckets hold abs buckets
   // (cur_, cur_ + kBuckets), so the first set bit after cur_ is the
   // earliest), compared with the earliest far event's bucket.
+  // (ready_ is drained and late_ empty: the events not in far_ are in the
+  // buckets.)
   int64_t next = INT64_MAX;
-  if (in_calendar_ > 0) {
+  if (size() > far_.size()) {
     const uint32_t start = static_cast<uint32_t>(cur_ + 1) & (kBuckets - 1);
     uint32_t w = start >> 6;
     uint64_t word = bits_[w] & (~uint64_t{0} << (start & 63));
@@ -100,88 +92,138 @@ void EventQueue::Advance() {
     ready_.push_back(HeapPop(far_));
   }
   const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
-  if (head_[slot] != kNil) {
-    const size_t before = ready_.size();
-    uint32_t c = head_[slot];
+  Bucket& k = buckets_[slot];
+  if (k.head != kNil) {
+    uint32_t c = k.head;
     while (c != kNil) {
       Chunk& ch = chunks_[c];
       const uint32_t nx = ch.next;
-      const uint32_t n = nx == kNil ? tail_n_[slot] : kChunkEvents;
+      const uint32_t n = nx == kNil ? k.n : kChunkEvents;
       ready_.insert(ready_.end(), ch.ev, ch.ev + n);
       ch.next = free_;
       free_ = c;
       c = nx;
     }
-    head_[slot] = tail_[slot] = kNil;
+    k = Bucket{};
     bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
-    in_calendar_ -= ready_.size() - before;
   }
+  ready_n_ = ready_.size();
+  ready_fast_ = ready_n_;
   SortReady();
 }
 
 void EventQueue::SortReady() {
-  // All events share the bucket, so time's low kShift bits order them.
-  static_assert(kShift == 12, "two 6-bit radix passes");
-  const size_t n = ready_.size();
-  if (n < 32) {  // stable insertion sort by time
-    for (size_t i = 1; i < n; ++i) {
-      const Event e = ready_[i];
+  const size_t n = ready_n_;
+  if (order_.size() < n) {
+    order_.resize(n);
+    sort_tmp_.resize(n);
+  }
+  uint32_t* ord = order_.data();
+  if (n > size_t{kIdxMask} + 1) {
+    // A burst too large for the keys' index bits: sort the events in place.
+    std::sort(ready_.begin(), ready_.end(),
+              [](const Event& a, const Event& b) { return Less(a, b); });
+    for (size_t i = 0; i < n; ++i) ord[i] = static_cast<uint32_t>(i);
+    idx_mask_ = ~0u;
+    return;
+  }
+  idx_mask_ = kIdxMask;
+  // All events share the bucket, so time's low kShift bits order them; a
+  // key is those bits above the event's index, so keys order by
+  // (time, index) = (time, seq) and are distinct.
+  static_assert(kShift + kIdxBits == 32, "a key is 32 bits");
+  const Event* const ev = ready_.data();
+  auto key_of = [ev](size_t i) {
+    return ((static_cast<uint32_t>(ev[i].time) & ((1u << kShift) - 1))
+            << kIdxBits) |
+           static_cast<uint32_t>(i);
+  };
+  if (n < 32) {  // insertion sort
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t key = key_of(i);
       size_t j = i;
-      while (j > 0 && ready_[j - 1].time > e.time) {
-        ready_[j] = ready_[j - 1];
+      while (j > 0 && ord[j - 1] > key) {
+        ord[j] = ord[j - 1];
         --j;
       }
-      ready_[j] = e;
+      ord[j] = key;
     }
     return;
   }
-  if (n > 16384) {
-    // A burst (e.g. every flow starting at once): sort in place rather
-    // than hold a radix buffer as large as the burst.
-    std::sort(ready_.begin(), ready_.end(),
-              [](const Event& a, const Event& b) { return Less(a, b); });
-    return;
+  // A counting sort (stable) by time's high 6 bits (64 ps steps), then an
+  // insertion sort, which only has to order keys within a step. Should
+  // that take more than kMoves moves per key (many distinct times in one
+  // step, out of order), the keys are radix sorted instead (LSD: low 6
+  // bits, then high 6).
+  static_assert(kShift == 12, "6-bit counting passes over 12 bits");
+  constexpr size_t kMoves = 2;
+  constexpr int kHi = kIdxBits + 6;
+  uint32_t* tmp = sort_tmp_.data();
+  uint32_t hi[64] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = key_of(i);
+    ++hi[key >> kHi];
+    tmp[i] = key;
   }
-  // LSD radix sort (stable): low 6 bits, then the next 6.
-  scratch_.resize(n);
-  uint32_t lo[64] = {}, hi[64] = {};
-  for (const Event& e : ready_) {
-    ++lo[e.time & 63];
-    ++hi[(e.time >> 6) & 63];
-  }
-  uint32_t a = 0, b = 0;
+  uint32_t start[64];
+  uint32_t a = 0;
   for (int i = 0; i < 64; ++i) {
-    const uint32_t x = lo[i], y = hi[i];
-    lo[i] = a;
-    hi[i] = b;
-    a += x;
-    b += y;
+    start[i] = a;
+    a += hi[i];
   }
-  for (const Event& e : ready_) scratch_[lo[e.time & 63]++] = e;
-  for (const Event& e : scratch_) ready_[hi[(e.time >> 6) & 63]++] = e;
+  std::copy(start, start + 64, hi);
+  for (size_t i = 0; i < n; ++i) ord[hi[tmp[i] >> kHi]++] = tmp[i];
+  size_t budget = kMoves * n;
+  for (size_t i = 1; i < n; ++i) {
+    const uint32_t key = ord[i];
+    size_t j = i;
+    while (j > 0 && ord[j - 1] > key) {
+      ord[j] = ord[j - 1];
+      --j;
+      if (--budget == 0) break;
+    }
+    ord[j] = key;
+    if (budget == 0) break;
+  }
+  if (budget == 0) {  // tmp still holds the keys in index order
+    uint32_t lo[64] = {};
+    for (size_t i = 0; i < n; ++i) ++lo[(tmp[i] >> kIdxBits) & 63];
+    a = 0;
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t x = lo[i];
+      lo[i] = a;
+      a += x;
+    }
+    for (size_t i = 0; i < n; ++i)
+      ord[lo[(tmp[i] >> kIdxBits) & 63]++] = tmp[i];
+    std::copy(start, start + 64, hi);
+    for (size_t i = 0; i < n; ++i) tmp[hi[ord[i] >> kHi]++] = ord[i];
+    order_.swap(sort_tmp_);
+  }
 }
 
-Event EventQueue::Pop() {
-  if (ready_pos_ == ready_.size() && late_.empty()) Advance();
-  Event top;
+const Event* EventQueue::PopSlow() {
+  if (ready_pos_ == ready_n_ && late_.empty()) Advance();
+  const Event* top;
   if (!late_.empty() &&
-      (ready_pos_ == ready_.size() || Less(late_[0], ready_[ready_pos_]))) {
-    top = HeapPop(late_);
+      (ready_pos_ == ready_n_ ||
+       Less(late_[0], ready_[order_[ready_pos_] & idx_mask_]))) {
+    late_top_ = HeapPop(late_);
+    top = &late_top_;
+    if (late_.empty()) ready_fast_ = ready_n_;
   } else {
-    top = ready_[ready_pos_++];
+    top = &ready_[order_[ready_pos_++] & idx_mask_];
   }
-  --size_;
-  now_ = top.time;
+  now_ = top->time;
   ++popped_;
   return top;
 }
 
 size_t EventQueue::memory_bytes() const {
-  const size_t n = ready_.capacity() + scratch_.capacity() + late_.capacity() +
-                   far_.capacity();
+  const size_t n = ready_.capacity() + late_.capacity() + far_.capacity();
   return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
-         (head_.size() + tail_.size() + tail_n_.size()) * sizeof(uint32_t) +
-         bits_.size() * sizeof(uint64_t);
+         (order_.capacity() + sort_tmp_.capacity()) * sizeof(uint32_t) +
+         buckets_.size() * sizeof(Bucket) + bits_.size() * sizeof(uint64_t);
 }
 
 void EventQueue::HeapPush(std::vector<Event>& h, const Event& e) {

@@ -537,9 +537,9 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   uint64_t pops = 0;
   Time now = 0;
   const Port* const ports = fabric_->ports().data();
-  while (!queue_.empty() && flows_done_ < flows_.size()) {
-    if (queue_.next_time() > end) break;
-    const Event e = queue_.Pop();
+  const Event* next;
+  while (flows_done_ < flows_.size() && (next = queue_.PopUntil(end))) {
+    const Event& e = *next;
     // Start loading what the next events touch, one step of their chain
     // of dependent loads at a time, so that those cache misses overlap
     // with handling the events before them (a switch hop alone is shorter
