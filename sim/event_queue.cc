@@ -81,124 +81,93 @@ void EventQueue::Advance() {
   }
   if (!far_.empty()) next = std::min(next, far_[0].time >> kShift);
   cur_ = next;
-  ready_.clear();
   ready_pos_ = 0;
-  // Far events first: every one of them was pushed before any event went
-  // into this bucket's chunks (a bucket takes pushes once it is within the
-  // horizon, and the horizon only moves forward), and the chunks hold
-  // events in push order, so ready_ is in increasing seq and a stable sort
-  // by time alone gives (time, seq) order.
+  // The bucket's events in increasing seq: far events first (every one of
+  // them was pushed before any event went into this bucket's chunks: a
+  // bucket takes pushes once it is within the horizon, and the horizon only
+  // moves forward), then the chunks, which hold events in push order.
+  far_join_.clear();
   while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
-    ready_.push_back(HeapPop(far_));
+    far_join_.push_back(HeapPop(far_));
   }
   const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
   Bucket& k = buckets_[slot];
-  if (k.head != kNil) {
-    uint32_t c = k.head;
-    while (c != kNil) {
-      Chunk& ch = chunks_[c];
-      const uint32_t nx = ch.next;
-      const uint32_t n = nx == kNil ? k.n : kChunkEvents;
-      ready_.insert(ready_.end(), ch.ev, ch.ev + n);
-      ch.next = free_;
-      free_ = c;
-      c = nx;
+  size_t n = far_join_.size();
+  for (uint32_t c = k.head; c != kNil; c = chunks_[c].next) {
+    n += c == k.tail ? k.n : kChunkEvents;
+  }
+  if (ready_.size() < n) ready_.resize(std::max(n, 2 * ready_.size()));
+  Event* const out = ready_.data();
+  // A counting sort by time's high 6 bits within the bucket (64 ps steps;
+  // stable, so events of one time stay in seq order), where there are
+  // enough events to pay for it, else a plain copy.
+  static_assert(kShift == 12, "steps of 64 ps: bits 6-11");
+  const bool counting = n >= 32;
+  uint32_t pos[64] = {};
+  if (counting) {
+    for (const Event& e : far_join_) ++pos[(e.time >> 6) & 63];
+    for (uint32_t c = k.head; c != kNil; c = chunks_[c].next) {
+      const Event* ev = chunks_[c].ev;
+      const uint32_t m = c == k.tail ? k.n : kChunkEvents;
+      for (uint32_t i = 0; i < m; ++i) ++pos[(ev[i].time >> 6) & 63];
     }
+    uint32_t sum = 0;
+    for (uint32_t& x : pos) {
+      const uint32_t cnt = x;
+      x = sum;
+      sum += cnt;
+    }
+  }
+  size_t w = 0;
+  auto put = [&](const Event* ev, uint32_t m) {
+    if (counting) {
+      for (uint32_t i = 0; i < m; ++i)
+        out[pos[(ev[i].time >> 6) & 63]++] = ev[i];
+    } else {
+      std::copy(ev, ev + m, out + w);
+      w += m;
+    }
+  };
+  put(far_join_.data(), static_cast<uint32_t>(far_join_.size()));
+  uint32_t c = k.head;
+  while (c != kNil) {
+    Chunk& ch = chunks_[c];
+    put(ch.ev, c == k.tail ? k.n : kChunkEvents);
+    const uint32_t nx = ch.next;
+    ch.next = free_;
+    free_ = c;
+    c = nx;
+  }
+  if (k.head != kNil) {
     k = Bucket{};
     bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
   }
-  ready_n_ = ready_.size();
-  ready_fast_ = ready_n_;
-  SortReady();
-}
-
-void EventQueue::SortReady() {
-  const size_t n = ready_n_;
-  if (order_.size() < n) {
-    order_.resize(n);
-    sort_tmp_.resize(n);
-  }
-  uint32_t* ord = order_.data();
-  if (n > size_t{kIdxMask} + 1) {
-    // A burst too large for the keys' index bits: sort the events in place.
-    std::sort(ready_.begin(), ready_.end(),
-              [](const Event& a, const Event& b) { return Less(a, b); });
-    for (size_t i = 0; i < n; ++i) ord[i] = static_cast<uint32_t>(i);
-    idx_mask_ = ~0u;
-    return;
-  }
-  idx_mask_ = kIdxMask;
-  // All events share the bucket, so time's low kShift bits order them; a
-  // key is those bits above the event's index, so keys order by
-  // (time, index) = (time, seq) and are distinct.
-  static_assert(kShift + kIdxBits == 32, "a key is 32 bits");
-  const Event* const ev = ready_.data();
-  auto key_of = [ev](size_t i) {
-    return ((static_cast<uint32_t>(ev[i].time) & ((1u << kShift) - 1))
-            << kIdxBits) |
-           static_cast<uint32_t>(i);
-  };
-  if (n < 32) {  // insertion sort
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t key = key_of(i);
-      size_t j = i;
-      while (j > 0 && ord[j - 1] > key) {
-        ord[j] = ord[j - 1];
-        --j;
-      }
-      ord[j] = key;
-    }
-    return;
-  }
-  // A counting sort (stable) by time's high 6 bits (64 ps steps), then an
-  // insertion sort, which only has to order keys within a step. Should
-  // that take more than kMoves moves per key (many distinct times in one
-  // step, out of order), the keys are radix sorted instead (LSD: low 6
-  // bits, then high 6).
-  static_assert(kShift == 12, "6-bit counting passes over 12 bits");
+  ready_n_ = n;
+  ready_fast_ = n;
+  // Insertion sort by time (stable): after the counting sort only events
+  // within a step can be out of order. Should that take more than kMoves
+  // moves per event, a full sort by (time, seq) takes over.
   constexpr size_t kMoves = 2;
-  constexpr int kHi = kIdxBits + 6;
-  uint32_t* tmp = sort_tmp_.data();
-  uint32_t hi[64] = {};
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t key = key_of(i);
-    ++hi[key >> kHi];
-    tmp[i] = key;
-  }
-  uint32_t start[64];
-  uint32_t a = 0;
-  for (int i = 0; i < 64; ++i) {
-    start[i] = a;
-    a += hi[i];
-  }
-  std::copy(start, start + 64, hi);
-  for (size_t i = 0; i < n; ++i) ord[hi[tmp[i] >> kHi]++] = tmp[i];
-  size_t budget = kMoves * n;
+  size_t budget = counting ? kMoves * n : n * n;
+  Time last = out[0].time;  // the latest time so far
   for (size_t i = 1; i < n; ++i) {
-    const uint32_t key = ord[i];
+    if (out[i].time >= last) {
+      last = out[i].time;
+      continue;
+    }
+    const Event e = out[i];
     size_t j = i;
-    while (j > 0 && ord[j - 1] > key) {
-      ord[j] = ord[j - 1];
+    while (j > 0 && out[j - 1].time > e.time && budget > 0) {
+      out[j] = out[j - 1];
       --j;
-      if (--budget == 0) break;
+      --budget;
     }
-    ord[j] = key;
-    if (budget == 0) break;
-  }
-  if (budget == 0) {  // tmp still holds the keys in index order
-    uint32_t lo[64] = {};
-    for (size_t i = 0; i < n; ++i) ++lo[(tmp[i] >> kIdxBits) & 63];
-    a = 0;
-    for (int i = 0; i < 64; ++i) {
-      const uint32_t x = lo[i];
-      lo[i] = a;
-      a += x;
+    out[j] = e;
+    if (budget == 0) {
+      std::sort(out, out + n,
+                [](const Event& a, const Event& b) { return Less(a, b); });
+      break;
     }
-    for (size_t i = 0; i < n; ++i)
-      ord[lo[(tmp[i] >> kIdxBits) & 63]++] = tmp[i];
-    std::copy(start, start + 64, hi);
-    for (size_t i = 0; i < n; ++i) tmp[hi[ord[i] >> kHi]++] = ord[i];
-    order_.swap(sort_tmp_);
   }
 }
 
@@ -206,13 +175,12 @@ const Event* EventQueue::PopSlow() {
   if (ready_pos_ == ready_n_ && late_.empty()) Advance();
   const Event* top;
   if (!late_.empty() &&
-      (ready_pos_ == ready_n_ ||
-       Less(late_[0], ready_[order_[ready_pos_] & idx_mask_]))) {
+      (ready_pos_ == ready_n_ || Less(late_[0], ready_[ready_pos_]))) {
     late_top_ = HeapPop(late_);
     top = &late_top_;
     if (late_.empty()) ready_fast_ = ready_n_;
   } else {
-    top = &ready_[order_[ready_pos_++] & idx_mask_];
+    top = &ready_[ready_pos_++];
   }
   now_ = top->time;
   ++popped_;
@@ -220,9 +188,9 @@ const Event* EventQueue::PopSlow() {
 }
 
 size_t EventQueue::memory_bytes() const {
-  const size_t n = ready_.capacity() + late_.capacity() + far_.capacity();
+  const size_t n = ready_.capacity() + far_join_.capacity() + late_.capacity() +
+                   far_.capacity();
   return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
-         (order_.capacity() + sort_tmp_.capacity()) * sizeof(uint32_t) +
          buckets_.size() * sizeof(Bucket) + bits_.size() * sizeof(uint64_t);
 }
 

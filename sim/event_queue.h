@@ -43,15 +43,16 @@ struct Event {
 // pointer per event, and memory follows the peak number of pending events
 // (plus at most one partly filled chunk per bucket) however unevenly they
 // spread over the buckets. When the clock reaches a bucket its events are
-// copied out and 4-byte keys (time within the bucket, index), not the
-// 32-byte events, are sorted once; pops follow that order. Events pushed into
-// the bucket being drained go to a small heap merged with it. Events beyond
-// the calendar's horizon wait in a 4-ary heap and join the calendar when
-// their bucket comes up. Pop order is exactly (time, seq), as with a single
-// heap. Chunks are reused and vectors keep their capacity, so a run in
-// steady state allocates nothing. The common cases of Push (a bucket within
-// the horizon whose last chunk has room) and Pop (no event pushed into the
-// bucket being drained) are inline; the rest is out of line.
+// copied out once, by a counting sort on time's high bits within the
+// bucket, and an insertion sort finishes the order (a fallback sort bounds
+// its cost); pops then walk them. Events pushed into the bucket being
+// drained go to a small heap merged with it. Events beyond the calendar's
+// horizon wait in a 4-ary heap and join the calendar when their bucket
+// comes up. Pop order is exactly (time, seq), as with a single heap. Chunks
+// are reused and vectors keep their capacity, so a run in steady state
+// allocates nothing. The common cases of Push (a bucket within the horizon
+// whose last chunk has room) and Pop (no event pushed into the bucket being
+// drained) are inline; the rest is out of line.
 class EventQueue {
  public:
   static constexpr uint16_t kTimerKind = 0;
@@ -64,7 +65,8 @@ class EventQueue {
   uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
     if (time < now_) time = now_;  // never into the past
     const int64_t b = time >> kShift;
-    if (b > cur_ && b < cur_ + static_cast<int64_t>(kBuckets)) {
+    // cur_ < b < cur_ + kBuckets, in one unsigned comparison.
+    if (static_cast<uint64_t>(b - cur_ - 1) < kBuckets - 1) {
       Bucket& k = buckets_[static_cast<uint32_t>(b) & (kBuckets - 1)];
       // n == kChunkEvents also when the bucket has no chunk (see Bucket).
       const uint32_t n = k.n;
@@ -94,15 +96,13 @@ class EventQueue {
     if (ready_pos_ == ready_n_ && late_.empty()) Advance();
     const bool from_late =
         !late_.empty() &&
-        (ready_pos_ == ready_n_ ||
-         Less(late_[0], ready_[order_[ready_pos_] & idx_mask_]));
-    return from_late ? late_[0].time
-                     : ready_[order_[ready_pos_] & idx_mask_].time;
+        (ready_pos_ == ready_n_ || Less(late_[0], ready_[ready_pos_]));
+    return from_late ? late_[0].time : ready_[ready_pos_].time;
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
   Event Pop() {
     if (ready_pos_ < ready_fast_) [[likely]] {
-      const Event& e = ready_[order_[ready_pos_++] & idx_mask_];
+      const Event& e = ready_[ready_pos_++];
       now_ = e.time;
       ++popped_;
       return e;
@@ -115,7 +115,7 @@ class EventQueue {
   // stays valid until the next Pop or PopUntil.
   const Event* PopUntil(Time limit) {
     if (ready_pos_ < ready_fast_) [[likely]] {
-      const Event* e = &ready_[order_[ready_pos_] & idx_mask_];
+      const Event* e = &ready_[ready_pos_];
       if (e->time > limit) return nullptr;
       ++ready_pos_;
       now_ = e->time;
@@ -125,13 +125,13 @@ class EventQueue {
     if (empty() || next_time() > limit) return nullptr;
     return PopSlow();
   }
-  // The i-th event after the one last popped, if it is already known to be
-  // next (in the bucket being drained; an event pushed later may still come
-  // before it), else nullptr. For prefetching only: no effect on results.
-  const Event* PeekReady(size_t i) const {
-    return ready_pos_ + i < ready_n_
-               ? &ready_[order_[ready_pos_ + i] & idx_mask_]
-               : nullptr;
+  // The events already known to come next, in order, after the one last
+  // popped (the rest of the bucket being drained; an event pushed later may
+  // still come before them): *n of them, from the returned pointer, valid
+  // until the next push or pop. For prefetching only: no effect on results.
+  const Event* Upcoming(size_t* n) const {
+    *n = ready_n_ - ready_pos_;
+    return ready_.data() + ready_pos_;
   }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
@@ -153,13 +153,9 @@ class EventQueue {
   const Event* PopSlow();
   static void HeapPush(std::vector<Event>& h, const Event& e);
   static Event HeapPop(std::vector<Event>& h);
-  // Makes the next non-empty bucket current (moves it into ready_).
-  // REQUIRES: ready_ drained, late_ empty, !empty().
+  // Makes the next non-empty bucket current (moves it into ready_, in
+  // (time, seq) order). REQUIRES: ready_ drained, late_ empty, !empty().
   void Advance();
-  // Fills order_ with the keys of ready_'s events (one bucket, in
-  // increasing seq) in (time, seq) order; a key & idx_mask_ is the event's
-  // index in ready_.
-  void SortReady();
 
   // A calendar bucket is a singly linked list of chunks from chunks_
   // (indices; free list through `next`). Events fill a chunk in push order;
@@ -184,18 +180,12 @@ class EventQueue {
   std::vector<Bucket> buckets_;  // kBuckets, by abs bucket % kBuckets
   std::vector<uint64_t> bits_;   // non-empty buckets
   int64_t cur_ = 0;              // current absolute bucket
-  std::vector<Event> ready_;     // current bucket, in increasing seq
-  size_t ready_n_ = 0;           // events in ready_ (its size)
-  // ready_'s keys in pop order ((time, seq)): time's low kShift bits above
-  // the event's index, or (a bucket of more than 2^kIdxBits events) the
-  // bare index; idx_mask_ selects the index. order_ and sort_tmp_ keep the
-  // largest size they reached (entries past ready_n_ are unused).
-  static constexpr int kIdxBits = 20;
-  static constexpr uint32_t kIdxMask = (1u << kIdxBits) - 1;
-  std::vector<uint32_t> order_;
-  uint32_t idx_mask_ = kIdxMask;
-  std::vector<uint32_t> sort_tmp_;  // SortReady's radix buffer
-  size_t ready_pos_ = 0;            // next index into order_
+  // The current bucket's events in pop order ((time, seq)): the first
+  // ready_n_ (the vector keeps the largest size it reached).
+  std::vector<Event> ready_;
+  size_t ready_n_ = 0;
+  size_t ready_pos_ = 0;         // next index into ready_
+  std::vector<Event> far_join_;  // Advance's far events for the bucket
   // ready_n_ while late_ is empty, else 0: Pop's inline case is
   // ready_pos_ < ready_fast_ (no event pushed since may come first).
   size_t ready_fast_ = 0;

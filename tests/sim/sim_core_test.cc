@@ -161,8 +161,9 @@ TEST(EventQueueTest, CrowdedBucketsMatchReferenceOrder) {
   EXPECT_GT(popped, 10000u);
 }
 
-// One bucket larger than the radix sort takes (sorted in place), then
-// one the radix sort takes, both with same-time ties.
+// Crowded buckets whose events fall in one 64 ps step, out of order and
+// with same-time ties: the insertion sort gives up and the fallback sort
+// orders them.
 TEST(EventQueueTest, HugeBucketPopsInOrder) {
   EventQueue q;
   Rng rng(13);
