@@ -112,7 +112,7 @@ TEST(EventQueueTest, CalendarMatchesReferenceOrder) {
   EXPECT_GT(popped, 50000u);
 }
 
-// Buckets with many events (the radix-sorted path), same-time ties, and far
+// Buckets with many events (the counting-sort path), same-time ties, and far
 // events that join a bucket already holding near ones.
 TEST(EventQueueTest, CrowdedBucketsMatchReferenceOrder) {
   EventQueue q;
