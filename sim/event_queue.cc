@@ -6,45 +6,30 @@
 
 namespace prism::sim {
 
-EventQueue::EventQueue()
-    : head_(kBuckets, kNil),
-      tail_(kBuckets, kNil),
-      tail_n_(kBuckets, 0),
-      bits_(kBuckets / 64, 0) {}
+EventQueue::EventQueue() : buckets_(kBuckets), bits_(kBuckets / 64, 0) {}
 
-uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
-  if (time < now_) time = now_;  // never into the past
+uint64_t EventQueue::PushSlow(Time time, uint16_t kind, uint32_t arg,
+                              void* ptr) {
   const uint64_t seq = next_seq_++;
-  ++size_;
   const int64_t b = time >> kShift;
   if (b > cur_ && b < cur_ + static_cast<int64_t>(kBuckets)) {
     const uint32_t slot = static_cast<uint32_t>(b) & (kBuckets - 1);
-    // Only stores touch the chunk (its fill count lives in tail_n_), so a
-    // push does not wait for the chunk's cache line.
-    uint32_t t = tail_[slot];
-    uint32_t n = tail_n_[slot];
-    if (t == kNil) {
-      t = NewChunk();
-      head_[slot] = tail_[slot] = t;
-      n = 0;
+    Bucket& k = buckets_[slot];
+    const uint32_t c = NewChunk();
+    if (k.tail == kNil) {
+      k.head = c;
       bits_[slot >> 6] |= uint64_t{1} << (slot & 63);
-    } else if (n == kChunkEvents) {
-      const uint32_t c = NewChunk();
-      chunks_[t].next = c;
-      tail_[slot] = t = c;
-      n = 0;
+    } else {  // the last chunk is full
+      chunks_[k.tail].next = c;
     }
-    // Written field by field in place: an Event built on the stack and
-    // copied was read back with wider loads than it was stored with, which
-    // stalls store forwarding.
-    Event& d = chunks_[t].ev[n];
+    k.tail = c;
+    Event& d = chunks_[c].ev[0];
     d.time = time;
     d.seq = seq;
     d.ptr = ptr;
     d.arg = arg;
     d.kind = kind;
-    tail_n_[slot] = n + 1;
-    ++in_calendar_;
+    k.n = 1;
     return seq;
   }
   Event e;
@@ -53,7 +38,12 @@ uint64_t EventQueue::Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
   e.kind = kind;
   e.arg = arg;
   e.ptr = ptr;
-  HeapPush(b <= cur_ ? late_ : far_, e);
+  if (b <= cur_) {
+    HeapPush(late_, e);
+    ready_fast_ = 0;
+  } else {
+    HeapPush(far_, e);
+  }
   return seq;
 }
 
@@ -73,8 +63,10 @@ void EventQueue::Advance() {
   // The next non-empty calendar bucket (buckets hold abs buckets
   // (cur_, cur_ + kBuckets), so the first set bit after cur_ is the
   // earliest), compared with the earliest far event's bucket.
+  // (ready_ is drained and late_ empty: the events not in far_ are in the
+  // buckets.)
   int64_t next = INT64_MAX;
-  if (in_calendar_ > 0) {
+  if (size() > far_.size()) {
     const uint32_t start = static_cast<uint32_t>(cur_ + 1) & (kBuckets - 1);
     uint32_t w = start >> 6;
     uint64_t word = bits_[w] & (~uint64_t{0} << (start & 63));
@@ -89,99 +81,117 @@ void EventQueue::Advance() {
   }
   if (!far_.empty()) next = std::min(next, far_[0].time >> kShift);
   cur_ = next;
-  ready_.clear();
   ready_pos_ = 0;
-  // Far events first: every one of them was pushed before any event went
-  // into this bucket's chunks (a bucket takes pushes once it is within the
-  // horizon, and the horizon only moves forward), and the chunks hold
-  // events in push order, so ready_ is in increasing seq and a stable sort
-  // by time alone gives (time, seq) order.
+  // The bucket's events in increasing seq: far events first (every one of
+  // them was pushed before any event went into this bucket's chunks: a
+  // bucket takes pushes once it is within the horizon, and the horizon only
+  // moves forward), then the chunks, which hold events in push order.
+  far_join_.clear();
   while (!far_.empty() && (far_[0].time >> kShift) <= cur_) {
-    ready_.push_back(HeapPop(far_));
+    far_join_.push_back(HeapPop(far_));
   }
   const uint32_t slot = static_cast<uint32_t>(cur_) & (kBuckets - 1);
-  if (head_[slot] != kNil) {
-    const size_t before = ready_.size();
-    uint32_t c = head_[slot];
-    while (c != kNil) {
-      Chunk& ch = chunks_[c];
-      const uint32_t nx = ch.next;
-      const uint32_t n = nx == kNil ? tail_n_[slot] : kChunkEvents;
-      ready_.insert(ready_.end(), ch.ev, ch.ev + n);
-      ch.next = free_;
-      free_ = c;
-      c = nx;
+  Bucket& k = buckets_[slot];
+  size_t n = far_join_.size();
+  for (uint32_t c = k.head; c != kNil; c = chunks_[c].next) {
+    n += c == k.tail ? k.n : kChunkEvents;
+  }
+  if (ready_.size() < n) ready_.resize(std::max(n, 2 * ready_.size()));
+  Event* const out = ready_.data();
+  // A counting sort by time's high 6 bits within the bucket (64 ps steps;
+  // stable, so events of one time stay in seq order), where there are
+  // enough events to pay for it, else a plain copy.
+  static_assert(kShift == 12, "steps of 64 ps: bits 6-11");
+  const bool counting = n >= 32;
+  uint32_t pos[64] = {};
+  if (counting) {
+    for (const Event& e : far_join_) ++pos[(e.time >> 6) & 63];
+    for (uint32_t c = k.head; c != kNil; c = chunks_[c].next) {
+      const Event* ev = chunks_[c].ev;
+      const uint32_t m = c == k.tail ? k.n : kChunkEvents;
+      for (uint32_t i = 0; i < m; ++i) ++pos[(ev[i].time >> 6) & 63];
     }
-    head_[slot] = tail_[slot] = kNil;
+    uint32_t sum = 0;
+    for (uint32_t& x : pos) {
+      const uint32_t cnt = x;
+      x = sum;
+      sum += cnt;
+    }
+  }
+  size_t w = 0;
+  auto put = [&](const Event* ev, uint32_t m) {
+    if (counting) {
+      for (uint32_t i = 0; i < m; ++i)
+        out[pos[(ev[i].time >> 6) & 63]++] = ev[i];
+    } else {
+      std::copy(ev, ev + m, out + w);
+      w += m;
+    }
+  };
+  put(far_join_.data(), static_cast<uint32_t>(far_join_.size()));
+  uint32_t c = k.head;
+  while (c != kNil) {
+    Chunk& ch = chunks_[c];
+    put(ch.ev, c == k.tail ? k.n : kChunkEvents);
+    const uint32_t nx = ch.next;
+    ch.next = free_;
+    free_ = c;
+    c = nx;
+  }
+  if (k.head != kNil) {
+    k = Bucket{};
     bits_[slot >> 6] &= ~(uint64_t{1} << (slot & 63));
-    in_calendar_ -= ready_.size() - before;
   }
-  SortReady();
-}
-
-void EventQueue::SortReady() {
-  // All events share the bucket, so time's low kShift bits order them.
-  static_assert(kShift == 12, "two 6-bit radix passes");
-  const size_t n = ready_.size();
-  if (n < 32) {  // stable insertion sort by time
-    for (size_t i = 1; i < n; ++i) {
-      const Event e = ready_[i];
-      size_t j = i;
-      while (j > 0 && ready_[j - 1].time > e.time) {
-        ready_[j] = ready_[j - 1];
-        --j;
-      }
-      ready_[j] = e;
+  ready_n_ = n;
+  ready_fast_ = n;
+  // Insertion sort by time (stable): after the counting sort only events
+  // within a step can be out of order. Should that take more than kMoves
+  // moves per event, a full sort by (time, seq) takes over.
+  constexpr size_t kMoves = 2;
+  size_t budget = counting ? kMoves * n : n * n;
+  Time last = out[0].time;  // the latest time so far
+  for (size_t i = 1; i < n; ++i) {
+    if (out[i].time >= last) {
+      last = out[i].time;
+      continue;
     }
-    return;
+    const Event e = out[i];
+    size_t j = i;
+    while (j > 0 && out[j - 1].time > e.time && budget > 0) {
+      out[j] = out[j - 1];
+      --j;
+      --budget;
+    }
+    out[j] = e;
+    if (budget == 0) {
+      std::sort(out, out + n,
+                [](const Event& a, const Event& b) { return Less(a, b); });
+      break;
+    }
   }
-  if (n > 16384) {
-    // A burst (e.g. every flow starting at once): sort in place rather
-    // than hold a radix buffer as large as the burst.
-    std::sort(ready_.begin(), ready_.end(),
-              [](const Event& a, const Event& b) { return Less(a, b); });
-    return;
-  }
-  // LSD radix sort (stable): low 6 bits, then the next 6.
-  scratch_.resize(n);
-  uint32_t lo[64] = {}, hi[64] = {};
-  for (const Event& e : ready_) {
-    ++lo[e.time & 63];
-    ++hi[(e.time >> 6) & 63];
-  }
-  uint32_t a = 0, b = 0;
-  for (int i = 0; i < 64; ++i) {
-    const uint32_t x = lo[i], y = hi[i];
-    lo[i] = a;
-    hi[i] = b;
-    a += x;
-    b += y;
-  }
-  for (const Event& e : ready_) scratch_[lo[e.time & 63]++] = e;
-  for (const Event& e : scratch_) ready_[hi[(e.time >> 6) & 63]++] = e;
 }
 
-Event EventQueue::Pop() {
-  if (ready_pos_ == ready_.size() && late_.empty()) Advance();
-  Event top;
+const Event* EventQueue::PopSlow() {
+  if (ready_pos_ == ready_n_ && late_.empty()) Advance();
+  const Event* top;
   if (!late_.empty() &&
-      (ready_pos_ == ready_.size() || Less(late_[0], ready_[ready_pos_]))) {
-    top = HeapPop(late_);
+      (ready_pos_ == ready_n_ || Less(late_[0], ready_[ready_pos_]))) {
+    late_top_ = HeapPop(late_);
+    top = &late_top_;
+    if (late_.empty()) ready_fast_ = ready_n_;
   } else {
-    top = ready_[ready_pos_++];
+    top = &ready_[ready_pos_++];
   }
-  --size_;
-  now_ = top.time;
+  now_ = top->time;
   ++popped_;
   return top;
 }
 
 size_t EventQueue::memory_bytes() const {
-  const size_t n = ready_.capacity() + scratch_.capacity() + late_.capacity() +
+  const size_t n = ready_.capacity() + far_join_.capacity() + late_.capacity() +
                    far_.capacity();
   return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
-         (head_.size() + tail_.size() + tail_n_.size()) * sizeof(uint32_t) +
-         bits_.size() * sizeof(uint64_t);
+         buckets_.size() * sizeof(Bucket) + bits_.size() * sizeof(uint64_t);
 }
 
 void EventQueue::HeapPush(std::vector<Event>& h, const Event& e) {

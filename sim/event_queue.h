@@ -43,12 +43,16 @@ struct Event {
 // pointer per event, and memory follows the peak number of pending events
 // (plus at most one partly filled chunk per bucket) however unevenly they
 // spread over the buckets. When the clock reaches a bucket its events are
-// copied out, sorted by (time, seq) once and popped in order; events pushed
-// into the bucket being drained go to a small heap merged with it. Events
-// beyond the calendar's horizon wait in a 4-ary heap and join the calendar
-// when their bucket comes up. Pop order is exactly (time, seq), as with a
-// single heap. Chunks are reused and vectors keep their capacity, so a run
-// in steady state allocates nothing.
+// copied out once, by a counting sort on time's high bits within the
+// bucket, and an insertion sort finishes the order (a fallback sort bounds
+// its cost); pops then walk them. Events pushed into the bucket being
+// drained go to a small heap merged with it. Events beyond the calendar's
+// horizon wait in a 4-ary heap and join the calendar when their bucket
+// comes up. Pop order is exactly (time, seq), as with a single heap. Chunks
+// are reused and vectors keep their capacity, so a run in steady state
+// allocates nothing. The common cases of Push (a bucket within the horizon
+// whose last chunk has room) and Pop (no event pushed into the bucket being
+// drained) are inline; the rest is out of line.
 class EventQueue {
  public:
   static constexpr uint16_t kTimerKind = 0;
@@ -58,24 +62,76 @@ class EventQueue {
   EventQueue();
   // Schedules an event; returns its sequence number. REQUIRES: time >= the
   // time of the last popped event (no scheduling into the past).
-  uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr);
-  bool empty() const { return size_ == 0; }
-  size_t size() const { return size_; }
+  uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
+    if (time < now_) time = now_;  // never into the past
+    const int64_t b = time >> kShift;
+    // cur_ < b < cur_ + kBuckets, in one unsigned comparison.
+    if (static_cast<uint64_t>(b - cur_ - 1) < kBuckets - 1) {
+      Bucket& k = buckets_[static_cast<uint32_t>(b) & (kBuckets - 1)];
+      // n == kChunkEvents also when the bucket has no chunk (see Bucket).
+      const uint32_t n = k.n;
+      if (n < kChunkEvents) [[likely]] {
+        const uint64_t seq = next_seq_++;
+        // Written field by field in place: an Event built on the stack and
+        // copied was read back with wider loads than it was stored with,
+        // which stalls store forwarding. Only stores touch the chunk (its
+        // fill count lives in the bucket), so a push does not wait for the
+        // chunk's cache line.
+        Event& d = chunks_[k.tail].ev[n];
+        d.time = time;
+        d.seq = seq;
+        d.ptr = ptr;
+        d.arg = arg;
+        d.kind = kind;
+        k.n = n + 1;
+        return seq;
+      }
+    }
+    return PushSlow(time, kind, arg, ptr);
+  }
+  bool empty() const { return next_seq_ == popped_; }
+  size_t size() const { return static_cast<size_t>(next_seq_ - popped_); }
   // Time of the earliest event. REQUIRES: !empty().
   Time next_time() {
-    if (ready_pos_ == ready_.size() && late_.empty()) Advance();
+    if (ready_pos_ == ready_n_ && late_.empty()) Advance();
     const bool from_late =
         !late_.empty() &&
-        (ready_pos_ == ready_.size() || Less(late_[0], ready_[ready_pos_]));
+        (ready_pos_ == ready_n_ || Less(late_[0], ready_[ready_pos_]));
     return from_late ? late_[0].time : ready_[ready_pos_].time;
   }
   // Removes and returns the earliest event. REQUIRES: !empty().
-  Event Pop();
-  // The i-th event after the one last popped, if it is already known to be
-  // next (in the bucket being drained; an event pushed later may still come
-  // before it), else nullptr. For prefetching only: no effect on results.
-  const Event* PeekReady(size_t i) const {
-    return ready_pos_ + i < ready_.size() ? &ready_[ready_pos_ + i] : nullptr;
+  Event Pop() {
+    if (ready_pos_ < ready_fast_) [[likely]] {
+      const Event& e = ready_[ready_pos_++];
+      now_ = e.time;
+      ++popped_;
+      return e;
+    }
+    return *PopSlow();
+  }
+  // When the queue is not empty and its earliest event's time is <= limit:
+  // removes that event and returns it; otherwise returns nullptr and changes
+  // nothing (as !empty() && next_time() <= limit, then Pop()). The event
+  // stays valid until the next Pop or PopUntil.
+  const Event* PopUntil(Time limit) {
+    if (ready_pos_ < ready_fast_) [[likely]] {
+      const Event* e = &ready_[ready_pos_];
+      if (e->time > limit) return nullptr;
+      ++ready_pos_;
+      now_ = e->time;
+      ++popped_;
+      return e;
+    }
+    if (empty() || next_time() > limit) return nullptr;
+    return PopSlow();
+  }
+  // The events already known to come next, in order, after the one last
+  // popped (the rest of the bucket being drained; an event pushed later may
+  // still come before them): *n of them, from the returned pointer, valid
+  // until the next push or pop. For prefetching only: no effect on results.
+  const Event* Upcoming(size_t* n) const {
+    *n = ready_n_ - ready_pos_;
+    return ready_.data() + ready_pos_;
   }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
@@ -89,39 +145,53 @@ class EventQueue {
                                                   const Event& b) {
     return a.time < b.time || (a.time == b.time && a.seq < b.seq);
   }
+  // Push when the inline case does not apply: the bucket needs a chunk, or
+  // the event goes to late_ or far_. `time` is already >= now_.
+  uint64_t PushSlow(Time time, uint16_t kind, uint32_t arg, void* ptr);
+  // Pop when the inline case does not apply (late_ not empty, or the bucket
+  // is drained); the event stays valid until the next pop.
+  const Event* PopSlow();
   static void HeapPush(std::vector<Event>& h, const Event& e);
   static Event HeapPop(std::vector<Event>& h);
-  // Makes the next non-empty bucket current (moves it into ready_).
-  // REQUIRES: ready_ drained, late_ empty, size_ > 0.
+  // Makes the next non-empty bucket current (moves it into ready_, in
+  // (time, seq) order). REQUIRES: ready_ drained, late_ empty, !empty().
   void Advance();
-  // Sorts ready_ (one bucket, in increasing seq) by (time, seq).
-  void SortReady();
 
   // A calendar bucket is a singly linked list of chunks from chunks_
   // (indices; free list through `next`). Events fill a chunk in push order;
-  // every chunk but a bucket's last is full, and the last holds
-  // tail_n_[slot] events.
+  // every chunk but a bucket's last is full.
   static constexpr uint32_t kChunkEvents = 31;
   struct alignas(64) Chunk {
     uint32_t next;
     Event ev[kChunkEvents];
   };
   static constexpr uint32_t kNil = 0xffffffffu;
+  // A bucket's first and last chunk (kNil: none) and the events in its last
+  // chunk; n is kChunkEvents when there is no chunk, so that Push's one test
+  // `n < kChunkEvents` finds a chunk with room.
+  struct Bucket {
+    uint32_t tail = kNil;
+    uint32_t n = kChunkEvents;
+    uint32_t head = kNil;
+  };
   uint32_t NewChunk();
   std::vector<Chunk, HugeAllocator<Chunk>> chunks_;
   uint32_t free_ = kNil;
-  std::vector<uint32_t> head_;  // kBuckets, by abs bucket % kBuckets
-  std::vector<uint32_t> tail_;
-  std::vector<uint32_t> tail_n_;  // events in each bucket's last chunk
-  std::vector<uint64_t> bits_;  // non-empty buckets
-  uint64_t in_calendar_ = 0;    // events in the buckets
-  int64_t cur_ = 0;             // current absolute bucket
-  std::vector<Event> ready_;    // current bucket, sorted
-  std::vector<Event> scratch_;  // SortReady's radix buffer (<= 16384)
-  size_t ready_pos_ = 0;
+  std::vector<Bucket> buckets_;  // kBuckets, by abs bucket % kBuckets
+  std::vector<uint64_t> bits_;   // non-empty buckets
+  int64_t cur_ = 0;              // current absolute bucket
+  // The current bucket's events in pop order ((time, seq)): the first
+  // ready_n_ (the vector keeps the largest size it reached).
+  std::vector<Event> ready_;
+  size_t ready_n_ = 0;
+  size_t ready_pos_ = 0;         // next index into ready_
+  std::vector<Event> far_join_;  // Advance's far events for the bucket
+  // ready_n_ while late_ is empty, else 0: Pop's inline case is
+  // ready_pos_ < ready_fast_ (no event pushed since may come first).
+  size_t ready_fast_ = 0;
+  Event late_top_;           // the last event PopSlow took from late_
   std::vector<Event> late_;  // pushed into the current bucket (4-ary heap)
   std::vector<Event> far_;   // beyond the horizon (4-ary heap)
-  size_t size_ = 0;
   uint64_t next_seq_ = 0;
   uint64_t popped_ = 0;
   Time now_ = 0;

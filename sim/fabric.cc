@@ -131,6 +131,7 @@ absl::Status Fabric::Init() {
     }
   }
   nic_room_.assign(static_cast<size_t>(hosts_) * planes_, 0);
+  host_room_.assign(hosts_, 0);
   for (uint32_t h = 0; h < hosts_; ++h) {
     for (uint32_t p = 0; p < planes_; ++p) {
       Port& pt = ports_[host_port_[h * planes_ + p]];
@@ -960,6 +961,7 @@ size_t Fabric::memory_bytes() const {
          port_to_.capacity() * sizeof(uint32_t) +
          hop_.capacity() * sizeof(Hop) +
          nic_room_.capacity() * sizeof(uint16_t) +
+         host_room_.capacity() * sizeof(uint32_t) +
          host_port_.capacity() * sizeof(uint32_t) * 3;
 }
 

@@ -217,14 +217,9 @@ class Fabric {
     return pt.up && pt.q_packets < config_.nic_queue_packets;
   }
   // Packets host's NIC ports can take before reaching nic_queue_packets,
-  // summed over the ports that are up (kept in a compact per-host array:
+  // summed over the ports that are up (kept per host as the ports change:
   // the host asks after every transmit).
-  uint32_t HostRoom(uint32_t host) const {
-    const uint16_t* r = &nic_room_[static_cast<size_t>(host) * planes_];
-    uint32_t room = 0;
-    for (uint32_t p = 0; p < planes_; ++p) room += r[p];
-    return room;
-  }
+  uint32_t HostRoom(uint32_t host) const { return host_room_[host]; }
   uint64_t HostPortRate(uint32_t host, uint16_t plane) const {
     return ports_[host_port_[host * planes_ + plane]].rate_bps;
   }
@@ -367,12 +362,14 @@ class Fabric {
   void PortDone(Time now, uint32_t port);
   void WireArrive(Time now, uint32_t port, SimPacket* p, uint32_t out = kNone);
   void Flush(uint32_t port);
-  // Refreshes nic_room_ for NIC port pt.
+  // Refreshes nic_room_ and host_room_ for NIC port pt.
   void SetNicRoom(const Port& pt) {
     const uint32_t cap = config_.nic_queue_packets;
-    nic_room_[static_cast<size_t>(pt.from) * planes_ + pt.plane] =
-        static_cast<uint16_t>(pt.up && pt.q_packets < cap ? cap - pt.q_packets
-                                                          : 0);
+    uint16_t& r = nic_room_[static_cast<size_t>(pt.from) * planes_ + pt.plane];
+    const uint16_t room = static_cast<uint16_t>(
+        pt.up && pt.q_packets < cap ? cap - pt.q_packets : 0);
+    host_room_[pt.from] = host_room_[pt.from] - r + room;
+    r = room;
   }
   void UpdateLink(Time now, uint32_t link);
   void ScheduleConvergence(Time now, uint16_t plane);
@@ -421,8 +418,10 @@ class Fabric {
   std::vector<uint8_t> link_up_;          // administrative link state
   std::vector<uint32_t> host_port_;       // host*planes + plane
   // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
-  // queued (at least 0) : 0. Maintained by SetNicRoom.
+  // queued (at least 0) : 0, and its sum over each host's ports (per host).
+  // Maintained by SetNicRoom.
   std::vector<uint16_t> nic_room_;
+  std::vector<uint32_t> host_room_;
   std::vector<uint32_t> host_down_port_;  // host*planes + plane
   // The T0 each of those ports leaves from (Port::from, compact: the
   // last hop's check reads it per packet; the port is a cache miss).

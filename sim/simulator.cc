@@ -537,9 +537,10 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   uint64_t pops = 0;
   Time now = 0;
   const Port* const ports = fabric_->ports().data();
-  while (!queue_.empty() && flows_done_ < flows_.size()) {
-    if (queue_.next_time() > end) break;
-    const Event e = queue_.Pop();
+  const size_t num_flows = flows_.size();
+  const Event* next;
+  while (flows_done_ < num_flows && (next = queue_.PopUntil(end))) {
+    const Event& e = *next;
     // Start loading what the next events touch, one step of their chain
     // of dependent loads at a time, so that those cache misses overlap
     // with handling the events before them (a switch hop alone is shorter
@@ -550,7 +551,10 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
     // transmit; kTail ahead, the packets whose links that enqueue or
     // transmit writes (queue and wire tails). No effect on results.
     ++pops;
-    if (const Event* ne = queue_.PeekReady(kAhead)) {
+    size_t known;
+    const Event* const up = queue_.Upcoming(&known);
+    if (known > kAhead) {
+      const Event* ne = up + kAhead;
       if (ne->kind == Fabric::kWireKind) {
         __builtin_prefetch(ne->ptr);
         __builtin_prefetch(&ports[ne->arg]);
@@ -558,7 +562,8 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         __builtin_prefetch(ne->ptr);  // the port of a port-done, a timer
       }
     }
-    if (const Event* ne = queue_.PeekReady(kRoute)) {
+    if (known > kRoute) {
+      const Event* ne = up + kRoute;
       if (ne->kind == Fabric::kWireKind) {
         const auto* p = static_cast<const SimPacket*>(ne->ptr);
         bool exact = false;
@@ -583,7 +588,8 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
         __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head : pt.dq_head);
       }
     }
-    if (const Event* ne = queue_.PeekReady(kTail)) {
+    if (known > kTail) {
+      const Event* ne = up + kTail;
       if (ne->kind == Fabric::kWireKind) {
         const Hint& h = hints_[(pops + 1 + kTail) % kHints];
         if (h.seq == ne->seq && h.prefetched != Fabric::kNoPort) {

@@ -112,7 +112,7 @@ TEST(EventQueueTest, CalendarMatchesReferenceOrder) {
   EXPECT_GT(popped, 50000u);
 }
 
-// Buckets with many events (the radix-sorted path), same-time ties, and far
+// Buckets with many events (the counting-sort path), same-time ties, and far
 // events that join a bucket already holding near ones.
 TEST(EventQueueTest, CrowdedBucketsMatchReferenceOrder) {
   EventQueue q;
@@ -159,6 +159,63 @@ TEST(EventQueueTest, CrowdedBucketsMatchReferenceOrder) {
   }
   EXPECT_TRUE(q.empty());
   EXPECT_GT(popped, 10000u);
+}
+
+// Crowded buckets whose events fall in one 64 ps step, out of order and
+// with same-time ties: the insertion sort gives up and the fallback sort
+// orders them.
+TEST(EventQueueTest, HugeBucketPopsInOrder) {
+  EventQueue q;
+  Rng rng(13);
+  const Time bucket = Time{1} << EventQueue::kShift;
+  using Key = std::pair<Time, uint64_t>;
+  std::vector<Key> ref;
+  for (int i = 0; i < 20000; ++i) {
+    const Time t = bucket + rng.Range(0, 64);
+    ref.push_back({t, q.Push(t, 1, 0, nullptr)});
+  }
+  for (int i = 0; i < 5000; ++i) {
+    const Time t = 3 * bucket + rng.Range(0, 64);
+    ref.push_back({t, q.Push(t, 1, 0, nullptr)});
+  }
+  std::sort(ref.begin(), ref.end());
+  for (const Key& k : ref) {
+    const Event e = q.Pop();
+    ASSERT_EQ(e.time, k.first);
+    ASSERT_EQ(e.seq, k.second);
+  }
+  EXPECT_TRUE(q.empty());
+}
+
+// PopUntil pops exactly what next_time() <= limit then Pop() would, and
+// nothing once the earliest event is later than the limit or the queue is
+// empty.
+TEST(EventQueueTest, PopUntilStopsAtTheLimit) {
+  EventQueue q;
+  Rng rng(14);
+  using Key = std::pair<Time, uint64_t>;
+  std::priority_queue<Key, std::vector<Key>, std::greater<Key>> ref;
+  EXPECT_EQ(q.PopUntil(kTimeInfinite), nullptr);
+  Time now = 0;
+  for (int round = 0; round < 2000; ++round) {
+    for (int i = static_cast<int>(rng.Uniform(40)); i > 0; --i) {
+      const Time t = now + rng.Range(0, 20 * kMicrosecond);
+      ref.push({t, q.Push(t, 1, 0, nullptr)});
+    }
+    const Time limit = now + rng.Range(0, 2 * kMicrosecond);
+    while (!ref.empty() && ref.top().first <= limit) {
+      const Event* e = q.PopUntil(limit);
+      ASSERT_NE(e, nullptr);
+      ASSERT_EQ(e->time, ref.top().first);
+      ASSERT_EQ(e->seq, ref.top().second);
+      ref.pop();
+      now = e->time;
+    }
+    const size_t left = q.size();
+    ASSERT_EQ(q.PopUntil(limit), nullptr);
+    ASSERT_EQ(q.size(), left);
+    ASSERT_EQ(q.size(), ref.size());
+  }
 }
 
 TEST(EventQueueTest, NeverSchedulesIntoThePast) {
