@@ -68,9 +68,27 @@ class PrismHost : public HostAgent, public TimerClient {
   }
 
   Engine& engine() { return engine_; }
+  uint32_t host() const { return host_; }
   uint32_t lkey = 0;
   std::vector<ConnId> conns;                      // in creation order
   absl::flat_hash_map<uint32_t, ConnId> by_peer;  // lookup only
+  // Sizes the per-connection arrays for `conns_wanted` connections.
+  void Reserve(uint32_t conns_wanted, uint32_t planes) {
+    conns.reserve(conns_wanted);
+    peer_host_.reserve(conns_wanted);
+    spread_.reserve(static_cast<size_t>(conns_wanted) * planes);
+  }
+  // Adds the connection to `peer` (ConnectionOptions::peer is its slot,
+  // conns.size() before this call) and caches the pair's spread per plane.
+  void AddConnection(ConnId c, uint32_t peer, uint32_t planes) {
+    conns.push_back(c);
+    peer_host_.push_back(peer);
+    for (uint32_t pl = 0; pl < planes; ++pl) {
+      spread_.push_back(static_cast<uint16_t>(
+          routing::PairSpread(host_, peer, static_cast<uint16_t>(pl)) &
+          0xFFFF));
+    }
+  }
 
   void OnReceive(Time now, SimPacket* p) override {
     rx_.push_back(p);
@@ -109,13 +127,15 @@ class PrismHost : public HostAgent, public TimerClient {
   // without the spread, path id x would leave every host of a T0 on the
   // same uplink at about the same time. (q + s) mod n is a bijection, so
   // the pair's distinct carriers stay distinct.
-  uint32_t CarrierChoice(uint32_t peer, uint16_t path) const;
+  // `slot` is the connection's ConnectionOptions::peer (its index in
+  // `conns`); the spread is read from spread_, cached at setup.
+  uint32_t CarrierChoice(uint32_t slot, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
-  // p, whose carrier crosses `dead_port` (down since `down_since`), onto a
-  // live T1 of its plane once this host's first packet into that outage is
-  // old enough. Returns true when it did.
-  bool OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
-                     Time now);
+  // p (sent on connection slot `slot`), whose carrier crosses `dead_port`
+  // (down since `down_since`), onto a live T1 of its plane once this host's
+  // first packet into that outage is old enough. Returns true when it did.
+  bool OracleReroute(SimPacket* p, uint32_t slot, uint32_t dead_port,
+                     Time down_since, Time now);
   // Dead-path accounting of one sent packet (measurement only).
   void CountDeadPath(const SimPacket* p, Time down_since, uint32_t dead_port,
                      Time now);
@@ -130,6 +150,12 @@ class PrismHost : public HostAgent, public TimerClient {
   Timer wake_;
   Timer rx_timer_;
   std::vector<SimPacket*> rx_;
+  // Per connection slot (ConnectionOptions::peer, which every TxPacket
+  // carries): the peer host, and routing::PairSpread(host_, peer, plane)'s
+  // low 16 bits per plane (slot * planes + plane). Per connection, not per
+  // host pair: ~20 bytes a connection endpoint at 8 planes.
+  std::vector<uint32_t> peer_host_;
+  std::vector<uint16_t> spread_;
   // Messages waiting for PostWrite room: (flow, next message index).
   std::vector<std::pair<uint32_t, uint32_t>> pending_;
   uint64_t plane_errors_ = 0;
@@ -209,11 +235,17 @@ class PrismDriver : public TransportDriver {
       return absl::UnimplementedError(
           "window_packets: this engine has no ConnectionOptions window option");
     }
+    // ConnectionOptions::peer is the connection's slot on its host (its
+    // index in PrismHost::conns), which PrismHost maps to the peer host and
+    // the pair's cached spreads.
+    for (auto& h : hosts_) {
+      h->Reserve(conns_per_host[h->host()], sim->planes());
+    }
     for (const auto& [a, b] : pairs) {
-      co.peer = b;
+      co.peer = static_cast<uint32_t>(hosts_[a]->conns.size());
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
       if (!ca.ok()) return ca.status();
-      co.peer = a;
+      co.peer = static_cast<uint32_t>(hosts_[b]->conns.size());
       absl::StatusOr<ConnId> cb = hosts_[b]->engine().CreateConnection(co);
       if (!cb.ok()) return cb.status();
       const ConnectionInfo ia = hosts_[a]->engine().LocalInfo(*ca);
@@ -222,8 +254,8 @@ class PrismDriver : public TransportDriver {
       if (!st.ok()) return st;
       st = hosts_[b]->engine().Connect(*cb, ia);
       if (!st.ok()) return st;
-      hosts_[a]->conns.push_back(*ca);
-      hosts_[b]->conns.push_back(*cb);
+      hosts_[a]->AddConnection(*ca, b, sim->planes());
+      hosts_[b]->AddConnection(*cb, a, sim->planes());
       hosts_[a]->by_peer[b] = *ca;
       hosts_[b]->by_peer[a] = *cb;
     }
@@ -355,11 +387,10 @@ void PrismHost::Drain(Time now) {
   if (freed && !pending_.empty()) PostPending(now);
 }
 
-uint32_t PrismHost::CarrierChoice(uint32_t peer, uint16_t path) const {
+uint32_t PrismHost::CarrierChoice(uint32_t slot, uint16_t path) const {
   const uint32_t planes = d_->sim_->planes();
-  const uint16_t plane = static_cast<uint16_t>(path % planes);
-  return path / planes + static_cast<uint32_t>(
-                             routing::PairSpread(host_, peer, plane) & 0xFFFF);
+  const uint32_t plane = path % planes;
+  return path / planes + spread_[static_cast<size_t>(slot) * planes + plane];
 }
 
 void PrismHost::Pull(Time now) {
@@ -385,31 +416,35 @@ void PrismHost::Pull(Time now) {
       p->header_len = t.header_len;
       p->payload = t.payload;
       p->payload_len = t.payload_len;
+      // t.peer is the connection's slot (ConnectionOptions::peer, copied by
+      // the engine); an unknown one is dropped as unroutable.
+      const uint32_t slot = t.peer;
+      const uint32_t peer =
+          slot < peer_host_.size() ? peer_host_[slot] : 0xffffffffu;
       p->src = host_;
-      p->dst = t.peer;
+      p->dst = peer;
       p->path = t.path;
       p->tclass = t.tclass;
       const uint16_t plane = static_cast<uint16_t>(t.path % planes);
       p->plane = static_cast<uint8_t>(plane);
-      const uint32_t a = std::min(host_, t.peer), b = std::max(host_, t.peer);
+      const uint32_t a = std::min(host_, peer), b = std::max(host_, peer);
       uint64_t x = (static_cast<uint64_t>(a) << 40) ^
                    (static_cast<uint64_t>(b) << 16) ^ t.path;
       x *= 0x9e3779b97f4a7c15ull;
       p->entropy = static_cast<uint32_t>(x >> 32);
-      if (t.peer >= sim.topology().num_hosts()) {
+      if (peer >= sim.topology().num_hosts()) {
         fab.Drop(p, DropReason::kNoRoute);
         continue;
       }
       if (srv6) {
-        fab.BuildCarrier(host_, t.peer, plane, CarrierChoice(t.peer, t.path),
-                         p);
+        fab.BuildCarrier(host_, peer, plane, CarrierChoice(slot, t.path), p);
         uint32_t dead_port = 0;
         const Time down =
-            fab.CarrierDownSince(host_, t.peer, plane, p, &dead_port);
+            fab.CarrierDownSince(host_, peer, plane, p, &dead_port);
         if (down >= 0) {
           CountDeadPath(p, down, dead_port, now);
           if (d_->tc_.oracle_reroute_after >= 0) {
-            OracleReroute(p, dead_port, down, now);
+            OracleReroute(p, slot, dead_port, down, now);
           }
         }
       }
@@ -429,8 +464,8 @@ void PrismHost::Pull(Time now) {
   }
 }
 
-bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
-                              Time now) {
+bool PrismHost::OracleReroute(SimPacket* p, uint32_t slot, uint32_t dead_port,
+                              Time down_since, Time now) {
   const auto it =
       oracle_first_.try_emplace(std::make_pair(dead_port, down_since), now)
           .first;
@@ -449,7 +484,7 @@ bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
     }
   }
   // No live route found: the packet takes its own.
-  fab.BuildCarrier(host_, p->dst, plane, CarrierChoice(p->dst, p->path), p);
+  fab.BuildCarrier(host_, p->dst, plane, CarrierChoice(slot, p->path), p);
   return false;
 }
 
