@@ -742,7 +742,9 @@ class Engine::Impl {
     raw->pos = static_cast<uint32_t>(order_.size());
     order_.push_back(raw);  // ids increase: order_ stays sorted
     sched_.emplace_back();
-    dirty_.reserve(order_.size());  // Touch() never allocates per packet
+    // One slot per connection (a connection is on dirty_ at most once), so
+    // Touch() neither allocates nor checks capacity.
+    dirty_.resize(order_.size());
     ++stats_.connections;
     return raw->id;
   }
@@ -828,7 +830,10 @@ class Engine::Impl {
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
     if (sched_[c->pos].dirty != kClean) {
-      dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
+      Conn** const end = dirty_.data() + dirty_n_;
+      Conn** const at = std::find(dirty_.data(), end, c);
+      std::copy(at + 1, end, at);
+      --dirty_n_;
     }
     order_.erase(order_.begin() + c->pos);
     sched_.erase(sched_.begin() + c->pos);
@@ -1166,8 +1171,8 @@ class Engine::Impl {
   // sendable data)) -- the same value as evaluating every connection.
   Time NextEventTime() {
     if (!(valid_ & kNextValid)) {
-      for (Conn* c : dirty_) Refresh(c);
-      dirty_.clear();
+      for (size_t i = 0; i < dirty_n_; ++i) Refresh(dirty_[i]);
+      dirty_n_ = 0;
       bool ctrl = false;
       Time t = kTimeInfinite, send = kTimeInfinite;
       for (const Sched& q : sched_) {
@@ -1207,12 +1212,12 @@ class Engine::Impl {
     const uint8_t was = q.dirty;
     q.dirty = kStale;
     if (was != kClean) return;
-    dirty_.push_back(c);
+    dirty_[dirty_n_++] = c;
   }
   // Touch after EmitConn: Touch itself when it changed the timers' inputs
   // (`timers`); otherwise its queues and send state are re-read and its
   // deadline is kept when it is known. (One function for both, so that
-  // PollTransmit keeps the vector's push inlined.)
+  // PollTransmit keeps the list's append inlined.)
   __attribute__((always_inline)) void TouchSent(Conn* c, bool timers) {
     valid_ &= timers ? 0 : kTimersValid;
     Sched& q = sched_[c->pos];
@@ -1223,7 +1228,7 @@ class Engine::Impl {
       q.dirty = kDirty;
     }
     if (was != kClean) return;
-    dirty_.push_back(c);
+    dirty_[dirty_n_++] = c;
   }
 
   absl::StatusOr<ConnectionStats> connection_stats(ConnId id) const {
@@ -3565,9 +3570,11 @@ class Engine::Impl {
   std::vector<Completion> cq_;
   size_t cq_head_ = 0;
 
-  // NextEventTime cache: connections touched since the last call, and the
+  // NextEventTime cache: connections touched since the last call (the
+  // first dirty_n_ of dirty_, which has one slot per connection), and the
   // combined minimum (valid while valid_ & kNextValid).
   std::vector<Conn*> dirty_;
+  size_t dirty_n_ = 0;
   // kNextValid: NextEventTime's minimum is current. kTimersValid: no
   // connection is stale since PollTransmit's last timer pass, whose minimum
   // deadline timer_min_ is (no deadline changes until a Touch). Touch clears
