@@ -746,16 +746,19 @@ void Fabric::StartTx(Time now, uint32_t id) {
   // lazily: CatchUp decides past transmissions, and a control packet queued
   // later must not overtake them). Whatever waits arrived before the port
   // went busy, so one of the two heads always had.
+  uint32_t size;
   if (pt.cq_head && (pt.cq_head->when <= now || !pt.dq_head)) {
     p = pt.cq_head;
     pt.cq_head = p->next;
     if (!pt.cq_head) pt.cq_tail = nullptr;
-    pt.cq_bytes -= WireSize(p);
+    size = WireSize(p);
+    pt.cq_bytes -= size;
   } else if (pt.dq_head) {
     p = pt.dq_head;
     pt.dq_head = p->next;
     if (!pt.dq_head) pt.dq_tail = nullptr;
-    pt.dq_bytes -= WireSize(p);
+    size = WireSize(p);
+    pt.dq_bytes -= size;
   } else {
     return;
   }
@@ -763,7 +766,6 @@ void Fabric::StartTx(Time now, uint32_t id) {
   if (pt.host_port) SetNicRoom(pt);
   --queued_packets_;
   p->next = nullptr;
-  const uint32_t size = WireSize(p);
   // SerializationTime divides in 128 bits; a packet (< 2 MiB) times 8e12
   // fits in 64, which gives the same quotient for less.
   const Time ser = size < (1u << 21) && pt.rate_bps != 0
