@@ -739,7 +739,9 @@ uint32_t Fabric::DataQueueBytes(Time now, uint32_t id) const {
   return bytes;
 }
 
-void Fabric::StartTx(Time now, uint32_t id) {
+void Fabric::StartTx(Time now, uint32_t id) { StartTxInline(now, id); }
+
+inline void Fabric::StartTxInline(Time now, uint32_t id) {
   Port& pt = ports_[id];
   SimPacket* p;
   // Control first, if it had arrived by `now` (a switch port transmits
@@ -831,7 +833,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
-  if (pt.up && pt.q_packets > 0) StartTx(now, id);
+  if (pt.up && pt.q_packets > 0) StartTxInline(now, id);
   if (pt.host_port && pt.up && pt.q_packets <= nic_pull_below_) {
     client_->HostPortIdle(now, pt.from,
                           static_cast<uint16_t>(nodes_[pt.to].plane));

@@ -253,6 +253,9 @@ class Fabric {
   void OnWire(const Event& e, uint32_t out) {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
+  // Handles a kPortDoneKind event (what HandleEvent does for it, without
+  // the dispatch).
+  void OnPortDone(const Event& e) { PortDone(e.time, e.arg); }
   // Prefetch only: the node at the far end of port `id`.
   uint32_t port_to(uint32_t id) const { return port_to_[id]; }
   static constexpr uint32_t kNoPort = 0xffffffffu;
@@ -354,6 +357,8 @@ class Fabric {
   void Enqueue(Time now, uint32_t port, SimPacket* p);
   // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
+  // StartTx's body, inlined into PortDone (most transmissions start there).
+  [[gnu::always_inline]] inline void StartTxInline(Time now, uint32_t port);
   // A switch port's transmissions are decided lazily: this makes every one
   // that starts at or before `now` (in order, control first among what had
   // arrived by each start), and if packets still wait with nothing on the
