@@ -585,7 +585,8 @@ uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
   return OutPort(node, nodes_[node], p, pos);
 }
 
-void Fabric::Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out) {
+inline void Fabric::Arrive(Time now, uint32_t node, SimPacket* p,
+                           uint32_t out) {
   --on_wire_;
   if (ports_[p->last_port].epoch != p->epoch) {
     Drop(p, DropReason::kLinkDownInFlight);
@@ -619,7 +620,7 @@ void Fabric::Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out) {
   Enqueue(now, out, p);
 }
 
-void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
+inline void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   Port& pt = ports_[id];
   if (!pt.up) {
     ++pt.c.drops;

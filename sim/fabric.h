@@ -349,12 +349,17 @@ class Fabric {
   static constexpr uint32_t kNone = 0xffffffffu;
 
   // `out`: the output port if already known (PeekOutPort), else kNone.
-  void Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out = kNone);
+  // (Always inlined: WireArrive calls it once per hop; HandleEvent's
+  // kArriveKind is rare.)
+  [[gnu::always_inline]] inline void Arrive(Time now, uint32_t node,
+                                            SimPacket* p, uint32_t out = kNone);
   // The port a packet at switch `node` leaves on (kNone: no route), with
   // its carrier at `usid_pos` (already shifted past this switch). Pure.
   uint32_t OutPort(uint32_t node, const NodeInfo& ni, const SimPacket* p,
                    uint32_t usid_pos) const;
-  void Enqueue(Time now, uint32_t port, SimPacket* p);
+  // (Always inlined: Arrive is its only caller, once per switch hop.)
+  [[gnu::always_inline]] inline void Enqueue(Time now, uint32_t port,
+                                             SimPacket* p);
   // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
   // StartTx's body, inlined into PortDone (most transmissions start there).
