@@ -355,8 +355,11 @@ class Fabric {
                                             SimPacket* p, uint32_t out = kNone);
   // The port a packet at switch `node` leaves on (kNone: no route), with
   // its carrier at `usid_pos` (already shifted past this switch). Pure.
-  uint32_t OutPort(uint32_t node, const NodeInfo& ni, const SimPacket* p,
-                   uint32_t usid_pos) const;
+  // (Always inlined: the look-ahead's PeekOutPort and the arrival.)
+  [[gnu::always_inline]] inline uint32_t OutPort(uint32_t node,
+                                                 const NodeInfo& ni,
+                                                 const SimPacket* p,
+                                                 uint32_t usid_pos) const;
   // (Always inlined: Arrive is its only caller, once per switch hop.)
   [[gnu::always_inline]] inline void Enqueue(Time now, uint32_t port,
                                              SimPacket* p);
