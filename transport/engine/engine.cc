@@ -1124,12 +1124,16 @@ class Engine::Impl {
       // j = (cursor_ + k) % nc without a division (cursor_ < nc).
       for (size_t k = 0, j = cursor_; k < nc && n < max;
            ++k, j = j + 1 == nc ? 0 : j + 1) {
-        if (!MayEmit(sched_[j], now)) continue;
+        const Sched& q = sched_[j];
+        if (!MayEmit(q, now)) continue;
         Conn* c = order_[j];
         const size_t before = n;
         const uint32_t head = c->all_head;
         const Time ack_deadline = c->ack_deadline;
-        n += EmitConn(now, c, out + n, max - n);
+        // A clean connection's cached probe time is its selector's: none
+        // due before it (NextProbe would return -1).
+        const bool probe_due = q.dirty != kClean || q.probe <= now;
+        n += EmitConn(now, c, out + n, max - n, probe_due);
         // Sending appends to the send-order list and consumes queues; of the
         // timers' inputs (TimerDeadline) it can change only the list's head
         // (an empty list) and, for completeness, the delayed-SACK deadline.
@@ -3091,7 +3095,10 @@ class Engine::Impl {
     return c->inflight_bytes == 0 || c->inflight_bytes + len <= c->cwnd;
   }
 
-  size_t EmitConn(Time now, Conn* c, TxPacket* out, size_t max) {
+  // `probe_due`: false when the selector is known to have no probe due at
+  // `now` (then NextProbe is not asked).
+  size_t EmitConn(Time now, Conn* c, TxPacket* out, size_t max,
+                  bool probe_due) {
     if (!c->connected || c->failed) return 0;
     size_t n = 0;
     // Control packets.
@@ -3101,7 +3108,10 @@ class Engine::Impl {
       ++n;
     }
     // Probes on ASSUMED_BAD paths.
-    while (n < max) {
+#ifndef NDEBUG
+    if (!probe_due && c->sel->NextProbeTime() <= now) std::abort();
+#endif
+    while (probe_due && n < max) {
       const int p = c->sel->NextProbe(now);
       if (p < 0) break;
       CtrlItem it;
