@@ -68,27 +68,9 @@ class PrismHost : public HostAgent, public TimerClient {
   }
 
   Engine& engine() { return engine_; }
-  uint32_t host() const { return host_; }
   uint32_t lkey = 0;
   std::vector<ConnId> conns;                      // in creation order
   absl::flat_hash_map<uint32_t, ConnId> by_peer;  // lookup only
-  // Sizes the per-connection arrays for `conns_wanted` connections.
-  void Reserve(uint32_t conns_wanted, uint32_t planes) {
-    conns.reserve(conns_wanted);
-    peer_host_.reserve(conns_wanted);
-    spread_.reserve(static_cast<size_t>(conns_wanted) * planes);
-  }
-  // Adds the connection to `peer` (ConnectionOptions::peer is its slot,
-  // conns.size() before this call) and caches the pair's spread per plane.
-  void AddConnection(ConnId c, uint32_t peer, uint32_t planes) {
-    conns.push_back(c);
-    peer_host_.push_back(peer);
-    for (uint32_t pl = 0; pl < planes; ++pl) {
-      spread_.push_back(static_cast<uint16_t>(
-          routing::PairSpread(host_, peer, static_cast<uint16_t>(pl)) &
-          0xFFFF));
-    }
-  }
 
   void OnReceive(Time now, SimPacket* p) override {
     rx_.push_back(p);
@@ -127,8 +109,8 @@ class PrismHost : public HostAgent, public TimerClient {
   // without the spread, path id x would leave every host of a T0 on the
   // same uplink at about the same time. (q + s) mod n is a bijection, so
   // the pair's distinct carriers stay distinct.
-  // `slot` is the connection's ConnectionOptions::peer (its index in
-  // `conns`); the spread is read from spread_, cached at setup.
+  // `slot` is the connection's ConnectionOptions::peer (its endpoint slot
+  // in PrismDriver); the spread is read from the driver's cache.
   uint32_t CarrierChoice(uint32_t slot, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
   // p (sent on connection slot `slot`), whose carrier crosses `dead_port`
@@ -150,12 +132,6 @@ class PrismHost : public HostAgent, public TimerClient {
   Timer wake_;
   Timer rx_timer_;
   std::vector<SimPacket*> rx_;
-  // Per connection slot (ConnectionOptions::peer, which every TxPacket
-  // carries): the peer host, and routing::PairSpread(host_, peer, plane)'s
-  // low 16 bits per plane (slot * planes + plane). Per connection, not per
-  // host pair: ~20 bytes a connection endpoint at 8 planes.
-  std::vector<uint32_t> peer_host_;
-  std::vector<uint16_t> spread_;
   // Messages waiting for PostWrite room: (flow, next message index).
   std::vector<std::pair<uint32_t, uint32_t>> pending_;
   uint64_t plane_errors_ = 0;
@@ -235,17 +211,26 @@ class PrismDriver : public TransportDriver {
       return absl::UnimplementedError(
           "window_packets: this engine has no ConnectionOptions window option");
     }
-    // ConnectionOptions::peer is the connection's slot on its host (its
-    // index in PrismHost::conns), which PrismHost maps to the peer host and
-    // the pair's cached spreads.
-    for (auto& h : hosts_) {
-      h->Reserve(conns_per_host[h->host()], sim->planes());
-    }
-    for (const auto& [a, b] : pairs) {
-      co.peer = static_cast<uint32_t>(hosts_[a]->conns.size());
+    // ConnectionOptions::peer is the connection endpoint's slot: 2i for
+    // pair i's side a, 2i + 1 for side b (see peer_host_ / spread_).
+    const uint32_t planes = sim->planes();
+    peer_host_.resize(2 * pairs.size());
+    spread_.resize(2 * pairs.size() * planes);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const auto [a, b] = pairs[i];
+      peer_host_[2 * i] = b;
+      peer_host_[2 * i + 1] = a;
+      for (uint32_t pl = 0; pl < planes; ++pl) {
+        // (The unordered pair's: the same for both sides.)
+        const uint16_t s = static_cast<uint16_t>(
+            routing::PairSpread(a, b, static_cast<uint16_t>(pl)) & 0xFFFF);
+        spread_[2 * i * planes + pl] = s;
+        spread_[(2 * i + 1) * planes + pl] = s;
+      }
+      co.peer = static_cast<uint32_t>(2 * i);
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
       if (!ca.ok()) return ca.status();
-      co.peer = static_cast<uint32_t>(hosts_[b]->conns.size());
+      co.peer = static_cast<uint32_t>(2 * i + 1);
       absl::StatusOr<ConnId> cb = hosts_[b]->engine().CreateConnection(co);
       if (!cb.ok()) return cb.status();
       const ConnectionInfo ia = hosts_[a]->engine().LocalInfo(*ca);
@@ -254,8 +239,8 @@ class PrismDriver : public TransportDriver {
       if (!st.ok()) return st;
       st = hosts_[b]->engine().Connect(*cb, ia);
       if (!st.ok()) return st;
-      hosts_[a]->AddConnection(*ca, b, sim->planes());
-      hosts_[b]->AddConnection(*cb, a, sim->planes());
+      hosts_[a]->conns.push_back(*ca);
+      hosts_[b]->conns.push_back(*cb);
       hosts_[a]->by_peer[b] = *ca;
       hosts_[b]->by_peer[a] = *cb;
     }
@@ -287,6 +272,13 @@ class PrismDriver : public TransportDriver {
   std::vector<std::unique_ptr<PrismHost>> hosts_;
   std::vector<uint32_t> flow_pair_;
   std::vector<FlowState> flow_;
+  // Per connection endpoint slot (ConnectionOptions::peer, which every
+  // TxPacket carries; both sides of pair i are slots 2i and 2i + 1): the
+  // peer host, and routing::PairSpread(a, b, plane)'s low 16 bits per plane
+  // (slot * planes + plane), computed once at setup instead of per packet.
+  // 20 bytes an endpoint at 8 planes (5 MiB for --bench-scale's 262,144).
+  std::vector<uint32_t> peer_host_;
+  std::vector<uint16_t> spread_;
   // Scratch arrays for the engine calls of whichever host runs (one thread,
   // never re-entered), shared so that a host costs no burst buffers: at
   // 131,072 hosts per-host copies would take ~0.8 GiB.
@@ -390,7 +382,8 @@ void PrismHost::Drain(Time now) {
 uint32_t PrismHost::CarrierChoice(uint32_t slot, uint16_t path) const {
   const uint32_t planes = d_->sim_->planes();
   const uint32_t plane = path % planes;
-  return path / planes + spread_[static_cast<size_t>(slot) * planes + plane];
+  return path / planes +
+         d_->spread_[static_cast<size_t>(slot) * planes + plane];
 }
 
 void PrismHost::Pull(Time now) {
@@ -420,7 +413,7 @@ void PrismHost::Pull(Time now) {
       // the engine); an unknown one is dropped as unroutable.
       const uint32_t slot = t.peer;
       const uint32_t peer =
-          slot < peer_host_.size() ? peer_host_[slot] : 0xffffffffu;
+          slot < d_->peer_host_.size() ? d_->peer_host_[slot] : 0xffffffffu;
       p->src = host_;
       p->dst = peer;
       p->path = t.path;
