@@ -1851,7 +1851,11 @@ class Engine::Impl {
 
   // Places a DATA payload at dst unless it is already there (read in place
   // after RxDestination: not copied again). The default placer is called
-  // directly (final class: inlined). On failure counts the drop, ends the
+  // directly (a final class: no virtual call), but gcc keeps its Place out
+  // of line (one call per packet); the copy loop inlined here instead
+  // (CopyBlocks called directly) measured worse, 438 -> 442 instructions
+  // per packet without placement and 1092 -> 1146 with it (DataRun's
+  // locals spilled around the loop). On failure counts the drop, ends the
   // receive run and returns false. Shared by CommitData and DataRun.
   [[gnu::always_inline]] bool PlaceOrDrop(uint8_t* dst, const uint8_t* src,
                                           uint32_t len,
