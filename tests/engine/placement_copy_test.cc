@@ -42,8 +42,8 @@ TEST(PlacementCopy, SameAsMemcpy) {
   const std::vector<uint8_t> src = RandomBytes(3 * 9000, rng);
   // The edges: empty, under one block, exactly whole blocks, one byte
   // either side of a block boundary, a 4 KiB packet and around it.
-  for (uint32_t len : {0u, 1u, 15u, 16u, 17u, 63u, 64u, 65u, 127u, 128u,
-                       129u, 191u, 192u, 4032u, 4095u, 4096u, 4097u, 9000u}) {
+  for (uint32_t len : {0u, 1u, 15u, 16u, 17u, 63u, 64u, 65u, 127u, 128u, 129u,
+                       191u, 192u, 4032u, 4095u, 4096u, 4097u, 9000u}) {
     for (size_t s_off : {0u, 1u, 8u, 15u, 16u, 63u}) {
       for (size_t d_off : {0u, 1u, 7u, 16u, 33u, 64u}) {
         SCOPED_TRACE(len);
@@ -53,8 +53,8 @@ TEST(PlacementCopy, SameAsMemcpy) {
   }
   // Random lengths and alignments.
   for (int round = 0; round < 2000; ++round) {
-    const uint32_t len = static_cast<uint32_t>(
-        round % 2 == 0 ? rng() % 300 : rng() % 9001);
+    const uint32_t len =
+        static_cast<uint32_t>(round % 2 == 0 ? rng() % 300 : rng() % 9001);
     const size_t s_off = rng() % (src.size() - len + 1);
     const size_t d_off = rng() % 64;
     SCOPED_TRACE(round);
