@@ -351,6 +351,37 @@ TEST_F(RxRun, CrossesTheWindowEnd) {
               Join({Range(250, 270), {{5}}, Range(270, 300)})});
 }
 
+// The RxPacket contract (prism/packet.h) without pointers: null data is
+// counted as malformed; without a payload pointer the packet is contiguous
+// and payload_len is ignored.
+TEST_F(RxRun, NullPointers) {
+  const auto pkts = Send({2 * kMtu});
+  ASSERT_EQ(pkts.size(), 2u);
+  Engine b(ReceiverOptions(nullptr));
+  const ConnId cb = *b.CreateConnection(ConnOptions());
+  ASSERT_TRUE(b.Connect(cb, sender_info_).ok());
+  ASSERT_TRUE(
+      b.RegisterMemory(dst_.data(), dst_.size(), kAccessRemoteWrite).ok());
+  std::vector<uint8_t> whole = pkts[0].hdr;
+  whole.insert(whole.end(), pkts[0].payload.begin(), pkts[0].payload.end());
+  RxPacket rx[3];
+  rx[0].data = nullptr;  // len 0
+  rx[1].data = whole.data();
+  rx[1].len = static_cast<uint32_t>(whole.size());
+  rx[1].payload_len = 12345;        // ignored: contiguous
+  rx[2].data = pkts[1].hdr.data();  // header only: payload trimmed
+  rx[2].len = static_cast<uint32_t>(pkts[1].hdr.size());
+  rx[2].payload_len = kMtu;  // ignored too
+  b.OnReceive(2 * kMicrosecond, rx, 3);
+  const EngineStats st = b.stats();
+  EXPECT_EQ(st.rx_packets, 3u);
+  EXPECT_EQ(st.rx_drop_malformed, 1u);
+  const ConnectionStats cs = *b.connection_stats(cb);
+  EXPECT_EQ(cs.rx_data_packets, 1u);
+  EXPECT_EQ(cs.rx_trimmed, 1u);
+  EXPECT_TRUE(std::equal(src_.begin(), src_.begin() + kMtu, dst_.begin()));
+}
+
 TEST_F(RxRun, RandomBursts) {
   const auto pkts = Send(
       {7 * kMtu + 1, 30 * kMtu, 1, 2 * kMtu, 45 * kMtu - 3, kMtu, 20 * kMtu});
