@@ -1148,17 +1148,13 @@ class Engine::Impl {
       stats_.tx_packets += n;
       return n;
     }
-    constexpr size_t kChunk = 16;
-    uint8_t* hdr[kChunk];
-    size_t len[kChunk];
-    for (size_t i = 0; i < n; i += kChunk) {
-      const size_t k = std::min(kChunk, n - i);
-      for (size_t j = 0; j < k; ++j) {
-        hdr[j] = out[i + j].header;
-        len[j] = out[i + j].header_len;
-      }
-      wire::SealEncodedHeaders(hdr, len, k);
-    }
+    // (Read in place from the TxPackets: no pointer and length arrays.)
+    static_assert(sizeof(TxPacket::header_len) == 2 &&
+                  offsetof(TxPacket, header_len) >=
+                      offsetof(TxPacket, header) + TxPacket::kMaxHeaderBytes);
+    wire::SealEncodedHeadersStrided(
+        out[0].header, sizeof(TxPacket),
+        offsetof(TxPacket, header_len) - offsetof(TxPacket, header), n);
     stats_.tx_packets += n;
     return n;
   }
