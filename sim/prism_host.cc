@@ -102,13 +102,7 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
-  // Fabric::BuildCarrier's choice for `path` to `peer`: the path's index
-  // within its plane plus the pair's spread (routing::PairSpread, from
-  // which routing::PathSet offsets a pair's spines). Every sender walks its
-  // path ids in the same order (the selector's rotation starts at path 0);
-  // without the spread, path id x would leave every host of a T0 on the
-  // same uplink at about the same time. (q + s) mod n is a bijection, so
-  // the pair's distinct carriers stay distinct.
+  // sim::CarrierChoice for this host.
   uint32_t CarrierChoice(uint32_t peer, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
   // p, whose carrier crosses `dead_port` (down since `down_since`), onto a
@@ -209,7 +203,12 @@ class PrismDriver : public TransportDriver {
       return absl::UnimplementedError(
           "window_packets: this engine has no ConnectionOptions window option");
     }
+    const bool groups = tc_.fate_sharing && sim->scenario().srv6;
     for (const auto& [a, b] : pairs) {
+      if (groups) {
+        co.path_groups =
+            CarrierFailureGroups(sim->fabric(), a, b, co.num_paths);
+      }
       co.peer = b;
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
       if (!ca.ok()) return ca.status();
@@ -356,10 +355,7 @@ void PrismHost::Drain(Time now) {
 }
 
 uint32_t PrismHost::CarrierChoice(uint32_t peer, uint16_t path) const {
-  const uint32_t planes = d_->sim_->planes();
-  const uint16_t plane = static_cast<uint16_t>(path % planes);
-  return path / planes + static_cast<uint32_t>(
-                             routing::PairSpread(host_, peer, plane) & 0xFFFF);
+  return sim::CarrierChoice(d_->sim_->planes(), host_, peer, path);
 }
 
 void PrismHost::Pull(Time now) {
@@ -526,6 +522,28 @@ void PrismHost::AddTotals(TransportTotals* t) const {
 }
 
 }  // namespace
+
+uint32_t CarrierChoice(uint32_t planes, uint32_t host, uint32_t peer,
+                       uint16_t path) {
+  const uint16_t plane = static_cast<uint16_t>(path % planes);
+  return path / planes +
+         static_cast<uint32_t>(routing::PairSpread(host, peer, plane) & 0xFFFF);
+}
+
+std::vector<uint16_t> CarrierFailureGroups(const Fabric& fabric, uint32_t host,
+                                           uint32_t peer, uint16_t num_paths) {
+  const uint32_t planes = fabric.planes();
+  std::vector<uint16_t> g(num_paths, kNoFailureGroup);
+  for (uint32_t x = 0; x < num_paths; ++x) {
+    const uint16_t plane = static_cast<uint16_t>(x % planes);
+    const uint32_t fanout = fabric.CarrierFanout(host, peer, plane);
+    if (fanout == 0) continue;
+    const uint32_t choice =
+        CarrierChoice(planes, host, peer, static_cast<uint16_t>(x));
+    g[x] = routing::FailureGroupOf(plane, choice % fanout, fanout);
+  }
+  return g;
+}
 
 std::unique_ptr<TransportDriver> MakePrismDriver(const TransportConfig& tc) {
   return std::make_unique<PrismDriver>(tc);
