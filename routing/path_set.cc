@@ -28,6 +28,12 @@ uint64_t PairSpread(uint32_t src, uint32_t dst, uint16_t plane) {
   return Mix3(std::min(src, dst), std::max(src, dst), plane);
 }
 
+uint16_t FailureGroupOf(uint16_t plane, uint32_t uplink, uint32_t uplinks) {
+  if (uplinks == 0 || uplink >= uplinks) return kNoFailureGroup;
+  const uint64_t g = uint64_t{plane} * uplinks + uplink;
+  return g < kNoFailureGroup ? static_cast<uint16_t>(g) : kNoFailureGroup;
+}
+
 Ipv6Address HostAddress(uint32_t host, uint16_t plane, uint32_t block) {
   Ipv6Address a;
   a.set_word(0, static_cast<uint16_t>(block >> 16));
@@ -193,6 +199,30 @@ PathInfo PathSet::info(PathId path) const {
     }
   }
   return in;
+}
+
+uint16_t PathSet::FailureGroup(PathId path) const {
+  const PathInfo in = info(path);
+  const TopologySpec& spec = topo_->spec();
+  switch (shape_) {
+    case Shape::kSameT0:
+      break;
+    case Shape::kClos:
+      return FailureGroupOf(in.plane, in.t1 * spec.parallel_links + in.link,
+                            spec.t1_per_plane * spec.parallel_links);
+    case Shape::kFatSamePod:
+    case Shape::kFatCrossPod:
+      return FailureGroupOf(in.plane, in.t1, topo_->fattree_half());
+  }
+  return kNoFailureGroup;
+}
+
+std::vector<uint16_t> PathSet::FailureGroups() const {
+  std::vector<uint16_t> g(num_paths_);
+  for (uint32_t x = 0; x < num_paths_; ++x) {
+    g[x] = FailureGroup(static_cast<PathId>(x));
+  }
+  return g;
 }
 
 Ipv6Address PathSet::Carrier(PathId path) const {

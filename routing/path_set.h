@@ -84,6 +84,23 @@ Ipv6Address ClassicSid(uint16_t plane, uint16_t usid);
 // control packets sent back on the path id a packet arrived on take its
 // mirror. The simulator rotates its carriers by it too.
 uint64_t PairSpread(uint32_t src, uint32_t dst, uint16_t plane);
+
+// Failure groups (fate sharing; the hint ConnectionOptions::path_groups
+// hands the engine). Paths of a pair whose carriers leave the source T0
+// (fat tree: edge) on the same uplink of the same plane cross the same
+// T0-T1 link and T1 (and, their mirror, the same T1-T0 link at the other
+// end), so one link or switch failure takes them all. The group of such a
+// path is plane * uplinks + uplink, where `uplinks` is the number of
+// uplinks the source switch spreads the pair's paths over (clos2: T1s x
+// parallel links; fat tree: aggregation switches) and `uplink` the one it
+// takes; kNoFailureGroup when there is no uplink (both hosts on one T0:
+// only the host ports, which PLANE_STATUS covers) or the id would not fit
+// in 16 bits. Both PathSet (FailureGroup / FailureGroups below) and the
+// simulator's carriers (sim/prism_host.cc, uplink = its carrier choice mod
+// the source T0's next-hop count) derive their groups with this rule, so
+// path x from a to b and path x from b to a are in the same group
+// whenever they cross the same T1 (PairSpread is symmetric).
+uint16_t FailureGroupOf(uint16_t plane, uint32_t uplink, uint32_t uplinks);
 Ipv6Address ClassicAdjacencySid(uint16_t plane, uint16_t usid, uint16_t port);
 
 struct PathSetOptions {
@@ -143,6 +160,12 @@ class PathSet {
   EntropyFields EntropyFieldsFor(PathId path) const {
     return EntropyToFields(Entropy(path));
   }
+  // The path's failure group (FailureGroupOf: plane, T1 and parallel link;
+  // fat tree: plane and aggregation switch; kNoFailureGroup on one T0).
+  uint16_t FailureGroup(PathId path) const;
+  // FailureGroup of every path, in path id order: the hint for
+  // ConnectionOptions::path_groups.
+  std::vector<uint16_t> FailureGroups() const;
   // Link ids in travel order; returns how many (<= kMaxPathLinks).
   int Links(PathId path, std::span<uint32_t, kMaxPathLinks> out) const;
   // Switch node ids in travel order; returns how many.

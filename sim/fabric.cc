@@ -507,6 +507,16 @@ void Fabric::BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane,
   }
 }
 
+uint32_t Fabric::CarrierFanout(uint32_t src, uint32_t dst,
+                               uint16_t plane) const {
+  const std::vector<uint32_t>& t0s = t0_nodes_[plane];
+  const uint32_t cur = t0s[host_t0_index_[src]];
+  const uint32_t dst_t0 = host_t0_index_[dst];
+  if (cur == t0s[dst_t0]) return 0;
+  const Hop& hc = hop_[cur];
+  return hc.r == nullptr ? 0 : hc.r->dst[dst_t0].cnt;
+}
+
 Time Fabric::CarrierDownSince(uint32_t src, uint32_t dst, uint16_t plane,
                               const SimPacket* p, uint32_t* dead_port) const {
   if (ports_down_ == 0 || !p->srv6 || p->usid_len == 0 || src >= hosts_ ||

@@ -227,6 +227,12 @@ class Fabric {
   // choices from the digits of `choice` (mixed radix over group sizes).
   void BuildCarrier(uint32_t src, uint32_t dst, uint16_t plane, uint32_t choice,
                     SimPacket* p) const;
+  // How many next hops BuildCarrier's first choice (the digit choice %
+  // fanout) picks among at src's T0 (edge) on `plane` for dst: its uplinks
+  // toward dst's T0 (clos2: T1s x parallel links). 0 when src and dst share
+  // the T0 or there is no route. Paths whose choices agree mod this leave
+  // on the same uplink (routing::FailureGroupOf).
+  uint32_t CarrierFanout(uint32_t src, uint32_t dst, uint16_t plane) const;
   // Measurement only (benchmarks; transports must not call it): -1 when
   // every hop of p's SRv6 carrier from host src (NIC port on `plane`, the
   // switches it names and their links, the last T0 -> dst link) is up now,

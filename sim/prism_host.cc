@@ -102,15 +102,9 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
-  // Fabric::BuildCarrier's choice for `path` to `peer`: the path's index
-  // within its plane plus the pair's spread (routing::PairSpread, from
-  // which routing::PathSet offsets a pair's spines). Every sender walks its
-  // path ids in the same order (the selector's rotation starts at path 0);
-  // without the spread, path id x would leave every host of a T0 on the
-  // same uplink at about the same time. (q + s) mod n is a bijection, so
-  // the pair's distinct carriers stay distinct.
-  // `slot` is the connection's ConnectionOptions::peer (its endpoint slot
-  // in PrismDriver); the spread is read from the driver's cache.
+  // sim::CarrierChoice for this host's connection endpoint `slot` (its
+  // ConnectionOptions::peer, see PrismDriver::peer_host_), from the spread
+  // cached at setup.
   uint32_t CarrierChoice(uint32_t slot, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
   // p (sent on connection slot `slot`), whose carrier crosses `dead_port`
@@ -213,6 +207,7 @@ class PrismDriver : public TransportDriver {
     }
     // ConnectionOptions::peer is the connection endpoint's slot: 2i for
     // pair i's side a, 2i + 1 for side b (see peer_host_ / spread_).
+    const bool groups = tc_.fate_sharing && sim->scenario().srv6;
     const uint32_t planes = sim->planes();
     peer_host_.resize(2 * pairs.size());
     spread_.resize(2 * pairs.size() * planes);
@@ -221,11 +216,16 @@ class PrismDriver : public TransportDriver {
       peer_host_[2 * i] = b;
       peer_host_[2 * i + 1] = a;
       for (uint32_t pl = 0; pl < planes; ++pl) {
-        // (The unordered pair's: the same for both sides.)
+        // Path pl < planes has choice 0 + the spread; the unordered pair's,
+        // so the same for both sides.
         const uint16_t s = static_cast<uint16_t>(
-            routing::PairSpread(a, b, static_cast<uint16_t>(pl)) & 0xFFFF);
+            sim::CarrierChoice(planes, a, b, static_cast<uint16_t>(pl)));
         spread_[2 * i * planes + pl] = s;
         spread_[(2 * i + 1) * planes + pl] = s;
+      }
+      if (groups) {
+        co.path_groups =
+            CarrierFailureGroups(sim->fabric(), a, b, co.num_paths);
       }
       co.peer = static_cast<uint32_t>(2 * i);
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
@@ -554,6 +554,28 @@ void PrismHost::AddTotals(TransportTotals* t) const {
 }
 
 }  // namespace
+
+uint32_t CarrierChoice(uint32_t planes, uint32_t host, uint32_t peer,
+                       uint16_t path) {
+  const uint16_t plane = static_cast<uint16_t>(path % planes);
+  return path / planes +
+         static_cast<uint32_t>(routing::PairSpread(host, peer, plane) & 0xFFFF);
+}
+
+std::vector<uint16_t> CarrierFailureGroups(const Fabric& fabric, uint32_t host,
+                                           uint32_t peer, uint16_t num_paths) {
+  const uint32_t planes = fabric.planes();
+  std::vector<uint16_t> g(num_paths, kNoFailureGroup);
+  for (uint32_t x = 0; x < num_paths; ++x) {
+    const uint16_t plane = static_cast<uint16_t>(x % planes);
+    const uint32_t fanout = fabric.CarrierFanout(host, peer, plane);
+    if (fanout == 0) continue;
+    const uint32_t choice =
+        CarrierChoice(planes, host, peer, static_cast<uint16_t>(x));
+    g[x] = routing::FailureGroupOf(plane, choice % fanout, fanout);
+  }
+  return g;
+}
 
 std::unique_ptr<TransportDriver> MakePrismDriver(const TransportConfig& tc) {
   return std::make_unique<PrismDriver>(tc);

@@ -29,13 +29,36 @@
 #ifndef PRISM_SIM_PRISM_HOST_H_
 #define PRISM_SIM_PRISM_HOST_H_
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "sim/fabric.h"
 #include "sim/simulator.h"
 
 namespace prism::sim {
 
 std::unique_ptr<TransportDriver> MakePrismDriver(const TransportConfig& tc);
+
+// Fabric::BuildCarrier's choice for engine path `path` from `host` to
+// `peer`: the path's index within its plane plus the pair's spread
+// (routing::PairSpread, from which routing::PathSet offsets a pair's
+// spines). Every sender walks its path ids in the same order (the
+// selector's rotation starts at path 0); without the spread, path id x
+// would leave every host of a T0 on the same uplink at about the same time.
+// (q + s) mod n is a bijection, so the pair's distinct carriers stay
+// distinct.
+uint32_t CarrierChoice(uint32_t planes, uint32_t host, uint32_t peer,
+                       uint16_t path);
+// The failure groups of `host`'s first `num_paths` paths to `peer` (fate
+// sharing, ConnectionOptions::path_groups): routing::FailureGroupOf of the
+// plane and the uplink its carrier leaves the source T0 on (CarrierChoice
+// mod Fabric::CarrierFanout; the T0's uplinks are in port order, the same
+// for every destination, so an id names one physical uplink and T1 across
+// all of the host's connections). kNoFailureGroup on one T0. Symmetric:
+// the same for (peer, host).
+std::vector<uint16_t> CarrierFailureGroups(const Fabric& fabric, uint32_t host,
+                                           uint32_t peer, uint16_t num_paths);
 
 }  // namespace prism::sim
 

@@ -210,6 +210,7 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
                   v.GetBool("payload_checksum", t->payload_checksum));
   PRISM_ASSIGN_OR(d, v.GetDouble("oracle_reroute_after_us", -1));
   t->oracle_reroute_after = d < 0 ? -1 : static_cast<Time>(d * kMicrosecond);
+  PRISM_ASSIGN_OR(t->fate_sharing, v.GetBool("fate_sharing", t->fate_sharing));
   PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
   if (x != 0 && (x < 256 || x > 65536 || (x & (x - 1)) != 0)) {
     return Bad("window_packets must be 0 or a power of two in 256..65536");
@@ -475,6 +476,7 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
       if (t2.max_messages) {
         x.Set("max_outstanding_messages", Value::Int(t2.max_messages));
       }
+      if (!t2.fate_sharing) x.Set("fate_sharing", Value::Bool(false));
       if (t2.oracle_reroute_after >= 0) {
         x.Set("oracle_reroute_after_us",
               Value::Number(double(t2.oracle_reroute_after) / kMicrosecond));

@@ -62,6 +62,10 @@ struct TransportConfig {
   // else, could do. Bounds what dead-path avoidance can win
   // (docs/benchmarks.md, link-flaps). JSON: oracle_reroute_after_us.
   Time oracle_reroute_after = -1;
+  // Fate sharing: give each connection its paths' failure groups
+  // (ConnectionOptions::path_groups, routing::FailureGroupOf over the
+  // carriers' first uplink; SRv6 forwarding only). JSON: fate_sharing.
+  bool fate_sharing = true;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)

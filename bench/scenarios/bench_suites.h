@@ -43,6 +43,9 @@ struct SuiteOptions {
   // Sets sim::TransportConfig::oracle_reroute_after (in us) for every Prism
   // transport: a what-if bound for diagnosis, never a result; < 0: off.
   double oracle_reroute_after_us = -1;
+  // false: Prism runs without the fate-sharing hint
+  // (sim::TransportConfig::fate_sharing), for A/B runs.
+  bool fate_sharing = true;
   // Called before each transport run (scenario, transport); may be empty.
   std::function<void(const std::string&, const std::string&)> on_run;
 };

@@ -565,6 +565,82 @@ TEST(Engine, PacketIntoADeadPathIsResentAfterAPathTimeoutNotTheRto) {
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
 }
 
+TEST(Engine, RetiredPathResendsItsFailureGroupsFlightOnOtherConnections) {
+  // Engine a has two connections: c1 to b, every path in failure group G,
+  // and c2 to c, even paths in G and odd ones in H. c2 has two packets in
+  // flight (one on a G path, one on an H path) that never arrive. When c1
+  // retires a path by path timeout, c2 resends its G packet at once (c2
+  // has no RTT sample yet: every transmission counts as overdue), not its
+  // H one, and keeps all its paths in service; without the hint it
+  // resends nothing then. c1's own flight is left to its own detection.
+  constexpr uint16_t kG = 7, kH = 9;
+  for (bool hint : {true, false}) {
+    SCOPED_TRACE(hint ? "with path_groups" : "without");
+    ConnectionOptions o = Pair::Defaults();
+    o.rto_min = 40 * kMicrosecond;
+    ConnectionOptions o2 = o;
+    if (hint) {
+      o.path_groups.assign(o.num_paths, kG);
+      o2.path_groups.resize(o2.num_paths);
+      for (size_t x = 0; x < o2.path_groups.size(); ++x) {
+        o2.path_groups[x] = x % 2 == 0 ? kG : kH;
+      }
+    }
+    Pair p(o);
+    EngineOptions ec;
+    ec.seed = 33;
+    Engine c(ec);
+    const ConnId c2 = *p.a->CreateConnection(o2);
+    const ConnId cc = *c.CreateConnection(o2);
+    ASSERT_TRUE(p.a->Connect(c2, c.LocalInfo(cc)).ok());
+    ASSERT_TRUE(c.Connect(cc, p.a->LocalInfo(c2)).ok());
+    std::vector<uint8_t> dst2(2 * 4096);
+    const MemoryRegion dmr2 =
+        *c.RegisterMemory(dst2.data(), dst2.size(), kAccessRemoteWrite);
+    WriteRequest w;
+    w.wr_id = 9;
+    w.local_addr = p.src.data();
+    w.length = 2 * 4096;
+    w.lkey = p.smr.lkey;
+    w.remote_addr = dmr2.addr;
+    w.rkey = dmr2.rkey;
+    ASSERT_TRUE(p.a->PostWrite(0, c2, w).ok());
+    const auto c2_pk = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+    ASSERT_EQ(c2_pk.size(), 2u);
+    // Consecutive picks go to different planes: one even, one odd path.
+    ASSERT_NE(c2_pk[0].path % 2, c2_pk[1].path % 2);
+    const Cap& on_g = c2_pk[0].path % 2 == 0 ? c2_pk[0] : c2_pk[1];
+    // c1: packet 1 of two batches vanishes; the rest is acked.
+    auto pk = SendTwoBatchesLoseOne(p, 1);
+    const Time t = p.a->NextEventTime();
+    EXPECT_EQ(t, 10 * kMicrosecond);  // c1's path timeout (see above)
+    const auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+    EXPECT_EQ(p.a->connection_stats(p.ca)->paths_retired, 1u);
+    const auto s2 = *p.a->connection_stats(c2);
+    EXPECT_EQ(s2.paths_retired, 0u);  // c2's paths are left in service
+    EXPECT_EQ(s2.rto_events + s2.tail_loss_probes + s2.path_timeouts, 0u);
+    if (!hint) {
+      ASSERT_EQ(re.size(), 1u);  // c1's own retransmission only
+      EXPECT_EQ(s2.group_resends, 0u);
+      EXPECT_EQ(s2.retransmitted_packets, 0u);
+      continue;
+    }
+    ASSERT_EQ(re.size(), 2u);
+    EXPECT_EQ(s2.group_resends, 1u);
+    EXPECT_EQ(s2.retransmitted_packets, 1u);
+    // c1's lost packet and c2's packet on G, each on another path (no path
+    // of c2 is excluded: the resend may take any live path but its own).
+    int c2_resent = 0;
+    for (const Cap& r : re) {
+      if (r.pkt.data.psn == pk[1].pkt.data.psn) continue;
+      EXPECT_EQ(r.pkt.data.psn, on_g.pkt.data.psn);
+      ++c2_resent;
+    }
+    EXPECT_EQ(c2_resent, 1);
+    EXPECT_EQ(p.a->connection_stats(p.ca)->group_resends, 0u);
+  }
+}
+
 TEST(Engine, PathTimeoutNeedsALaterSentPacketAcked) {
   // Only packets sent at the same time as the lost one are acked: that is no
   // evidence its path failed (it may just be slower), so the path timeout

@@ -8,7 +8,8 @@
 // duplicate in the middle of a run, a failed placement mid-run, runs
 // crossing kAckEvery, a run completing a message and going on into the
 // next, ECN CE on one packet, PSNs out of order in a burst (gaps), malformed
-// packets in a run, and random bursts mixing all of these.
+// packets in a run, runs crossing the end of the receive window, and
+// random bursts mixing all of these.
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
@@ -84,26 +85,36 @@ class RxRun : public ::testing::Test {
     eo.placer = placer;
     return eo;
   }
-  static ConnectionOptions ConnOptions() {
+  // The receiver's window (Receive); the sender's is kWindow unless Send
+  // is given a larger one.
+  static constexpr uint32_t kWindow = 256;
+  static ConnectionOptions ConnOptions(uint32_t window = kWindow) {
     ConnectionOptions co;
     co.num_paths = 8;
     co.congestion = "fixed";
-    co.max_inflight_packets = 256;
+    co.max_inflight_packets = window;
     return co;
   }
 
   // The sender's packets for WRITEs of the given lengths (back to back in
   // the region), in sending order. The receiver's LocalInfo and region
   // address are those every receiver made by Receiver() gets.
-  std::vector<Pkt> Send(const std::vector<uint64_t>& lens) {
+  // `sender_window`: the sender's window (and that of the receiver it
+  // connects to here), so that it may send past the end of the receive
+  // window of the receivers made by Receive().
+  std::vector<Pkt> Send(const std::vector<uint64_t>& lens,
+                        uint32_t sender_window = kWindow) {
     EngineOptions eo;
     eo.mtu_payload = kMtu;
     eo.seed = 1;
     Engine a(eo);
-    const ConnId ca = *a.CreateConnection(ConnOptions());
+    ConnectionOptions co = ConnOptions(sender_window);
+    // A larger window: the fixed window (1.5 x BDP) made large enough.
+    if (sender_window > kWindow) co.base_rtt = sender_window * kMicrosecond;
+    const ConnId ca = *a.CreateConnection(co);
     FailAtPlacer unused(0);
     Engine b(ReceiverOptions(&unused));
-    const ConnId cb = *b.CreateConnection(ConnOptions());
+    const ConnId cb = *b.CreateConnection(ConnOptions(sender_window));
     EXPECT_TRUE(a.Connect(ca, b.LocalInfo(cb)).ok());
     sender_info_ = a.LocalInfo(ca);
     // As Receive() sets its receiver up (the same keys).
@@ -308,6 +319,67 @@ TEST_F(RxRun, MalformedPacketsInARun) {
       pkts, {Join({Range(0, 5), {{20}}, Range(5, 10), {{21}}, Range(10, 20)})});
   EXPECT_NE(o.engine_stats.find("rx_drop_bad_checksum=1"), std::string::npos)
       << o.engine_stats;
+}
+
+// Runs that cross the end of the receive window (kWindow packets from
+// rcv_nxt): with rcv_nxt held back by a missing packet, the packets past
+// the end are NACKed (out of window), one by one; with rcv_nxt moving
+// during the run, the packets it lets in are accepted.
+TEST_F(RxRun, CrossesTheWindowEnd) {
+  const auto pkts = Send({300 * kMtu}, /*sender_window=*/512);
+  ASSERT_EQ(pkts.size(), 300u);
+  // rcv_nxt held at 0: 1 .. 255 accepted, 256 .. 299 beyond the window;
+  // then the gap filled and the rest sent again.
+  Outcome o = Same(pkts, {Range(1, 300), {{0}}, Range(256, 300)});
+  EXPECT_NE(o.engine_stats.find("rx_drop_out_of_window=44"), std::string::npos)
+      << o.engine_stats;
+  EXPECT_TRUE(
+      std::equal(src_.begin(), src_.begin() + 300 * kMtu, o.region.begin()));
+  // rcv_nxt moving with the run: all of it accepted.
+  o = Same(pkts, {Range(0, 300)});
+  EXPECT_NE(o.engine_stats.find("rx_drop_out_of_window=0"), std::string::npos)
+      << o.engine_stats;
+  // Held at 10 (window [10, 266)): 266 .. 299 NACKed, then 10 moves
+  // rcv_nxt to 266; 200 .. 265 are then duplicates, 266 .. 299 accepted.
+  o = Same(pkts, {Range(0, 10), Range(11, 300), {{10}}, Range(200, 300)});
+  EXPECT_NE(o.engine_stats.find("rx_drop_out_of_window=34"), std::string::npos)
+      << o.engine_stats;
+  EXPECT_TRUE(
+      std::equal(src_.begin(), src_.begin() + 300 * kMtu, o.region.begin()));
+  // The window's end inside a checksum chunk and a unit ending there.
+  Same(pkts, {Range(0, 5), Range(6, 250),
+              Join({Range(250, 270), {{5}}, Range(270, 300)})});
+}
+
+// The RxPacket contract (prism/packet.h) without pointers: null data is
+// counted as malformed; without a payload pointer the packet is contiguous
+// and payload_len is ignored.
+TEST_F(RxRun, NullPointers) {
+  const auto pkts = Send({2 * kMtu});
+  ASSERT_EQ(pkts.size(), 2u);
+  Engine b(ReceiverOptions(nullptr));
+  const ConnId cb = *b.CreateConnection(ConnOptions());
+  ASSERT_TRUE(b.Connect(cb, sender_info_).ok());
+  ASSERT_TRUE(
+      b.RegisterMemory(dst_.data(), dst_.size(), kAccessRemoteWrite).ok());
+  std::vector<uint8_t> whole = pkts[0].hdr;
+  whole.insert(whole.end(), pkts[0].payload.begin(), pkts[0].payload.end());
+  RxPacket rx[3];
+  rx[0].data = nullptr;  // len 0
+  rx[1].data = whole.data();
+  rx[1].len = static_cast<uint32_t>(whole.size());
+  rx[1].payload_len = 12345;        // ignored: contiguous
+  rx[2].data = pkts[1].hdr.data();  // header only: payload trimmed
+  rx[2].len = static_cast<uint32_t>(pkts[1].hdr.size());
+  rx[2].payload_len = kMtu;  // ignored too
+  b.OnReceive(2 * kMicrosecond, rx, 3);
+  const EngineStats st = b.stats();
+  EXPECT_EQ(st.rx_packets, 3u);
+  EXPECT_EQ(st.rx_drop_malformed, 1u);
+  const ConnectionStats cs = *b.connection_stats(cb);
+  EXPECT_EQ(cs.rx_data_packets, 1u);
+  EXPECT_EQ(cs.rx_trimmed, 1u);
+  EXPECT_TRUE(std::equal(src_.begin(), src_.begin() + kMtu, dst_.begin()));
 }
 
 TEST_F(RxRun, RandomBursts) {

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -235,6 +236,54 @@ TEST(PathSetTest, FatTreeEveryShape) {
   UsidCarrier c;
   ASSERT_EQ(DecodeUsidCarrier(ps->Carrier(0), &c), UsidStatus::kOk);
   EXPECT_EQ(c.num_usids, 6);  // agg, core, agg, edge, host HI, host LO
+}
+
+TEST(PathSetTest, FailureGroupsFollowTheUplinkAndAreSymmetric) {
+  // clos2, 2 planes, 4 T0, 3 T1, 2 parallel links; hosts 0, 1 on T0 0.
+  Topology t = MustBuild(Clos(2, 4, 3, 2, 2));
+  // Same T0: no uplink, no group.
+  absl::StatusOr<PathSet> same = PathSet::Build(t, 0, 1);
+  ASSERT_TRUE(same.ok());
+  for (PathId x = 0; x < same->num_paths(); ++x) {
+    EXPECT_EQ(same->FailureGroup(x), kNoFailureGroup);
+  }
+  // Engine-wide ids: from one source, a group is one (plane, T1, link)
+  // uplink whatever the destination; two paths share a group exactly when
+  // they take the same uplink, which is also the mirror's (b -> a).
+  std::map<uint16_t, std::tuple<uint16_t, uint32_t, uint32_t>> uplink_of;
+  for (uint32_t d : {2u, 3u, 4u, 5u, 6u, 7u}) {
+    absl::StatusOr<PathSet> ab = PathSet::Build(t, 0, d);
+    absl::StatusOr<PathSet> ba = PathSet::Build(t, d, 0);
+    ASSERT_TRUE(ab.ok() && ba.ok());
+    const std::vector<uint16_t> groups = ab->FailureGroups();
+    ASSERT_EQ(groups.size(), ab->num_paths());
+    for (PathId x = 0; x < ab->num_paths(); ++x) {
+      const PathInfo in = ab->info(x);
+      const uint16_t g = groups[x];
+      EXPECT_EQ(g, ab->FailureGroup(x));
+      EXPECT_EQ(g, ba->FailureGroup(x)) << "path " << x << " to " << d;
+      EXPECT_EQ(g, FailureGroupOf(in.plane, in.t1 * 2 + in.link, 3 * 2));
+      const auto key = std::make_tuple(in.plane, in.t1, in.link);
+      auto [it, fresh] = uplink_of.emplace(g, key);
+      EXPECT_EQ(it->second, key) << "group " << g << " names two uplinks";
+    }
+  }
+  EXPECT_EQ(uplink_of.size(), 2u * 3 * 2);  // every uplink, one id each
+  // Fat tree: the group is the aggregation switch of the source's pod.
+  TopologySpec s;
+  s.kind = "fattree3";
+  s.fattree_k = 4;
+  s.hosts_per_t0 = 0;
+  Topology ft = MustBuild(s);
+  absl::StatusOr<PathSet> cross = PathSet::Build(ft, 0, 15);
+  ASSERT_TRUE(cross.ok());
+  for (PathId x = 0; x < cross->num_paths(); ++x) {
+    EXPECT_EQ(cross->FailureGroup(x), FailureGroupOf(0, cross->info(x).t1, 2));
+  }
+  EXPECT_EQ(PathSet::Build(ft, 0, 1)->FailureGroup(0), kNoFailureGroup);
+  // Ids that do not fit 16 bits are no group.
+  EXPECT_EQ(FailureGroupOf(31, 5000, 5001), kNoFailureGroup);
+  EXPECT_EQ(FailureGroupOf(0, 3, 3), kNoFailureGroup);
 }
 
 TEST(PathSetTest, Errors) {

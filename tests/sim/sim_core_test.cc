@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "sim/event_queue.h"
 #include "sim/fabric.h"
+#include "sim/prism_host.h"
 #include "sim/scenario.h"
 #include "sim/workload.h"
 #include "tests/sim/sim_test_util.h"
@@ -648,6 +649,44 @@ TEST(FabricTest, EcnMarksAboveKmax) {
   // The first packets met an empty queue and are never marked.
   EXPECT_FALSE(h.got[0].ecn);
   EXPECT_FALSE(h.got[1].ecn);
+}
+
+TEST(FabricTest, FailureGroupsNameTheCarriersUplinkAcrossPeers) {
+  // 2 planes, 4 T0, 4 T1, 2 hosts per T0. A group must name one (plane,
+  // T1) for all of a host's peers (ids are engine-wide), be the same from
+  // both ends, and be absent between hosts of one T0.
+  routing::TopologySpec spec = SmallClos(2);
+  spec.t0_per_plane = 4;
+  spec.t1_per_plane = 4;
+  FabricHarness h(spec, FabricConfig{});
+  constexpr uint16_t kPaths = 32;
+  const uint32_t hosts = h.topo->num_hosts();
+  for (uint32_t a = 0; a < hosts; ++a) {
+    std::map<uint16_t, std::pair<uint16_t, uint16_t>> t1_of;  // id -> T1
+    for (uint32_t b = 0; b < hosts; ++b) {
+      if (a == b) continue;
+      const std::vector<uint16_t> g =
+          CarrierFailureGroups(*h.fabric, a, b, kPaths);
+      EXPECT_EQ(g, CarrierFailureGroups(*h.fabric, b, a, kPaths));
+      for (uint16_t x = 0; x < kPaths; ++x) {
+        const uint16_t plane = x % 2;
+        if (a / 2 == b / 2) {  // same T0
+          EXPECT_EQ(g[x], kNoFailureGroup);
+          continue;
+        }
+        SimPacket* p = h.Data(a, b, x, 100);
+        h.fabric->BuildCarrier(a, b, plane, CarrierChoice(2, a, b, x), p);
+        ASSERT_EQ(p->usid_len, 3);
+        const auto t1 = std::make_pair(plane, p->usids[1]);
+        h.pool.Free(p);
+        ASSERT_NE(g[x], kNoFailureGroup);
+        auto [it, fresh] = t1_of.emplace(g[x], t1);
+        EXPECT_EQ(it->second, t1)
+            << "group " << g[x] << " of " << a << "->" << b << " path " << x;
+      }
+    }
+    EXPECT_EQ(t1_of.size(), 2u * 4);  // one id per (plane, T1)
+  }
 }
 
 TEST(FabricTest, Srv6CarrierFollowsChoiceAndMismatchDrops) {

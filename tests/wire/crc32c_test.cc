@@ -134,5 +134,38 @@ TEST(Crc32c, Zero4At4MultiEqualsSingleCalls) {
   }
 }
 
+// The strided variant writes each record's checksum into its bytes [4, 8)
+// (little-endian), the same as single calls, and nothing else: not the
+// length fields, not past the n-th record.
+TEST(Crc32c, Zero4At4StoreStridedEqualsSingleCalls) {
+  Rng rng(8);
+  constexpr size_t kMax = 40;
+  constexpr size_t kStride = 232, kLenOff = 216;  // buffers up to 200 bytes
+  const size_t kLens[] = {8, 12, 20, 28, 32, 36, 64, 84, 85, 127, 200};
+  for (int round = 0; round < 300; ++round) {
+    const size_t n = rng.Uniform(kMax + 1);
+    std::vector<uint8_t> recs((n + 1) * kStride);
+    for (auto& x : recs) x = static_cast<uint8_t>(rng.Next32());
+    // Mostly equal lengths (the header burst case), sometimes mixed.
+    const size_t common = kLens[rng.Uniform(std::size(kLens))];
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t len = static_cast<uint16_t>(
+          rng.Uniform(4) == 0 ? kLens[rng.Uniform(std::size(kLens))] : common);
+      std::memcpy(recs.data() + i * kStride + kLenOff, &len, sizeof(len));
+    }
+    std::vector<uint8_t> want = recs;
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t* r = want.data() + i * kStride;
+      uint16_t len;
+      std::memcpy(&len, r + kLenOff, sizeof(len));
+      const uint32_t crc = Crc32cZero4At4(r, len);
+      for (int b = 0; b < 4; ++b)
+        r[4 + b] = static_cast<uint8_t>(crc >> (8 * b));
+    }
+    Crc32cZero4At4StoreStrided(recs.data(), kStride, kLenOff, n);
+    EXPECT_TRUE(recs == want) << round;
+  }
+}
+
 }  // namespace
 }  // namespace prism::wire

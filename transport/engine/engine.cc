@@ -52,6 +52,15 @@
 // connection-level timeout (window cut, backoff); one that fires while other
 // paths deliver is a path failure like the path timeout above.
 //
+// Fate sharing. ConnectionOptions::path_groups names each path's failure
+// group (opaque ids from the routing layer, engine-wide: paths that cross
+// the same uplink and T1). When a path is retired, every other connection
+// of the engine with paths in its group resends at once the transmissions
+// it has in flight on that group that are older than its srtt
+// (ResendGroup): one connection's detection stands for the others, instead
+// of each waiting for its own path timeout or RTO. The paths themselves
+// stay in service.
+//
 // Failure. A NACK BAD_KEY / BAD_RANGE for a PSN in flight is a remote access
 // error (as on an RDMA RC queue pair): the WRITE completes with
 // kPermissionDenied / kOutOfRange, every other outstanding WRITE with kAborted,
@@ -262,23 +271,28 @@ inline uint64_t Ext(uint64_t ref, uint32_t v) {
                    static_cast<int32_t>(v - static_cast<uint32_t>(ref)));
 }
 
+// The 64-byte blocks by pointers to their end and an index from -blocks up
+// to 0: the loop's add sets the flags its branch tests (no compare, one
+// index for both sides). The tail (len % 64 bytes) by memcpy.
 inline __attribute__((always_inline)) void CopyBlocks(uint8_t* dst,
                                                       const uint8_t* src,
                                                       uint32_t len) {
   using V = long long __attribute__((vector_size(16)));
-  uint32_t i = 0;
-  for (; i + 64 <= len; i += 64) {
+  const uint32_t blocks = len & ~uint32_t{63};
+  uint8_t* const dend = dst + blocks;
+  const uint8_t* const send = src + blocks;
+  for (intptr_t i = -static_cast<intptr_t>(blocks); i < 0; i += 64) {
     V a, b, c, d;  // 16-byte unaligned loads/stores (movdqu)
-    __builtin_memcpy(&a, src + i, 16);
-    __builtin_memcpy(&b, src + i + 16, 16);
-    __builtin_memcpy(&c, src + i + 32, 16);
-    __builtin_memcpy(&d, src + i + 48, 16);
-    __builtin_memcpy(dst + i, &a, 16);
-    __builtin_memcpy(dst + i + 16, &b, 16);
-    __builtin_memcpy(dst + i + 32, &c, 16);
-    __builtin_memcpy(dst + i + 48, &d, 16);
+    __builtin_memcpy(&a, send + i, 16);
+    __builtin_memcpy(&b, send + i + 16, 16);
+    __builtin_memcpy(&c, send + i + 32, 16);
+    __builtin_memcpy(&d, send + i + 48, 16);
+    __builtin_memcpy(dend + i, &a, 16);
+    __builtin_memcpy(dend + i + 16, &b, 16);
+    __builtin_memcpy(dend + i + 32, &c, 16);
+    __builtin_memcpy(dend + i + 48, &d, 16);
   }
-  if (i < len) std::memcpy(dst + i, src + i, len - i);
+  if (blocks < len) std::memcpy(dend, send, len - blocks);
 }
 
 // Default placement. Copies in fixed 64-byte blocks (vector moves) rather
@@ -425,6 +439,9 @@ struct Conn {
 
   // Index of this connection in Impl::order_ and Impl::sched_.
   uint32_t pos = 0;
+  // Fate sharing: the paths that have a failure group (opt.path_groups[p]
+  // != kNoFailureGroup), sorted by (group, path); built by CreateConnection.
+  std::vector<uint16_t> group_paths;
 
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
@@ -740,6 +757,7 @@ class Engine::Impl {
     by_id_[c->id] = c.get();
     conns_[c->id] = std::move(c);
     raw->pos = static_cast<uint32_t>(order_.size());
+    IndexGroups(raw);
     order_.push_back(raw);  // ids increase: order_ stays sorted
     sched_.emplace_back();
     // One slot per connection (a connection is on dirty_ at most once), so
@@ -842,6 +860,7 @@ class Engine::Impl {
     }
     valid_ = 0;  // timer_min_ is recomputed at the next pass
     if (cursor_ >= order_.size()) cursor_ = 0;
+    UnindexGroups(c);
     by_id_[id] = nullptr;
     conns_.erase(it);
     --stats_.connections;
@@ -1100,6 +1119,7 @@ class Engine::Impl {
     // skipped.
     if (!(valid_ & kTimersValid) || timer_min_ <= now) {
       Time min = kTimeInfinite;
+      cross_touched_ = false;
       for (size_t k = 0; k < nc; ++k) {
         Sched& q = sched_[k];
         if (q.dirty == kStale || q.deadline <= now) {
@@ -1111,7 +1131,10 @@ class Engine::Impl {
         }
         min = std::min(min, q.deadline);
       }
-      valid_ |= kTimersValid;
+      // (A retirement may have resent transmissions of connections the pass
+      // had already left behind (fate sharing), making them stale: then
+      // the next call runs the pass again.)
+      if (!cross_touched_) valid_ |= kTimersValid;
       timer_min_ = min;
     }
     // Then packets, round-robin from a rotating cursor. A connection that
@@ -1152,17 +1175,13 @@ class Engine::Impl {
       stats_.tx_packets += n;
       return n;
     }
-    constexpr size_t kChunk = 16;
-    uint8_t* hdr[kChunk];
-    size_t len[kChunk];
-    for (size_t i = 0; i < n; i += kChunk) {
-      const size_t k = std::min(kChunk, n - i);
-      for (size_t j = 0; j < k; ++j) {
-        hdr[j] = out[i + j].header;
-        len[j] = out[i + j].header_len;
-      }
-      wire::SealEncodedHeaders(hdr, len, k);
-    }
+    // (Read in place from the TxPackets: no pointer and length arrays.)
+    static_assert(sizeof(TxPacket::header_len) == 2 &&
+                  offsetof(TxPacket, header_len) >=
+                      offsetof(TxPacket, header) + TxPacket::kMaxHeaderBytes);
+    wire::SealEncodedHeadersStrided(
+        out[0].header, sizeof(TxPacket),
+        offsetof(TxPacket, header_len) - offsetof(TxPacket, header), n);
     stats_.tx_packets += n;
     return n;
   }
@@ -1855,7 +1874,11 @@ class Engine::Impl {
 
   // Places a DATA payload at dst unless it is already there (read in place
   // after RxDestination: not copied again). The default placer is called
-  // directly (final class: inlined). On failure counts the drop, ends the
+  // directly (a final class: no virtual call), but gcc keeps its Place out
+  // of line (one call per packet); the copy loop inlined here instead
+  // (CopyBlocks called directly) measured worse, 438 -> 442 instructions
+  // per packet without placement and 1092 -> 1146 with it (DataRun's
+  // locals spilled around the loop). On failure counts the drop, ends the
   // receive run and returns false. Shared by CommitData and DataRun.
   [[gnu::always_inline]] bool PlaceOrDrop(uint8_t* dst, const uint8_t* src,
                                           uint32_t len,
@@ -2821,6 +2844,8 @@ class Engine::Impl {
     return c->any_acked_sent && sent_time < c->rack_sent;
   }
 
+  // With the fate sharing hint, other connections of the engine resend
+  // their flight on the path's group (ResendGroup); `c` is left alone.
   void RetireFeedback(Conn* c, uint16_t path, routing::PathFeedback fb,
                       Time now) {
     const auto before = c->sel->state(path);
@@ -2829,6 +2854,90 @@ class Engine::Impl {
         c->sel->state(path) == routing::PathState::kAssumedBad) {
       ++c->st.paths_retired;
       if (!c->paths.empty()) ++c->path_cold[path].retired;
+      if (path < c->opt.path_groups.size()) ResendGroup(c, path, now);
+    }
+  }
+
+  // Fate sharing (ConnectionOptions::path_groups): `path` of `c` was just
+  // retired. Every other connection of this engine with paths in its
+  // failure group (ids are engine-wide: the same id names the same fabric
+  // element) resends its transmissions in flight on the group that are
+  // older than its srtt (they would have been acked by now on a live path)
+  // on other paths at once, instead of waiting for each one's own path
+  // timeout or the RTO. Not a loss for the window or the paths' loss
+  // counts, and the paths are left in service (their own losses retire
+  // them). `c` itself is left to its own loss detection: resending its
+  // flight on the group as well, or excluding the group's other paths from
+  // new data, measured worse (docs/benchmarks.md, "Fate sharing"). Cost
+  // per retirement: a hash lookup, then per connection of the group a
+  // binary search and its members; no allocation.
+  // REQUIRES: path < c->opt.path_groups.size().
+  void ResendGroup(Conn* c, uint16_t path, Time now) {
+    const uint16_t g = c->opt.path_groups[path];
+    if (g == kNoFailureGroup) return;
+    const auto it = group_conns_.find(g);
+    if (it == group_conns_.end()) return;
+    for (Conn* d : it->second) {
+      if (d == c || !d->connected || d->failed || d->paths.empty()) continue;
+      if (ResendInGroup(d, g, now) > 0) {
+        Touch(d);
+        cross_touched_ = true;
+      }
+    }
+  }
+
+  // ResendGroup's work in one connection; returns the transmissions
+  // resent. REQUIRES: the sender state exists (c->paths not empty).
+  uint32_t ResendInGroup(Conn* c, uint16_t g, Time now) {
+    const std::vector<uint16_t>& groups = c->opt.path_groups;
+    auto at = std::lower_bound(
+        c->group_paths.begin(), c->group_paths.end(), g,
+        [&groups](uint16_t p, uint16_t v) { return groups[p] < v; });
+    const Time young = now - c->srtt;  // sent after this: left in flight
+    uint32_t n = 0;
+    for (; at != c->group_paths.end() && groups[*at] == g; ++at) {
+      const uint16_t q = *at;
+      if (q >= c->num_paths) continue;
+      PathInfo& pi = c->paths[q];
+      while (pi.head != kNil && c->slots[pi.head].sent_time <= young) {
+        MarkLost(c, PsnOfSlot(c, pi.head), false);
+        ++n;
+      }
+    }
+    if (n > 0) {
+      c->st.group_resends += n;
+      c->no_path = false;
+    }
+    return n;
+  }
+
+  // Fate sharing index: c's paths with a group, sorted by (group, path),
+  // and c on group_conns_ for each of its groups.
+  void IndexGroups(Conn* c) {
+    const std::vector<uint16_t>& groups = c->opt.path_groups;
+    const size_t n = std::min<size_t>(groups.size(), c->opt.num_paths);
+    for (size_t p = 0; p < n; ++p) {
+      if (groups[p] != kNoFailureGroup) {
+        c->group_paths.push_back(static_cast<uint16_t>(p));
+      }
+    }
+    std::stable_sort(
+        c->group_paths.begin(), c->group_paths.end(),
+        [&groups](uint16_t a, uint16_t b) { return groups[a] < groups[b]; });
+    for (size_t i = 0; i < c->group_paths.size(); ++i) {
+      const uint16_t g = groups[c->group_paths[i]];
+      if (i > 0 && groups[c->group_paths[i - 1]] == g) continue;
+      group_conns_[g].push_back(c);
+    }
+  }
+  void UnindexGroups(Conn* c) {
+    const std::vector<uint16_t>& groups = c->opt.path_groups;
+    for (size_t i = 0; i < c->group_paths.size(); ++i) {
+      const uint16_t g = groups[c->group_paths[i]];
+      if (i > 0 && groups[c->group_paths[i - 1]] == g) continue;
+      std::vector<Conn*>& v = group_conns_[g];
+      v.erase(std::find(v.begin(), v.end(), c));
+      if (v.empty()) group_conns_.erase(g);
     }
   }
 
@@ -3571,6 +3680,12 @@ class Engine::Impl {
   uint64_t region_gen_ = 1;
 
   absl::flat_hash_map<ConnId, std::unique_ptr<Conn>> conns_;  // owner
+  // Fate sharing: failure group id -> the connections with a path in it,
+  // in creation order (looked up, never iterated for a decision).
+  absl::flat_hash_map<uint16_t, std::vector<Conn*>> group_conns_;
+  // Set when fate sharing touched another connection during PollTransmit's
+  // timer pass (that pass must not then mark the timers valid).
+  bool cross_touched_ = false;
   std::vector<Conn*> by_id_;                                  // lookup
   std::vector<Conn*> order_;
   std::vector<Sched> sched_;  // parallel to order_

@@ -84,6 +84,7 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "probe_acks_received", probe_acks_received);
   Add(&s, "paths_retired", paths_retired);
   Add(&s, "paths_restored", paths_restored);
+  Add(&s, "group_resends", group_resends);
   Add(&s, "messages_completed", messages_completed);
   Add(&s, "messages_received", messages_received);
   Add(&s, "bytes_acked", bytes_acked);

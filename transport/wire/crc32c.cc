@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
 
 #include "transport/wire/packet.h"
 
@@ -45,6 +46,20 @@ inline uint64_t Load64Le(const uint8_t* p) {
   return uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 |
          uint64_t{p[3]} << 24 | uint64_t{p[4]} << 32 | uint64_t{p[5]} << 40 |
          uint64_t{p[6]} << 48 | uint64_t{p[7]} << 56;
+}
+
+// Crc32cZero4At4StoreStrided's length field (host order) and store
+// (little-endian, at bytes [4, 8)).
+inline size_t StridedLen(const uint8_t* p, size_t len_off) {
+  uint16_t l;
+  std::memcpy(&l, p + len_off, sizeof(l));
+  return l;
+}
+inline void StoreCrc(uint8_t* p, uint32_t crc) {
+  const uint8_t b[4] = {
+      static_cast<uint8_t>(crc), static_cast<uint8_t>(crc >> 8),
+      static_cast<uint8_t>(crc >> 16), static_cast<uint8_t>(crc >> 24)};
+  std::memcpy(p + 4, b, 4);
 }
 
 // Raw register (no pre/post inversion) after feeding one zero byte.
@@ -190,15 +205,15 @@ __attribute__((target("sse4.2"), always_inline)) inline uint32_t FixedTail(
 }
 
 template <size_t kLen>
-__attribute__((target("sse4.2"))) uint32_t HardwareZero4At4Fixed(
-    const uint8_t* p) {
+__attribute__((target("sse4.2"), always_inline)) inline uint32_t
+HardwareZero4At4Fixed(const uint8_t* p) {
   return FixedTail<kLen>(
       _mm_crc32_u64(0xFFFFFFFFu, Load64Le(p) & 0xFFFFFFFFull), p);
 }
 
 template <size_t kLen>
-__attribute__((target("sse4.2"))) void HardwareZero4At4x4Fixed(
-    const uint8_t* const* p, uint32_t* out) {
+__attribute__((target("sse4.2"), always_inline)) inline void
+HardwareZero4At4x4Fixed(const uint8_t* const* p, uint32_t* out) {
   const uint8_t* a = p[0];
   const uint8_t* b = p[1];
   const uint8_t* c = p[2];
@@ -219,7 +234,8 @@ __attribute__((target("sse4.2"))) void HardwareZero4At4x4Fixed(
   out[3] = rd;
 }
 
-inline uint32_t HardwareZero4At4Any(const uint8_t* p, size_t len) {
+__attribute__((target("sse4.2"))) inline uint32_t HardwareZero4At4Any(
+    const uint8_t* p, size_t len) {
   if (len == 64) return HardwareZero4At4Fixed<64>(p);
   if (len == 84) return HardwareZero4At4Fixed<84>(p);
   return HardwareZero4At4(p, len);
@@ -232,8 +248,10 @@ __attribute__((target("sse4.2"))) uint32_t HardwareZero4At4One(const uint8_t* p,
   return HardwareZero4At4Any(p, len);
 }
 
-void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
-                           uint32_t* out) {
+// With the target of the kernels it calls, so that they are inlined (the
+// four-header chains were a call each).
+__attribute__((target("sse4.2"))) void HardwareZero4At4Multi(
+    const uint8_t* const* p, const size_t* len, size_t n, uint32_t* out) {
   size_t i = 0;
   while (i + 4 <= n) {
     if (len[i] == len[i + 1] && len[i] == len[i + 2] && len[i] == len[i + 3]) {
@@ -253,6 +271,43 @@ void HardwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
   for (; i < n; ++i) out[i] = HardwareZero4At4Any(p[i], len[i]);
 }
 
+// Crc32cZero4At4StoreStrided: groups of four equal 64- or 84-byte headers
+// through the fixed interleaved chains, the rest one by one.
+__attribute__((target("sse4.2"))) void HardwareStoreStrided(uint8_t* first,
+                                                            size_t stride,
+                                                            size_t len_off,
+                                                            size_t n) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    uint8_t* const q0 = first + i * stride;
+    uint8_t* const q1 = q0 + stride;
+    uint8_t* const q2 = q1 + stride;
+    uint8_t* const q3 = q2 + stride;
+    const uint8_t* const p[4] = {q0, q1, q2, q3};
+    const size_t l = StridedLen(q0, len_off);
+    const bool same = l == StridedLen(q1, len_off) &&
+                      l == StridedLen(q2, len_off) &&
+                      l == StridedLen(q3, len_off);
+    uint32_t out[4];
+    if (same && l == 64) {
+      HardwareZero4At4x4Fixed<64>(p, out);
+    } else if (same && l == 84) {
+      HardwareZero4At4x4Fixed<84>(p, out);
+    } else {
+      for (size_t j = 0; j < 4; ++j)
+        out[j] = HardwareZero4At4Any(p[j], StridedLen(p[j], len_off));
+    }
+    StoreCrc(q0, out[0]);
+    StoreCrc(q1, out[1]);
+    StoreCrc(q2, out[2]);
+    StoreCrc(q3, out[3]);
+  }
+  for (; i < n; ++i) {
+    uint8_t* const q = first + i * stride;
+    StoreCrc(q, HardwareZero4At4Any(q, StridedLen(q, len_off)));
+  }
+}
+
 bool DetectSse42() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("sse4.2");
@@ -264,6 +319,14 @@ uint32_t SoftwareZero4At4(const uint8_t* p, size_t len) {
   return Crc32cSoftware(p + 8, len - 8, Crc32cSoftware(first, 8));
 }
 
+void SoftwareStoreStrided(uint8_t* first, size_t stride, size_t len_off,
+                          size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t* const q = first + i * stride;
+    StoreCrc(q, SoftwareZero4At4(q, StridedLen(q, len_off)));
+  }
+}
+
 void SoftwareZero4At4Multi(const uint8_t* const* p, const size_t* len, size_t n,
                            uint32_t* out) {
   for (size_t i = 0; i < n; ++i) out[i] = SoftwareZero4At4(p[i], len[i]);
@@ -273,6 +336,7 @@ using CrcFn = uint32_t (*)(const uint8_t*, size_t, uint32_t);
 using HdrFn = uint32_t (*)(const uint8_t*, size_t);
 using MultiFn = void (*)(const uint8_t* const*, const size_t*, size_t,
                          uint32_t*);
+using StridedFn = void (*)(uint8_t*, size_t, size_t, size_t);
 
 // Resolved on first use (a static initializer elsewhere may call Crc32c
 // before ours runs); afterwards one relaxed load and an indirect call.
@@ -280,9 +344,11 @@ uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc);
 uint32_t ResolveHdr(const uint8_t* p, size_t len);
 void ResolveMulti(const uint8_t* const* p, const size_t* len, size_t n,
                   uint32_t* out);
+void ResolveStrided(uint8_t* first, size_t stride, size_t len_off, size_t n);
 std::atomic<CrcFn> g_crc{&ResolveCrc};
 std::atomic<HdrFn> g_hdr{&ResolveHdr};
 std::atomic<MultiFn> g_multi{&ResolveMulti};
+std::atomic<StridedFn> g_strided{&ResolveStrided};
 
 void Resolve() {
 #if PRISM_CRC32C_X86
@@ -290,12 +356,14 @@ void Resolve() {
     g_crc.store(&HardwareImpl, std::memory_order_relaxed);
     g_hdr.store(&HardwareZero4At4One, std::memory_order_relaxed);
     g_multi.store(&HardwareZero4At4Multi, std::memory_order_relaxed);
+    g_strided.store(&HardwareStoreStrided, std::memory_order_relaxed);
     return;
   }
 #endif
   g_crc.store(&Crc32cSoftware, std::memory_order_relaxed);
   g_hdr.store(&SoftwareZero4At4, std::memory_order_relaxed);
   g_multi.store(&SoftwareZero4At4Multi, std::memory_order_relaxed);
+  g_strided.store(&SoftwareStoreStrided, std::memory_order_relaxed);
 }
 
 uint32_t ResolveCrc(const uint8_t* p, size_t len, uint32_t crc) {
@@ -310,6 +378,10 @@ void ResolveMulti(const uint8_t* const* p, const size_t* len, size_t n,
                   uint32_t* out) {
   Resolve();
   g_multi.load(std::memory_order_relaxed)(p, len, n, out);
+}
+void ResolveStrided(uint8_t* first, size_t stride, size_t len_off, size_t n) {
+  Resolve();
+  g_strided.load(std::memory_order_relaxed)(first, stride, len_off, n);
 }
 
 }  // namespace
@@ -359,6 +431,11 @@ uint32_t Crc32cZero4At4(const uint8_t* data, size_t len) {
 void Crc32cZero4At4Multi(const uint8_t* const* data, const size_t* len,
                          size_t n, uint32_t* out) {
   g_multi.load(std::memory_order_relaxed)(data, len, n, out);
+}
+
+void Crc32cZero4At4StoreStrided(uint8_t* first, size_t stride, size_t len_off,
+                                size_t n) {
+  g_strided.load(std::memory_order_relaxed)(first, stride, len_off, n);
 }
 
 }  // namespace prism::wire

@@ -41,6 +41,17 @@ uint32_t Crc32cZero4At4(const uint8_t* data, size_t len);
 void Crc32cZero4At4Multi(const uint8_t* const* data, const size_t* len,
                          size_t n, uint32_t* out);
 
+// Crc32cZero4At4 of `n` buffers laid out `stride` bytes apart from
+// `first`, each stored into its own bytes [4, 8) (little-endian): buffer k
+// starts at first + k * stride and is as long as the 16-bit host-order
+// length at its start + len_off. The same checksums as
+// Crc32cZero4At4Multi, without the pointer and length arrays (an array of
+// records such as prism::TxPacket, whose header and header_len are at a
+// fixed distance). REQUIRES: every length >= 8, the length fields outside
+// bytes [0, len) of their own buffer.
+void Crc32cZero4At4StoreStrided(uint8_t* first, size_t stride, size_t len_off,
+                                size_t n);
+
 }  // namespace prism::wire
 
 #endif  // PRISM_WIRE_CRC32C_H_

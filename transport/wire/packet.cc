@@ -125,6 +125,12 @@ void SealEncodedHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n) {
   }
 }
 
+void SealEncodedHeadersStrided(uint8_t* first, size_t stride, size_t len_off,
+                               size_t n) {
+  static_assert(off::kCrc == 4, "Crc32cZero4At4StoreStrided's field");
+  Crc32cZero4At4StoreStrided(first, stride, len_off, n);
+}
+
 size_t HeaderCrcSpan(const uint8_t* p, size_t avail) {
   return internal::HeaderCrcSpanImpl(p, avail);
 }

@@ -266,6 +266,14 @@ void SealHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n);
 // SealHeaders for headers the caller encoded itself, none skipped.
 // REQUIRES: hdrs[i] != nullptr and lens[i] >= kCommonHeaderSize for all i.
 void SealEncodedHeaders(uint8_t* const* hdrs, const size_t* lens, size_t n);
+// SealEncodedHeaders for headers in an array of records (e.g. the
+// prism::TxPacket of a burst): header k at first + k * stride, its length
+// the 16-bit host-order field len_off bytes after its start. The same bytes
+// written, without gathering pointer and length arrays.
+// REQUIRES: each length >= kCommonHeaderSize, each length field outside
+// its own header's bytes.
+void SealEncodedHeadersStrided(uint8_t* first, size_t stride, size_t len_off,
+                               size_t n);
 // The number of leading bytes of `p` the header checksum covers when `p`
 // (avail bytes) holds a common header of a known type and at least
 // HeaderSize(type) bytes; 0 otherwise (Decode rejects it without a checksum).

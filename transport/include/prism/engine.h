@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -183,6 +184,23 @@ struct ConnectionOptions {
   // caps one connection at window * mtu / RTT (4096 x 4 KiB over 10 us = 13
   // Tb/s; 256 -> 0.8 Tb/s).
   uint32_t max_inflight_packets = 4096;
+  // Fate sharing hint (optional; empty = none): path_groups[p] is the
+  // failure group of path p, an opaque id from the routing layer
+  // (routing::PathSet::FailureGroups(); the simulator derives its own
+  // carriers' groups with the same rule, routing::FailureGroupOf). Ids are
+  // engine-wide: the same id on two connections of one engine names the
+  // same fabric element (a plane's uplink from the local T0 to one T1 and
+  // that T1), whose failure takes every path with that id.
+  // kNoFailureGroup (prism/types.h), and paths beyond the vector, share
+  // fate with no other path. When a path is retired (lost by path timeout,
+  // tail-loss probe, RTO or per-path inference: routing ASSUMED_BAD), every
+  // other connection of the engine resends at once, on other paths, its
+  // transmissions in flight on that group that are older than its srtt
+  // (on a live path they would have been acked), instead of waiting for
+  // each one's own timeout (ConnectionStats::group_resends); the paths stay
+  // in service (their own losses retire them). Both ends should use the
+  // same mapping (path ids are symmetric: routing::PairSpread).
+  std::vector<uint16_t> path_groups;
 };
 
 // What a peer needs to know to talk to a connection; exchanged out of band

@@ -12,6 +12,16 @@
 //   follows the header inside `data`) or split (`payload` points at the
 //   payload, `data` holds the header only). Both are valid only during the call
 //   that hands them to the engine.
+// - Without a payload pointer (`payload == nullptr`) the packet is contiguous
+//   whatever `payload_len` says: `payload_len` is ignored, and the payload is
+//   the bytes of `data` after the header (`len` minus the header's size). A
+//   DATA header followed by none is a trimmed packet (its payload cut on the
+//   way: NACKed for retransmission); one followed by another number of bytes
+//   than it declares is dropped as malformed (EngineStats::rx_drop_malformed).
+// - Null `data` (with `len` 0): counted in EngineStats::rx_packets and
+//   rx_drop_malformed (too short for a header), and otherwise ignored; the
+//   engine never dereferences it. A non-zero `len` with null `data` is not
+//   allowed.
 // - `peer` is an opaque datapath-level destination/source id (simulator host
 //   index, UDP peer slot, ...). The engine copies ConnectionOptions::peer into
 //   every TxPacket of that connection and never interprets it.

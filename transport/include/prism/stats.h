@@ -65,6 +65,10 @@ struct ConnectionStats {
   uint64_t probe_acks_received = 0;
   uint64_t paths_retired = 0;        // transitions to ASSUMED_BAD
   uint64_t paths_restored = 0;       // ASSUMED_BAD -> GOOD after a probe
+  // Fate sharing (ConnectionOptions::path_groups): transmissions in flight
+  // resent at once because a path of their failure group was retired on
+  // another connection of the engine.
+  uint64_t group_resends = 0;
   uint64_t messages_completed = 0;   // sender side
   uint64_t messages_received = 0;    // receiver side (all WRITEs)
   uint64_t bytes_acked = 0;

@@ -30,6 +30,9 @@ inline constexpr ConnId kInvalidConn = 0;
 // Index of a path (entropy value slot) within a connection's path set,
 // 0 .. num_paths-1. By convention path p belongs to plane p % num_planes.
 using PathId = uint16_t;
+// A failure group id (ConnectionOptions::path_groups) that shares fate
+// with no other path.
+inline constexpr uint16_t kNoFailureGroup = 0xFFFF;
 
 // Duration of sending `bytes` at `rate_bps` bits per second, in picoseconds.
 constexpr Time SerializationTime(uint64_t bytes, uint64_t rate_bps) {
