@@ -595,7 +595,8 @@ uint32_t Fabric::PeekOutPort(uint32_t wire_port, const SimPacket* p,
   return OutPort(node, nodes_[node], p, pos);
 }
 
-void Fabric::Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out) {
+inline void Fabric::Arrive(Time now, uint32_t node, SimPacket* p,
+                           uint32_t out) {
   --on_wire_;
   if (ports_[p->last_port].epoch != p->epoch) {
     Drop(p, DropReason::kLinkDownInFlight);
@@ -629,7 +630,7 @@ void Fabric::Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out) {
   Enqueue(now, out, p);
 }
 
-void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
+inline void Fabric::Enqueue(Time now, uint32_t id, SimPacket* p) {
   Port& pt = ports_[id];
   if (!pt.up) {
     ++pt.c.drops;
@@ -749,23 +750,28 @@ uint32_t Fabric::DataQueueBytes(Time now, uint32_t id) const {
   return bytes;
 }
 
-void Fabric::StartTx(Time now, uint32_t id) {
+void Fabric::StartTx(Time now, uint32_t id) { StartTxInline(now, id); }
+
+inline void Fabric::StartTxInline(Time now, uint32_t id) {
   Port& pt = ports_[id];
   SimPacket* p;
   // Control first, if it had arrived by `now` (a switch port transmits
   // lazily: CatchUp decides past transmissions, and a control packet queued
   // later must not overtake them). Whatever waits arrived before the port
   // went busy, so one of the two heads always had.
+  uint32_t size;
   if (pt.cq_head && (pt.cq_head->when <= now || !pt.dq_head)) {
     p = pt.cq_head;
     pt.cq_head = p->next;
     if (!pt.cq_head) pt.cq_tail = nullptr;
-    pt.cq_bytes -= WireSize(p);
+    size = WireSize(p);
+    pt.cq_bytes -= size;
   } else if (pt.dq_head) {
     p = pt.dq_head;
     pt.dq_head = p->next;
     if (!pt.dq_head) pt.dq_tail = nullptr;
-    pt.dq_bytes -= WireSize(p);
+    size = WireSize(p);
+    pt.dq_bytes -= size;
   } else {
     return;
   }
@@ -773,7 +779,6 @@ void Fabric::StartTx(Time now, uint32_t id) {
   if (pt.host_port) SetNicRoom(pt);
   --queued_packets_;
   p->next = nullptr;
-  const uint32_t size = WireSize(p);
   // SerializationTime divides in 128 bits; a packet (< 2 MiB) times 8e12
   // fits in 64, which gives the same quotient for less.
   const Time ser = size < (1u << 21) && pt.rate_bps != 0
@@ -839,7 +844,7 @@ void Fabric::PortDone(Time now, uint32_t id) {
     q_->Push(pt.busy_until, kPortDoneKind, id, &pt);
     return;
   }
-  if (pt.up && pt.q_packets > 0) StartTx(now, id);
+  if (pt.up && pt.q_packets > 0) StartTxInline(now, id);
   if (pt.host_port && pt.up && pt.q_packets <= nic_pull_below_) {
     client_->HostPortIdle(now, pt.from,
                           static_cast<uint16_t>(nodes_[pt.to].plane));

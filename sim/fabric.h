@@ -259,6 +259,9 @@ class Fabric {
   void OnWire(const Event& e, uint32_t out) {
     WireArrive(e.time, e.arg, static_cast<SimPacket*>(e.ptr), out);
   }
+  // Handles a kPortDoneKind event (what HandleEvent does for it, without
+  // the dispatch).
+  void OnPortDone(const Event& e) { PortDone(e.time, e.arg); }
   // Prefetch only: the node at the far end of port `id`.
   uint32_t port_to(uint32_t id) const { return port_to_[id]; }
   static constexpr uint32_t kNoPort = 0xffffffffu;
@@ -352,14 +355,24 @@ class Fabric {
   static constexpr uint32_t kNone = 0xffffffffu;
 
   // `out`: the output port if already known (PeekOutPort), else kNone.
-  void Arrive(Time now, uint32_t node, SimPacket* p, uint32_t out = kNone);
+  // (Always inlined: WireArrive calls it once per hop; HandleEvent's
+  // kArriveKind is rare.)
+  [[gnu::always_inline]] inline void Arrive(Time now, uint32_t node,
+                                            SimPacket* p, uint32_t out = kNone);
   // The port a packet at switch `node` leaves on (kNone: no route), with
   // its carrier at `usid_pos` (already shifted past this switch). Pure.
-  uint32_t OutPort(uint32_t node, const NodeInfo& ni, const SimPacket* p,
-                   uint32_t usid_pos) const;
-  void Enqueue(Time now, uint32_t port, SimPacket* p);
+  // (Always inlined: the look-ahead's PeekOutPort and the arrival.)
+  [[gnu::always_inline]] inline uint32_t OutPort(uint32_t node,
+                                                 const NodeInfo& ni,
+                                                 const SimPacket* p,
+                                                 uint32_t usid_pos) const;
+  // (Always inlined: Arrive is its only caller, once per switch hop.)
+  [[gnu::always_inline]] inline void Enqueue(Time now, uint32_t port,
+                                             SimPacket* p);
   // Transmits the next packet of `port` starting at `now`.
   void StartTx(Time now, uint32_t port);
+  // StartTx's body, inlined into PortDone (most transmissions start there).
+  [[gnu::always_inline]] inline void StartTxInline(Time now, uint32_t port);
   // A switch port's transmissions are decided lazily: this makes every one
   // that starts at or before `now` (in order, control first among what had
   // arrived by each start), and if packets still wait with nothing on the

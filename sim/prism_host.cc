@@ -102,14 +102,16 @@ class PrismHost : public HostAgent, public TimerClient {
   void Pull(Time now);
 
  private:
-  // sim::CarrierChoice for this host.
-  uint32_t CarrierChoice(uint32_t peer, uint16_t path) const;
+  // sim::CarrierChoice for this host's connection endpoint `slot` (its
+  // ConnectionOptions::peer, see PrismDriver::peer_host_), from the spread
+  // cached at setup.
+  uint32_t CarrierChoice(uint32_t slot, uint16_t path) const;
   // TransportConfig::oracle_reroute_after (what-if, off by default): moves
-  // p, whose carrier crosses `dead_port` (down since `down_since`), onto a
-  // live T1 of its plane once this host's first packet into that outage is
-  // old enough. Returns true when it did.
-  bool OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
-                     Time now);
+  // p (sent on connection slot `slot`), whose carrier crosses `dead_port`
+  // (down since `down_since`), onto a live T1 of its plane once this host's
+  // first packet into that outage is old enough. Returns true when it did.
+  bool OracleReroute(SimPacket* p, uint32_t slot, uint32_t dead_port,
+                     Time down_since, Time now);
   // Dead-path accounting of one sent packet (measurement only).
   void CountDeadPath(const SimPacket* p, Time down_since, uint32_t dead_port,
                      Time now);
@@ -203,16 +205,32 @@ class PrismDriver : public TransportDriver {
       return absl::UnimplementedError(
           "window_packets: this engine has no ConnectionOptions window option");
     }
+    // ConnectionOptions::peer is the connection endpoint's slot: 2i for
+    // pair i's side a, 2i + 1 for side b (see peer_host_ / spread_).
     const bool groups = tc_.fate_sharing && sim->scenario().srv6;
-    for (const auto& [a, b] : pairs) {
+    const uint32_t planes = sim->planes();
+    peer_host_.resize(2 * pairs.size());
+    spread_.resize(2 * pairs.size() * planes);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const auto [a, b] = pairs[i];
+      peer_host_[2 * i] = b;
+      peer_host_[2 * i + 1] = a;
+      for (uint32_t pl = 0; pl < planes; ++pl) {
+        // Path pl < planes has choice 0 + the spread; the unordered pair's,
+        // so the same for both sides.
+        const uint16_t s = static_cast<uint16_t>(
+            sim::CarrierChoice(planes, a, b, static_cast<uint16_t>(pl)));
+        spread_[2 * i * planes + pl] = s;
+        spread_[(2 * i + 1) * planes + pl] = s;
+      }
       if (groups) {
         co.path_groups =
             CarrierFailureGroups(sim->fabric(), a, b, co.num_paths);
       }
-      co.peer = b;
+      co.peer = static_cast<uint32_t>(2 * i);
       absl::StatusOr<ConnId> ca = hosts_[a]->engine().CreateConnection(co);
       if (!ca.ok()) return ca.status();
-      co.peer = a;
+      co.peer = static_cast<uint32_t>(2 * i + 1);
       absl::StatusOr<ConnId> cb = hosts_[b]->engine().CreateConnection(co);
       if (!cb.ok()) return cb.status();
       const ConnectionInfo ia = hosts_[a]->engine().LocalInfo(*ca);
@@ -254,6 +272,13 @@ class PrismDriver : public TransportDriver {
   std::vector<std::unique_ptr<PrismHost>> hosts_;
   std::vector<uint32_t> flow_pair_;
   std::vector<FlowState> flow_;
+  // Per connection endpoint slot (ConnectionOptions::peer, which every
+  // TxPacket carries; both sides of pair i are slots 2i and 2i + 1): the
+  // peer host, and routing::PairSpread(a, b, plane)'s low 16 bits per plane
+  // (slot * planes + plane), computed once at setup instead of per packet.
+  // 20 bytes an endpoint at 8 planes (5 MiB for --bench-scale's 262,144).
+  std::vector<uint32_t> peer_host_;
+  std::vector<uint16_t> spread_;
   // Scratch arrays for the engine calls of whichever host runs (one thread,
   // never re-entered), shared so that a host costs no burst buffers: at
   // 131,072 hosts per-host copies would take ~0.8 GiB.
@@ -354,8 +379,11 @@ void PrismHost::Drain(Time now) {
   if (freed && !pending_.empty()) PostPending(now);
 }
 
-uint32_t PrismHost::CarrierChoice(uint32_t peer, uint16_t path) const {
-  return sim::CarrierChoice(d_->sim_->planes(), host_, peer, path);
+uint32_t PrismHost::CarrierChoice(uint32_t slot, uint16_t path) const {
+  const uint32_t planes = d_->sim_->planes();
+  const uint32_t plane = path % planes;
+  return path / planes +
+         d_->spread_[static_cast<size_t>(slot) * planes + plane];
 }
 
 void PrismHost::Pull(Time now) {
@@ -381,31 +409,35 @@ void PrismHost::Pull(Time now) {
       p->header_len = t.header_len;
       p->payload = t.payload;
       p->payload_len = t.payload_len;
+      // t.peer is the connection's slot (ConnectionOptions::peer, copied by
+      // the engine); an unknown one is dropped as unroutable.
+      const uint32_t slot = t.peer;
+      const uint32_t peer =
+          slot < d_->peer_host_.size() ? d_->peer_host_[slot] : 0xffffffffu;
       p->src = host_;
-      p->dst = t.peer;
+      p->dst = peer;
       p->path = t.path;
       p->tclass = t.tclass;
       const uint16_t plane = static_cast<uint16_t>(t.path % planes);
       p->plane = static_cast<uint8_t>(plane);
-      const uint32_t a = std::min(host_, t.peer), b = std::max(host_, t.peer);
+      const uint32_t a = std::min(host_, peer), b = std::max(host_, peer);
       uint64_t x = (static_cast<uint64_t>(a) << 40) ^
                    (static_cast<uint64_t>(b) << 16) ^ t.path;
       x *= 0x9e3779b97f4a7c15ull;
       p->entropy = static_cast<uint32_t>(x >> 32);
-      if (t.peer >= sim.topology().num_hosts()) {
+      if (peer >= sim.topology().num_hosts()) {
         fab.Drop(p, DropReason::kNoRoute);
         continue;
       }
       if (srv6) {
-        fab.BuildCarrier(host_, t.peer, plane, CarrierChoice(t.peer, t.path),
-                         p);
+        fab.BuildCarrier(host_, peer, plane, CarrierChoice(slot, t.path), p);
         uint32_t dead_port = 0;
         const Time down =
-            fab.CarrierDownSince(host_, t.peer, plane, p, &dead_port);
+            fab.CarrierDownSince(host_, peer, plane, p, &dead_port);
         if (down >= 0) {
           CountDeadPath(p, down, dead_port, now);
           if (d_->tc_.oracle_reroute_after >= 0) {
-            OracleReroute(p, dead_port, down, now);
+            OracleReroute(p, slot, dead_port, down, now);
           }
         }
       }
@@ -425,8 +457,8 @@ void PrismHost::Pull(Time now) {
   }
 }
 
-bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
-                              Time now) {
+bool PrismHost::OracleReroute(SimPacket* p, uint32_t slot, uint32_t dead_port,
+                              Time down_since, Time now) {
   const auto it =
       oracle_first_.try_emplace(std::make_pair(dead_port, down_since), now)
           .first;
@@ -445,7 +477,7 @@ bool PrismHost::OracleReroute(SimPacket* p, uint32_t dead_port, Time down_since,
     }
   }
   // No live route found: the packet takes its own.
-  fab.BuildCarrier(host_, p->dst, plane, CarrierChoice(p->dst, p->path), p);
+  fab.BuildCarrier(host_, p->dst, plane, CarrierChoice(slot, p->path), p);
   return false;
 }
 

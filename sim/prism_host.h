@@ -21,7 +21,11 @@
 //   no memory and every byte is checked.
 // - A NIC port going down is reported with Engine::SetPlaneUp on every
 //   connection of the host (the engine tells the peer).
-// One connection per unordered host pair carries the flows both ways.
+// One connection per unordered host pair carries the flows both ways. A
+// connection's ConnectionOptions::peer (opaque to the engine, copied into
+// every TxPacket) is its endpoint slot in the driver, which maps to the
+// peer host and the pair's spread per plane (routing::PairSpread), both
+// cached at setup.
 #ifndef PRISM_SIM_PRISM_HOST_H_
 #define PRISM_SIM_PRISM_HOST_H_
 

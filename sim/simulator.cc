@@ -620,7 +620,7 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       }
       case Fabric::kPortDoneKind:
         ++result_.port_done_events;
-        fabric_->HandleEvent(e);
+        fabric_->OnPortDone(e);
         break;
       case Fabric::kArriveKind:
       case Fabric::kConvergeKind:

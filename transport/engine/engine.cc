@@ -760,7 +760,9 @@ class Engine::Impl {
     IndexGroups(raw);
     order_.push_back(raw);  // ids increase: order_ stays sorted
     sched_.emplace_back();
-    dirty_.reserve(order_.size());  // Touch() never allocates per packet
+    // One slot per connection (a connection is on dirty_ at most once), so
+    // Touch() neither allocates nor checks capacity.
+    dirty_.resize(order_.size());
     ++stats_.connections;
     return raw->id;
   }
@@ -846,7 +848,10 @@ class Engine::Impl {
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
     if (sched_[c->pos].dirty != kClean) {
-      dirty_.erase(std::find(dirty_.begin(), dirty_.end(), c));
+      Conn** const end = dirty_.data() + dirty_n_;
+      Conn** const at = std::find(dirty_.data(), end, c);
+      std::copy(at + 1, end, at);
+      --dirty_n_;
     }
     order_.erase(order_.begin() + c->pos);
     sched_.erase(sched_.begin() + c->pos);
@@ -1142,12 +1147,16 @@ class Engine::Impl {
       // j = (cursor_ + k) % nc without a division (cursor_ < nc).
       for (size_t k = 0, j = cursor_; k < nc && n < max;
            ++k, j = j + 1 == nc ? 0 : j + 1) {
-        if (!MayEmit(sched_[j], now)) continue;
+        const Sched& q = sched_[j];
+        if (!MayEmit(q, now)) continue;
         Conn* c = order_[j];
         const size_t before = n;
         const uint32_t head = c->all_head;
         const Time ack_deadline = c->ack_deadline;
-        n += EmitConn(now, c, out + n, max - n);
+        // A clean connection's cached probe time is its selector's: none
+        // due before it (NextProbe would return -1).
+        const bool probe_due = q.dirty != kClean || q.probe <= now;
+        n += EmitConn(now, c, out + n, max - n, probe_due);
         // Sending appends to the send-order list and consumes queues; of the
         // timers' inputs (TimerDeadline) it can change only the list's head
         // (an empty list) and, for completeness, the delayed-SACK deadline.
@@ -1185,8 +1194,8 @@ class Engine::Impl {
   // sendable data)) -- the same value as evaluating every connection.
   Time NextEventTime() {
     if (!(valid_ & kNextValid)) {
-      for (Conn* c : dirty_) Refresh(c);
-      dirty_.clear();
+      for (size_t i = 0; i < dirty_n_; ++i) Refresh(dirty_[i]);
+      dirty_n_ = 0;
       bool ctrl = false;
       Time t = kTimeInfinite, send = kTimeInfinite;
       for (const Sched& q : sched_) {
@@ -1226,12 +1235,12 @@ class Engine::Impl {
     const uint8_t was = q.dirty;
     q.dirty = kStale;
     if (was != kClean) return;
-    dirty_.push_back(c);
+    dirty_[dirty_n_++] = c;
   }
   // Touch after EmitConn: Touch itself when it changed the timers' inputs
   // (`timers`); otherwise its queues and send state are re-read and its
   // deadline is kept when it is known. (One function for both, so that
-  // PollTransmit keeps the vector's push inlined.)
+  // PollTransmit keeps the list's append inlined.)
   __attribute__((always_inline)) void TouchSent(Conn* c, bool timers) {
     valid_ &= timers ? 0 : kTimersValid;
     Sched& q = sched_[c->pos];
@@ -1242,7 +1251,7 @@ class Engine::Impl {
       q.dirty = kDirty;
     }
     if (was != kClean) return;
-    dirty_.push_back(c);
+    dirty_[dirty_n_++] = c;
   }
 
   absl::StatusOr<ConnectionStats> connection_stats(ConnId id) const {
@@ -3195,7 +3204,10 @@ class Engine::Impl {
     return c->inflight_bytes == 0 || c->inflight_bytes + len <= c->cwnd;
   }
 
-  size_t EmitConn(Time now, Conn* c, TxPacket* out, size_t max) {
+  // `probe_due`: false when the selector is known to have no probe due at
+  // `now` (then NextProbe is not asked).
+  size_t EmitConn(Time now, Conn* c, TxPacket* out, size_t max,
+                  bool probe_due) {
     if (!c->connected || c->failed) return 0;
     size_t n = 0;
     // Control packets.
@@ -3205,7 +3217,10 @@ class Engine::Impl {
       ++n;
     }
     // Probes on ASSUMED_BAD paths.
-    while (n < max) {
+#ifndef NDEBUG
+    if (!probe_due && c->sel->NextProbeTime() <= now) std::abort();
+#endif
+    while (probe_due && n < max) {
       const int p = c->sel->NextProbe(now);
       if (p < 0) break;
       CtrlItem it;
@@ -3680,9 +3695,11 @@ class Engine::Impl {
   std::vector<Completion> cq_;
   size_t cq_head_ = 0;
 
-  // NextEventTime cache: connections touched since the last call, and the
+  // NextEventTime cache: connections touched since the last call (the
+  // first dirty_n_ of dirty_, which has one slot per connection), and the
   // combined minimum (valid while valid_ & kNextValid).
   std::vector<Conn*> dirty_;
+  size_t dirty_n_ = 0;
   // kNextValid: NextEventTime's minimum is current. kTimersValid: no
   // connection is stale since PollTransmit's last timer pass, whose minimum
   // deadline timer_min_ is (no deadline changes until a Touch). Touch clears
