@@ -968,7 +968,7 @@ class Engine::Impl {
         if (run_c_ != nullptr && has_crc[j] &&
             MayContinueRun(pkts[i + j].data)) {
           // The packets continuing the receive run, in one call.
-          j += DataRun(now, pkts + i + j, k - j, crc + j, has_crc + j);
+          j += DataRun(now, pkts + i + j, k - j, crc + j);
           if (j == k) break;
         }
         ReceiveOne(now, pkts[i + j], has_crc[j] ? &crc[j] : nullptr,
@@ -1988,12 +1988,16 @@ class Engine::Impl {
   // header checksum), at one whose message slot is no longer active (the
   // message was delivered), or after a failed placement (counted as
   // received; it ends the run, as in CommitData). `crc[j]`: packet j's
-  // header checksum as OnReceive computed it, when has_crc[j] (else: stop).
+  // header checksum as OnReceive computed it (a run is only open outside a
+  // batch of claims, so every packet with a checksum span has one). Whether
+  // it has a span is not looked up: a packet without one has no data
+  // (tested), fewer header bytes than a DATA header or another type than
+  // DATA, and fails the length check or the lead compared with the run's
+  // DATA header (SameDataMessage), whatever crc[j] holds.
   // Out of line, with the run's invariants in locals (the connection's
   // fields that no packet of the run changes, the message's receive slot).
   __attribute__((noinline)) size_t DataRun(Time now, const RxPacket* pkts,
-                                           size_t n, const uint32_t* crc,
-                                           const bool* has_crc) {
+                                           size_t n, const uint32_t* crc) {
     namespace off = wire::internal::off;
     Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
@@ -2026,9 +2030,9 @@ class Engine::Impl {
     uint32_t plen;
     uint8_t* dst;
     auto check = [&](size_t i) __attribute__((always_inline)) {
-      if (!has_crc[i]) return false;
       const RxPacket& rx = pkts[i];
       const uint8_t* p = rx.data;
+      if (p == nullptr || rx.trimmed) return false;
       payload = rx.payload;
       size_t payload_bytes = rx.payload_len;
       if (payload == nullptr) {
@@ -2038,21 +2042,24 @@ class Engine::Impl {
       } else if (rx.len != wire::kDataHeaderSize) {
         return false;
       }
-      if (rx.trimmed || Get32(p + off::kCrc) != crc[i] ||
+      if (Get32(p + off::kCrc) != crc[i] ||
           !wire::internal::SameDataMessage(p, run_hdr))
         return false;
-      const uint16_t flags = Get16(p + off::kDFlags);
-      const uint32_t msg_off = Get32(p + off::kDMsgOffset);
+      // Each field tested as it is read (fewer values live at once).
       plen = Get16(p + off::kDPayloadLen) |
              uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
-      const uint16_t path = Get16(p + off::kDPathId);
-      const uint64_t addr = Get64(p + off::kDRemoteAddr);
+      if (plen - 1 >= remote_mtu || payload_bytes != plen) return false;
+      const uint32_t msg_off = Get32(p + off::kDMsgOffset);
       const uint64_t end = uint64_t{msg_off} + plen;
-      if (plen - 1 >= remote_mtu || payload_bytes != plen || end > msg_len ||
-          ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
-          ((flags & wire::kFlagLastOfMessage) && end != msg_len) ||
-          path >= num_paths || addr - msg_off != run_base)
+      if (end > msg_len) return false;
+      const uint16_t flags = Get16(p + off::kDFlags);
+      if ((flags & (wire::kFlagFirstOfMessage | wire::kFlagLastOfMessage)) &&
+          (((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
+           ((flags & wire::kFlagLastOfMessage) && end != msg_len)))
         return false;
+      if (Get16(p + off::kDPathId) >= num_paths) return false;
+      const uint64_t addr = Get64(p + off::kDRemoteAddr);
+      if (addr - msg_off != run_base) return false;
       dst = reinterpret_cast<uint8_t*>(region_at + addr);
       return true;
     };
