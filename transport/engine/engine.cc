@@ -921,26 +921,26 @@ class Engine::Impl {
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     constexpr size_t kChunk = kRxChunk;
-    // Packet j of the chunk: its header checksum crc[j] (has_crc[j]:
-    // whether it has one: a checksum span, and not read in place) and its
-    // claim. hdr/span: what HeaderCrcs checksums: each packet's header (a
-    // zero one for a packet without a span), or, with claims, only those of
-    // the packets not read in place (their checksums then spread to crc[j]).
+    // Packet j of the chunk: its header checksum crc[j] (when it has one: a
+    // checksum span, and not read in place; with claims has_crc[j] says
+    // which, without them hdr[j] != kNoHeader) and its claim. hdr/span: what
+    // HeaderCrcs checksums: each packet's header (a zero one for a packet
+    // without a span), or, with claims, only those of the packets not read
+    // in place (their checksums then spread to crc[j]).
     static constexpr uint8_t kNoHeader[wire::kDataHeaderSize] = {};
     const uint8_t* hdr[kChunk];
     size_t span[kChunk];
     uint32_t crc[kChunk];
     bool has_crc[kChunk];
     const RxClaim* claim[kChunk];
-    in_batch_ = nclaims_ > 0;
+    const bool batch = in_batch_ = nclaims_ > 0;
     claim_next_ = claim_done_ = 0;
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
-      if (!in_batch_) {
+      if (!batch) {
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
           const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-          has_crc[j] = sp != 0;
           hdr[j] = sp != 0 ? rx.data : kNoHeader;
           span[j] = sp != 0 ? sp : sizeof(kNoHeader);
         }
@@ -965,14 +965,15 @@ class Engine::Impl {
         for (size_t j = k; j-- > 0;) crc[j] = has_crc[j] ? crc[--m] : 0;
       }
       for (size_t j = 0; j < k; ++j) {
-        if (run_c_ != nullptr && has_crc[j] &&
+        if (run_c_ != nullptr && (batch ? has_crc[j] : hdr[j] != kNoHeader) &&
             MayContinueRun(pkts[i + j].data)) {
           // The packets continuing the receive run, in one call.
           j += DataRun(now, pkts + i + j, k - j, crc + j);
           if (j == k) break;
         }
-        ReceiveOne(now, pkts[i + j], has_crc[j] ? &crc[j] : nullptr,
-                   in_batch_ ? claim[j] : nullptr);
+        const bool hc = batch ? has_crc[j] : hdr[j] != kNoHeader;
+        ReceiveOne(now, pkts[i + j], hc ? &crc[j] : nullptr,
+                   batch ? claim[j] : nullptr);
       }
     }
     // Connection failures held back while packets of the connection read in
