@@ -85,6 +85,16 @@ class RxRun : public ::testing::Test {
     eo.placer = placer;
     return eo;
   }
+  // A receiver (ReceiverOptions(placer)) connected to the sender, dst_
+  // registered; its connection is *cb.
+  std::unique_ptr<Engine> Receiver(Placer* placer, ConnId* cb) {
+    auto b = std::make_unique<Engine>(ReceiverOptions(placer));
+    *cb = *b->CreateConnection(ConnOptions());
+    EXPECT_TRUE(b->Connect(*cb, sender_info_).ok());
+    EXPECT_TRUE(
+        b->RegisterMemory(dst_.data(), dst_.size(), kAccessRemoteWrite).ok());
+    return b;
+  }
   // The receiver's window (Receive); the sender's is kWindow unless Send
   // is given a larger one.
   static constexpr uint32_t kWindow = 256;
@@ -161,11 +171,9 @@ class RxRun : public ::testing::Test {
                   uint64_t fail_at) {
     std::fill(dst_.begin(), dst_.end(), 0xEE);
     FailAtPlacer placer(fail_at);
-    Engine b(ReceiverOptions(&placer));
-    const ConnId cb = *b.CreateConnection(ConnOptions());
-    EXPECT_TRUE(b.Connect(cb, sender_info_).ok());
-    EXPECT_TRUE(
-        b.RegisterMemory(dst_.data(), dst_.size(), kAccessRemoteWrite).ok());
+    ConnId cb = 0;
+    const std::unique_ptr<Engine> rb = Receiver(&placer, &cb);
+    Engine& b = *rb;
     Outcome o;
     Time now = 2 * kMicrosecond;
     std::vector<RxPacket> rx;
@@ -357,11 +365,9 @@ TEST_F(RxRun, CrossesTheWindowEnd) {
 TEST_F(RxRun, NullPointers) {
   const auto pkts = Send({2 * kMtu});
   ASSERT_EQ(pkts.size(), 2u);
-  Engine b(ReceiverOptions(nullptr));
-  const ConnId cb = *b.CreateConnection(ConnOptions());
-  ASSERT_TRUE(b.Connect(cb, sender_info_).ok());
-  ASSERT_TRUE(
-      b.RegisterMemory(dst_.data(), dst_.size(), kAccessRemoteWrite).ok());
+  ConnId cb = 0;
+  const std::unique_ptr<Engine> rb = Receiver(nullptr, &cb);
+  Engine& b = *rb;
   std::vector<uint8_t> whole = pkts[0].hdr;
   whole.insert(whole.end(), pkts[0].payload.begin(), pkts[0].payload.end());
   RxPacket rx[3];
@@ -380,6 +386,34 @@ TEST_F(RxRun, NullPointers) {
   EXPECT_EQ(cs.rx_data_packets, 1u);
   EXPECT_EQ(cs.rx_trimmed, 1u);
   EXPECT_TRUE(std::equal(src_.begin(), src_.begin() + kMtu, dst_.begin()));
+}
+
+// A packet without data inside a receive run (after two accepted packets
+// of the message, the second one taken by the run, before the third) ends
+// the run there and is counted malformed, also when its length and payload
+// would pass the run's checks; the packets around it are placed.
+TEST_F(RxRun, NullDataInsideRun) {
+  const auto pkts = Send({3 * kMtu});
+  ASSERT_EQ(pkts.size(), 3u);
+  ConnId cb = 0;
+  const std::unique_ptr<Engine> rb = Receiver(nullptr, &cb);
+  Engine& b = *rb;
+  // pkts[0], pkts[1], pkts[2] without its data, pkts[2].
+  const size_t from[4] = {0, 1, 2, 2};
+  RxPacket rx[4];
+  for (size_t i = 0; i < 4; ++i) {
+    const Pkt& p = pkts[from[i]];
+    rx[i].data = i == 2 ? nullptr : p.hdr.data();
+    rx[i].len = static_cast<uint32_t>(p.hdr.size());
+    rx[i].payload = p.payload.data();
+    rx[i].payload_len = static_cast<uint32_t>(p.payload.size());
+  }
+  b.OnReceive(2 * kMicrosecond, rx, 4);
+  EXPECT_EQ(b.stats().rx_packets, 4u);
+  EXPECT_EQ(b.stats().rx_drop_malformed, 1u);
+  EXPECT_EQ(b.connection_stats(cb)->rx_data_packets, 3u);
+  EXPECT_EQ(b.connection_stats(cb)->messages_received, 1u);
+  EXPECT_TRUE(std::equal(src_.begin(), src_.begin() + 3 * kMtu, dst_.begin()));
 }
 
 TEST_F(RxRun, RandomBursts) {

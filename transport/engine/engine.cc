@@ -940,26 +940,26 @@ class Engine::Impl {
   void OnReceive(Time now, const RxPacket* pkts, size_t n) {
     Observe(now);
     constexpr size_t kChunk = kRxChunk;
-    // Packet j of the chunk: its header checksum crc[j] (has_crc[j]:
-    // whether it has one: a checksum span, and not read in place) and its
-    // claim. hdr/span: what HeaderCrcs checksums: each packet's header (a
-    // zero one for a packet without a span), or, with claims, only those of
-    // the packets not read in place (their checksums then spread to crc[j]).
+    // Packet j of the chunk: its header checksum crc[j] (when it has one: a
+    // checksum span, and not read in place; with claims has_crc[j] says
+    // which, without them hdr[j] != kNoHeader) and its claim. hdr/span: what
+    // HeaderCrcs checksums: each packet's header (a zero one for a packet
+    // without a span), or, with claims, only those of the packets not read
+    // in place (their checksums then spread to crc[j]).
     static constexpr uint8_t kNoHeader[wire::kDataHeaderSize] = {};
     const uint8_t* hdr[kChunk];
     size_t span[kChunk];
     uint32_t crc[kChunk];
     bool has_crc[kChunk];
     const RxClaim* claim[kChunk];
-    in_batch_ = nclaims_ > 0;
+    const bool batch = in_batch_ = nclaims_ > 0;
     claim_next_ = claim_done_ = 0;
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
-      if (!in_batch_) {
+      if (!batch) {
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
           const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
-          has_crc[j] = sp != 0;
           hdr[j] = sp != 0 ? rx.data : kNoHeader;
           span[j] = sp != 0 ? sp : sizeof(kNoHeader);
         }
@@ -984,14 +984,15 @@ class Engine::Impl {
         for (size_t j = k; j-- > 0;) crc[j] = has_crc[j] ? crc[--m] : 0;
       }
       for (size_t j = 0; j < k; ++j) {
-        if (run_c_ != nullptr && has_crc[j] &&
+        if (run_c_ != nullptr && (batch ? has_crc[j] : hdr[j] != kNoHeader) &&
             MayContinueRun(pkts[i + j].data)) {
           // The packets continuing the receive run, in one call.
-          j += DataRun(now, pkts + i + j, k - j, crc + j, has_crc + j);
+          j += DataRun(now, pkts + i + j, k - j, crc + j);
           if (j == k) break;
         }
-        ReceiveOne(now, pkts[i + j], has_crc[j] ? &crc[j] : nullptr,
-                   in_batch_ ? claim[j] : nullptr);
+        const bool hc = batch ? has_crc[j] : hdr[j] != kNoHeader;
+        ReceiveOne(now, pkts[i + j], hc ? &crc[j] : nullptr,
+                   batch ? claim[j] : nullptr);
       }
     }
     // Connection failures held back while packets of the connection read in
@@ -2015,12 +2016,16 @@ class Engine::Impl {
   // header checksum), at one whose message slot is no longer active (the
   // message was delivered), or after a failed placement (counted as
   // received; it ends the run, as in CommitData). `crc[j]`: packet j's
-  // header checksum as OnReceive computed it, when has_crc[j] (else: stop).
+  // header checksum as OnReceive computed it (a run is only open outside a
+  // batch of claims, so every packet with a checksum span has one). Whether
+  // it has a span is not looked up: a packet without one has no data
+  // (tested), fewer header bytes than a DATA header or another type than
+  // DATA, and fails the length check or the lead compared with the run's
+  // DATA header (SameDataMessage), whatever crc[j] holds.
   // Out of line, with the run's invariants in locals (the connection's
   // fields that no packet of the run changes, the message's receive slot).
   __attribute__((noinline)) size_t DataRun(Time now, const RxPacket* pkts,
-                                           size_t n, const uint32_t* crc,
-                                           const bool* has_crc) {
+                                           size_t n, const uint32_t* crc) {
     namespace off = wire::internal::off;
     Conn* const c = run_c_;
     wire::DataHeader& h = pkt_.data;  // the previous packet's fields
@@ -2053,9 +2058,9 @@ class Engine::Impl {
     uint32_t plen;
     uint8_t* dst;
     auto check = [&](size_t i) __attribute__((always_inline)) {
-      if (!has_crc[i]) return false;
       const RxPacket& rx = pkts[i];
       const uint8_t* p = rx.data;
+      if (p == nullptr || rx.trimmed) return false;
       payload = rx.payload;
       size_t payload_bytes = rx.payload_len;
       if (payload == nullptr) {
@@ -2065,21 +2070,24 @@ class Engine::Impl {
       } else if (rx.len != wire::kDataHeaderSize) {
         return false;
       }
-      if (rx.trimmed || Get32(p + off::kCrc) != crc[i] ||
+      if (Get32(p + off::kCrc) != crc[i] ||
           !wire::internal::SameDataMessage(p, run_hdr))
         return false;
-      const uint16_t flags = Get16(p + off::kDFlags);
-      const uint32_t msg_off = Get32(p + off::kDMsgOffset);
+      // Each field tested as it is read (fewer values live at once).
       plen = Get16(p + off::kDPayloadLen) |
              uint32_t{Get16(p + off::kDPayloadLenHi)} << 16;
-      const uint16_t path = Get16(p + off::kDPathId);
-      const uint64_t addr = Get64(p + off::kDRemoteAddr);
+      if (plen - 1 >= remote_mtu || payload_bytes != plen) return false;
+      const uint32_t msg_off = Get32(p + off::kDMsgOffset);
       const uint64_t end = uint64_t{msg_off} + plen;
-      if (plen - 1 >= remote_mtu || payload_bytes != plen || end > msg_len ||
-          ((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
-          ((flags & wire::kFlagLastOfMessage) && end != msg_len) ||
-          path >= num_paths || addr - msg_off != run_base)
+      if (end > msg_len) return false;
+      const uint16_t flags = Get16(p + off::kDFlags);
+      if ((flags & (wire::kFlagFirstOfMessage | wire::kFlagLastOfMessage)) &&
+          (((flags & wire::kFlagFirstOfMessage) && msg_off != 0) ||
+           ((flags & wire::kFlagLastOfMessage) && end != msg_len)))
         return false;
+      if (Get16(p + off::kDPathId) >= num_paths) return false;
+      const uint64_t addr = Get64(p + off::kDRemoteAddr);
+      if (addr - msg_off != run_base) return false;
       dst = reinterpret_cast<uint8_t*>(region_at + addr);
       return true;
     };
