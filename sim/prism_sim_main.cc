@@ -12,6 +12,7 @@
 // and (when python3-matplotlib is installed) plots made by sim/plot.py.
 #include <sys/resource.h>
 #include <unistd.h>
+#include <valgrind/valgrind.h>
 
 #include <chrono>
 #include <cstdio>
@@ -134,9 +135,35 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
                          group);
 }
 
+// Re-executes this program once with glibc's malloc marking its heap for
+// transparent huge pages (tunable glibc.malloc.hugetlb=1, glibc >= 2.35;
+// older glibc ignores it), unless GLIBC_TUNABLES already sets it,
+// PRISM_SIM_MALLOC_THP=0, or the program runs under valgrind (which would
+// not follow the exec). The engines' per-connection state (Conn, slot and
+// message rings, selectors) comes from malloc and is touched at random
+// across thousands of connections: with 4 KiB pages most of those accesses
+// also miss the TLB (the simulator's own large arrays already use huge
+// pages, sim/huge_alloc.h). Results do not depend on it; on failure the run
+// simply continues with the default heap.
+void ReexecWithHugeHeap(char** argv) {
+  const char* opt = std::getenv("PRISM_SIM_MALLOC_THP");
+  if (opt != nullptr && std::strcmp(opt, "0") == 0) return;
+  if (RUNNING_ON_VALGRIND) return;
+  const char* tun = std::getenv("GLIBC_TUNABLES");
+  if (tun != nullptr && std::strstr(tun, "glibc.malloc.hugetlb") != nullptr) {
+    return;
+  }
+  std::string v = "glibc.malloc.hugetlb=1";
+  if (tun != nullptr && *tun != '\0') v = std::string(tun) + ":" + v;
+  if (setenv("GLIBC_TUNABLES", v.c_str(), 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // exec failed: carry on without (GLIBC_TUNABLES only matters at startup).
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  ReexecWithHugeHeap(argv);
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
   bool have_seed = false, have_hosts = false, lazy_ports = false;
