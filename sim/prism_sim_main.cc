@@ -12,7 +12,9 @@
 // and (when python3-matplotlib is installed) plots made by sim/plot.py.
 #include <sys/resource.h>
 #include <unistd.h>
+#if __has_include(<valgrind/valgrind.h>)
 #include <valgrind/valgrind.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -148,7 +150,14 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
 void ReexecWithHugeHeap(char** argv) {
   const char* opt = std::getenv("PRISM_SIM_MALLOC_THP");
   if (opt != nullptr && std::strcmp(opt, "0") == 0) return;
+#ifdef RUNNING_ON_VALGRIND
   if (RUNNING_ON_VALGRIND) return;
+#else
+  // Without valgrind's header: it preloads its vgpreload_*.so into the
+  // program it runs.
+  const char* pre = std::getenv("LD_PRELOAD");
+  if (pre != nullptr && std::strstr(pre, "vgpreload") != nullptr) return;
+#endif
   const char* tun = std::getenv("GLIBC_TUNABLES");
   if (tun != nullptr && std::strstr(tun, "glibc.malloc.hugetlb") != nullptr) {
     return;
