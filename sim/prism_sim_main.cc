@@ -12,6 +12,9 @@
 // and (when python3-matplotlib is installed) plots made by sim/plot.py.
 #include <sys/resource.h>
 #include <unistd.h>
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -134,9 +137,49 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
                          group);
 }
 
+// Re-executes this program once with glibc's malloc marking its heap for
+// transparent huge pages (tunable glibc.malloc.hugetlb=1, glibc >= 2.35;
+// older glibc ignores it), unless GLIBC_TUNABLES already sets it,
+// PRISM_SIM_MALLOC_THP=0, the mode is --bench-scale, or the program runs
+// under valgrind (which would not follow the exec). The engines'
+// per-connection state (Conn, slot and message rings, selectors) comes from
+// malloc and is touched at random across thousands of connections: with
+// 4 KiB pages most of those accesses also miss the TLB (the simulator's own
+// large arrays already use huge pages, sim/huge_alloc.h). Results do not
+// depend on it; on failure the run simply continues with the default heap.
+void ReexecWithHugeHeap(int argc, char** argv) {
+  const char* opt = std::getenv("PRISM_SIM_MALLOC_THP");
+  if (opt != nullptr && std::strcmp(opt, "0") == 0) return;
+  // Not for --bench-scale (unless PRISM_SIM_MALLOC_THP=1): it touches GiBs
+  // of fresh heap once, and clearing huge pages on the development VM
+  // doubled its run CPU (docs/benchmarks.md, eleventh round).
+  const bool forced = opt != nullptr && std::strcmp(opt, "1") == 0;
+  for (int i = 1; i < argc && !forced; ++i) {
+    if (std::strcmp(argv[i], "--bench-scale") == 0) return;
+  }
+#ifdef RUNNING_ON_VALGRIND
+  if (RUNNING_ON_VALGRIND) return;
+#else
+  // Without valgrind's header: it preloads its vgpreload_*.so into the
+  // program it runs.
+  const char* pre = std::getenv("LD_PRELOAD");
+  if (pre != nullptr && std::strstr(pre, "vgpreload") != nullptr) return;
+#endif
+  const char* tun = std::getenv("GLIBC_TUNABLES");
+  if (tun != nullptr && std::strstr(tun, "glibc.malloc.hugetlb") != nullptr) {
+    return;
+  }
+  std::string v = "glibc.malloc.hugetlb=1";
+  if (tun != nullptr && *tun != '\0') v = std::string(tun) + ":" + v;
+  if (setenv("GLIBC_TUNABLES", v.c_str(), 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // exec failed: carry on without (GLIBC_TUNABLES only matters at startup).
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  ReexecWithHugeHeap(argc, argv);
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
   bool have_seed = false, have_hosts = false, lazy_ports = false;
