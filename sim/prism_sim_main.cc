@@ -137,26 +137,23 @@ std::string BenchScenario(uint32_t hosts, uint32_t planes, double dur_us,
                          group);
 }
 
-// Re-executes this program once with glibc's malloc marking its heap for
-// transparent huge pages (tunable glibc.malloc.hugetlb=1, glibc >= 2.35;
-// older glibc ignores it), unless GLIBC_TUNABLES already sets it,
-// PRISM_SIM_MALLOC_THP=0, the mode is --bench-scale, or the program runs
-// under valgrind (which would not follow the exec). The engines'
-// per-connection state (Conn, slot and message rings, selectors) comes from
-// malloc and is touched at random across thousands of connections: with
-// 4 KiB pages most of those accesses also miss the TLB (the simulator's own
-// large arrays already use huge pages, sim/huge_alloc.h). Results do not
-// depend on it; on failure the run simply continues with the default heap.
-void ReexecWithHugeHeap(int argc, char** argv) {
+// With PRISM_SIM_MALLOC_THP=1 (opt-in), re-executes this program once with
+// glibc's malloc marking its heap for transparent huge pages (tunable
+// glibc.malloc.hugetlb=1, glibc >= 2.35; older glibc ignores it), unless
+// GLIBC_TUNABLES already sets it or the program runs under valgrind (which
+// would not follow the exec). The engines' per-connection state (Conn, slot
+// and message rings, selectors) comes from malloc and is touched at random
+// across thousands of connections: with 4 KiB pages most of those accesses
+// also miss the TLB (the simulator's own large arrays already use huge
+// pages, sim/huge_alloc.h). Opt-in because it does not pay everywhere: the
+// 1024-host bench ran 9-11% less CPU with it, but --bench-scale (GiBs of
+// fresh heap touched once) twice the CPU and small scenarios sometimes
+// paid the clearing of fresh huge pages (docs/benchmarks.md, eleventh
+// round). Results do not depend on it; on failure the run continues with
+// the default heap.
+void ReexecWithHugeHeap(char** argv) {
   const char* opt = std::getenv("PRISM_SIM_MALLOC_THP");
-  if (opt != nullptr && std::strcmp(opt, "0") == 0) return;
-  // Not for --bench-scale (unless PRISM_SIM_MALLOC_THP=1): it touches GiBs
-  // of fresh heap once, and clearing huge pages on the development VM
-  // doubled its run CPU (docs/benchmarks.md, eleventh round).
-  const bool forced = opt != nullptr && std::strcmp(opt, "1") == 0;
-  for (int i = 1; i < argc && !forced; ++i) {
-    if (std::strcmp(argv[i], "--bench-scale") == 0) return;
-  }
+  if (opt == nullptr || std::strcmp(opt, "1") != 0) return;
 #ifdef RUNNING_ON_VALGRIND
   if (RUNNING_ON_VALGRIND) return;
 #else
@@ -179,7 +176,7 @@ void ReexecWithHugeHeap(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ReexecWithHugeHeap(argc, argv);
+  ReexecWithHugeHeap(argv);
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
   bool have_seed = false, have_hosts = false, lazy_ports = false;
