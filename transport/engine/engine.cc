@@ -2924,18 +2924,27 @@ class Engine::Impl {
   void IndexGroups(Conn* c) {
     const std::vector<uint16_t>& groups = c->opt.path_groups;
     const size_t n = std::min<size_t>(groups.size(), c->opt.num_paths);
+    // (group << 16 | path) keys sorted as plain integers: by group, then
+    // by path (what a stable sort by group gave, without its indirect
+    // compares and buffer).
+    std::vector<uint32_t> keys;
+    keys.reserve(n);
     for (size_t p = 0; p < n; ++p) {
       if (groups[p] != kNoFailureGroup) {
-        c->group_paths.push_back(static_cast<uint16_t>(p));
+        keys.push_back(uint32_t{groups[p]} << 16 | static_cast<uint32_t>(p));
       }
     }
-    std::stable_sort(
-        c->group_paths.begin(), c->group_paths.end(),
-        [&groups](uint16_t a, uint16_t b) { return groups[a] < groups[b]; });
-    for (size_t i = 0; i < c->group_paths.size(); ++i) {
-      const uint16_t g = groups[c->group_paths[i]];
-      if (i > 0 && groups[c->group_paths[i - 1]] == g) continue;
-      group_conns_[g].push_back(c);
+    std::sort(keys.begin(), keys.end());
+    c->group_paths.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      c->group_paths[i] = static_cast<uint16_t>(keys[i]);
+      const uint16_t g = static_cast<uint16_t>(keys[i] >> 16);
+      if (i > 0 && keys[i - 1] >> 16 == g) continue;
+      std::vector<Conn*>& v = group_conns_[g];
+      // Most of an engine's connections share its groups (one per plane
+      // and uplink): room for several at once, not a regrowth per one.
+      if (v.empty()) v.reserve(8);
+      v.push_back(c);
     }
   }
   void UnindexGroups(Conn* c) {
