@@ -248,6 +248,20 @@ __attribute__((target("sse4.2"))) uint32_t HardwareZero4At4One(const uint8_t* p,
   return HardwareZero4At4Any(p, len);
 }
 
+// Four headers of one length `len` through the interleaved chains: the
+// fixed 64- and 84-byte kernels where they apply (DATA and SACK headers),
+// the general one otherwise. Shared by the array and the strided forms.
+__attribute__((target("sse4.2"), always_inline)) inline void
+HardwareZero4At4x4Equal(const uint8_t* const* p, size_t len, uint32_t* out) {
+  if (len == 64) {
+    HardwareZero4At4x4Fixed<64>(p, out);
+  } else if (len == 84) {
+    HardwareZero4At4x4Fixed<84>(p, out);
+  } else {
+    HardwareZero4At4x4(p, len, out);
+  }
+}
+
 // With the target of the kernels it calls, so that they are inlined (the
 // four-header chains were a call each).
 __attribute__((target("sse4.2"))) void HardwareZero4At4Multi(
@@ -255,13 +269,7 @@ __attribute__((target("sse4.2"))) void HardwareZero4At4Multi(
   size_t i = 0;
   while (i + 4 <= n) {
     if (len[i] == len[i + 1] && len[i] == len[i + 2] && len[i] == len[i + 3]) {
-      if (len[i] == 64) {
-        HardwareZero4At4x4Fixed<64>(p + i, out + i);
-      } else if (len[i] == 84) {
-        HardwareZero4At4x4Fixed<84>(p + i, out + i);
-      } else {
-        HardwareZero4At4x4(p + i, len[i], out + i);
-      }
+      HardwareZero4At4x4Equal(p + i, len[i], out + i);
       i += 4;
     } else {
       out[i] = HardwareZero4At4Any(p[i], len[i]);
@@ -271,8 +279,8 @@ __attribute__((target("sse4.2"))) void HardwareZero4At4Multi(
   for (; i < n; ++i) out[i] = HardwareZero4At4Any(p[i], len[i]);
 }
 
-// Crc32cZero4At4StoreStrided: groups of four equal 64- or 84-byte headers
-// through the fixed interleaved chains, the rest one by one.
+// Crc32cZero4At4StoreStrided: groups of four equal lengths through the
+// interleaved chains (HardwareZero4At4x4Equal), the rest one by one.
 __attribute__((target("sse4.2"))) void HardwareStoreStrided(uint8_t* first,
                                                             size_t stride,
                                                             size_t len_off,
@@ -289,10 +297,8 @@ __attribute__((target("sse4.2"))) void HardwareStoreStrided(uint8_t* first,
                       l == StridedLen(q2, len_off) &&
                       l == StridedLen(q3, len_off);
     uint32_t out[4];
-    if (same && l == 64) {
-      HardwareZero4At4x4Fixed<64>(p, out);
-    } else if (same && l == 84) {
-      HardwareZero4At4x4Fixed<84>(p, out);
+    if (same) {
+      HardwareZero4At4x4Equal(p, l, out);
     } else {
       for (size_t j = 0; j < 4; ++j)
         out[j] = HardwareZero4At4Any(p[j], StridedLen(p[j], len_off));
