@@ -19,16 +19,30 @@
 #       "gpu_check: ALL PASS" or "gpu_check: FAILED" (exit status 0 / 1):
 #        1. the staged binaries find every library (ldd);
 #        2. nccl_config_test and nccl_gpu_test (staging logic, fake GPU);
-#        3. nccl_plugin_test (the mini-NCCL driver over the Prism udp data
-#           path, 300 rounds) -- its GPU-support test must now see a device
-#           and log "ptrSupport HOST|CUDA|DMABUF";
+#        3. nccl_plugin_test's GPU-support test must see the device and,
+#           by default, advertise host memory only (gpu.h says why); then
+#           the whole test (the mini-NCCL driver over the Prism udp data
+#           path, 300 rounds) with PRISM_NCCL_GPU_STAGING=1, which must log
+#           "ptrSupport HOST|CUDA|DMABUF";
 #        4. the same test with CUDA_VISIBLE_DEVICES=-1 must fall back to
 #           host memory only;
 #        5. nccl_plugin_perf with CUDA device buffers on both sides
-#           (cudaMalloc, registered as NCCL_PTR_CUDA, staged through pinned
-#           host mirrors), every message checked byte by byte, on the Prism
-#           udp and the INTERIM tcp data paths, then host buffers for
-#           comparison (MB/s printed, not judged).
+#           (PRISM_NCCL_GPU_STAGING=1; cudaMalloc, registered as
+#           NCCL_PTR_CUDA, staged through pinned host mirrors), every
+#           message checked byte by byte, on the Prism udp and the INTERIM
+#           tcp data paths, then host buffers for comparison (MB/s printed,
+#           not judged);
+#        6. where python3 has PyTorch: torchrun, two ranks on the one GPU
+#           (tests/nccl/torch_gpu_check.py: a host id each, so NCCL sends
+#           every byte through the plugin, NCCL_NET=Prism), all_reduce,
+#           broadcast, all_gather, send/recv and DDP checked exactly; once
+#           as NCCL chooses ("host") and once with GPUDirect asked for
+#           ("gdr": NCCL_NET_GDR_LEVEL=SYS, which the plugin declines by
+#           default); mode "staged" (not default) adds
+#           PRISM_NCCL_GPU_STAGING=1 (the plugin gets device buffers).
+#           Logs in $GPU_CHECK_LOG_DIR (default stage-dir/logs);
+#           GPU_CHECK_TORCH_MODES (default "host gdr") and
+#           GPU_CHECK_TORCH_TIMEOUT (seconds, default 240) adjust it.
 #       Under a minute on a 16-core machine; each program has a timeout.
 #   tests/nccl/gpu_check.sh [build-dir]
 #       Both halves on one machine that has the GPU and the build packages.
@@ -72,6 +86,7 @@ run() {
   bad() { echo "FAIL: $*"; fail=1; }
   [ -x "$s/bin/nccl_plugin_test" ] || die "no staged binaries in $s (run: tests/nccl/gpu_check.sh stage)"
   command -v nvidia-smi >/dev/null && nvidia-smi -L
+  local ld_orig=${LD_LIBRARY_PATH:-}  # step 6: PyTorch keeps its own CUDA/NCCL
   export LD_LIBRARY_PATH="$PWD/$s/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== 1. libraries"
   local missing
@@ -84,16 +99,28 @@ run() {
   done
 
   echo "== 3. plugin test with the GPU visible"
+  # By default the plugin sees the device but advertises host memory only
+  # (gpu.h: staging in the proxy can deadlock behind NCCL's kernels).
   local out
-  out=$(PRISM_NCCL_TEST_ROUNDS=300 NCCL_DEBUG=INFO timeout 300 \
-        "$s/bin/nccl_plugin_test" --gtest_brief=1 2>&1)
+  out=$(PRISM_NCCL_EXPECT_DEVICE=1 timeout 60 "$s/bin/nccl_plugin_test" \
+        --gtest_brief=1 --gtest_filter=NcclAbi.GpuSupportMatchesItsLogLine 2>&1)
   local rc=$?
-  echo "$out" | grep -E "ptrSupport|FAILED|PASSED" | head -5
-  if [ $rc -eq 0 ]; then ok "nccl_plugin_test"; else echo "$out" | tail -30; bad "nccl_plugin_test"; fi
-  if echo "$out" | grep -q "ptrSupport HOST|CUDA|DMABUF"; then
-    ok "the plugin sees a device"
+  echo "$out" | grep -E "GPU support line|FAILED|PASSED" | head -5
+  if [ $rc -eq 0 ] && echo "$out" | grep -q "device(s): host memory only (ptrSupport HOST)"; then
+    ok "default: device seen, host memory advertised"
   else
-    bad "no usable device seen by the plugin"
+    echo "$out" | tail -30; bad "default GPU support"
+  fi
+  # PRISM_NCCL_GPU_STAGING=1: device memory advertised; the whole test.
+  out=$(PRISM_NCCL_GPU_STAGING=1 PRISM_NCCL_TEST_ROUNDS=300 PRISM_NCCL_EXPECT_DEVICE=1 \
+        timeout 300 "$s/bin/nccl_plugin_test" --gtest_brief=1 2>&1)
+  rc=$?
+  echo "$out" | grep -E "GPU support line|FAILED|PASSED" | head -5
+  if [ $rc -eq 0 ]; then ok "nccl_plugin_test (staging)"; else echo "$out" | tail -30; bad "nccl_plugin_test (staging)"; fi
+  if echo "$out" | grep -q "ptrSupport HOST|CUDA|DMABUF"; then
+    ok "staging: the plugin advertises device memory"
+  else
+    bad "staging: no device memory advertised"
   fi
 
   echo "== 4. CUDA_VISIBLE_DEVICES=-1 falls back to host memory"
@@ -110,7 +137,7 @@ run() {
   for dp in udp tcp; do
     for mem in cuda host; do
       cuda=0; [ "$mem" = cuda ] && cuda=1
-      if PRISM_ADDRS=127.0.0.1 PRISM_PATHS=64 PRISM_LINK_MTU=9000 \
+      if PRISM_ADDRS=127.0.0.1 PRISM_PATHS=64 PRISM_LINK_MTU=9000 PRISM_NCCL_GPU_STAGING=$cuda \
            PRISM_UDP_TX_MODE=sockets PRISM_DATAPATH=$dp \
            PRISM_NCCL_PERF_VERIFY=1 PRISM_NCCL_PERF_CUDA=$cuda \
            timeout 120 "$s/bin/nccl_plugin_perf" 1048576 400 32; then
@@ -120,6 +147,38 @@ run() {
       fi
     done
   done
+
+  echo "== 6. PyTorch torchrun over real NCCL and the plugin (2 ranks, 1 GPU)"
+  if python3 -c "import torch, torch.distributed" 2>/dev/null; then
+    local logs=${GPU_CHECK_LOG_DIR:-$s/logs} mode gdr
+    mkdir -p "$logs"
+    for mode in ${GPU_CHECK_TORCH_MODES-host gdr}; do
+      # gdr: GPUDirect asked of NCCL, which the plugin (host memory only by
+      # default) must decline; staged: PRISM_NCCL_GPU_STAGING=1 as well (not
+      # run by default: P2P hung on an H200, gpu.h).
+      gdr=""
+      [ "$mode" = gdr ] && gdr="NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1"
+      [ "$mode" = staged ] && gdr="NCCL_NET_GDR_LEVEL=SYS NCCL_NET_GDR_READ=1 PRISM_NCCL_GPU_STAGING=1"
+      # NCCL_NET=Prism: NCCL fails rather than fall back to its sockets.
+      if env $gdr LD_LIBRARY_PATH="$PWD/$s/lib${ld_orig:+:$ld_orig}" \
+           NCCL_NET_PLUGIN=prism NCCL_NET=Prism NCCL_NET_PLUGIN_REF_COUNT=1 \
+           NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+           PRISM_ADDRS=127.0.0.1 PRISM_DATAPATH=udp PRISM_UDP_TX_MODE=sockets \
+           PRISM_PATHS=64 PRISM_LINK_MTU=9000 PYTHONUNBUFFERED=1 \
+           timeout "${GPU_CHECK_TORCH_TIMEOUT:-240}" python3 -m torch.distributed.run --standalone \
+             --nproc-per-node=2 tests/nccl/torch_gpu_check.py \
+             >"$logs/torch_$mode.log" 2>&1; then
+        ok "torchrun $mode"
+      else
+        tail -25 "$logs/torch_$mode.log"; bad "torchrun $mode"
+      fi
+      grep -E "^\[rank|Loaded net plugin|Using network|via NET|NET/Prism : (device|dev 0|cuda|built)|ALL PASS" \
+        "$logs/torch_$mode.log" | sed 's/^[^ ]* NCCL INFO/NCCL INFO/' | awk '!seen[$0]++' | head -30
+    done
+  else
+    echo "SKIP: no python3 with torch here"
+  fi
+
   if [ $fail -eq 0 ]; then echo "gpu_check: ALL PASS"; else echo "gpu_check: FAILED"; fi
   return $fail
 }

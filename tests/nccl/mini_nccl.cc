@@ -1,6 +1,7 @@
 #include "tests/nccl/mini_nccl.h"
 
 #include <dlfcn.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -72,6 +73,14 @@ void TestLogger(int level, unsigned long flags, const char* file, int line,
   g_log->push_back(LogLine{level, flags, buf});
   if (g_echo && level == kPrismNcclLogWarn) {
     fprintf(stderr, "[plugin WARN %s:%d] %s\n", file, line, buf);
+  }
+  // NCCL_DEBUG=INFO: INFO lines too, as NCCL prints them.
+  static const bool info = [] {
+    const char* d = getenv("NCCL_DEBUG");
+    return d != nullptr && strcasecmp(d, "INFO") == 0;
+  }();
+  if (info && level == kPrismNcclLogInfo) {
+    fprintf(stderr, "[plugin INFO] %s\n", buf);
   }
 }
 

@@ -70,8 +70,20 @@ TEST(NcclConfig, BadValuesNameTheVariable) {
       {"PRISM_PATHS", "0"},          {"PRISM_PATHS", "70000"},
       {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
       {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
-      {"PRISM_LATENCY_US", "1e3"}};
+      {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"}};
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
+}
+
+// Device memory is staged (and advertised) only when asked for (gpu.h).
+TEST(NcclConfig, GpuStagingIsOptIn) {
+  std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->gpu_staging);
+  e["PRISM_NCCL_GPU_STAGING"] = "1";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->gpu_staging);
 }
 
 TEST(NcclConfig, NoMatchingInterfaceIsNotFound) {

@@ -58,6 +58,7 @@ struct Cuda {
   int (*malloc)(void**, size_t) = nullptr;
   int (*free)(void*) = nullptr;
   int (*memcpy)(void*, const void*, size_t, int) = nullptr;  // kind 4: default
+  int (*synchronize)() = nullptr;
   bool Load() {
     void* h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) h = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
@@ -67,7 +68,9 @@ struct Cuda {
     free = reinterpret_cast<int (*)(void*)>(dlsym(h, "cudaFree"));
     memcpy = reinterpret_cast<int (*)(void*, const void*, size_t, int)>(
         dlsym(h, "cudaMemcpy"));
-    return set_device && malloc && free && memcpy;
+    synchronize =
+        reinterpret_cast<int (*)()>(dlsym(h, "cudaDeviceSynchronize"));
+    return set_device && malloc && free && memcpy && synchronize;
   }
 };
 
@@ -188,7 +191,14 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> spat(verify ? size : 0);
     auto sfill = [&](long m, char* dst) {
       prism::nccl_test::FillPattern(spat.data(), size, 5, m, 0);
-      if (cuda) return cu.memcpy(dst, spat.data(), size, 4) == 0;
+      // cudaMemcpy from pageable memory may return before the DMA into the
+      // device buffer is done; the plugin copies it out on a stream of its
+      // own, so the data must be there first (as NCCL's kernel has finished
+      // writing a buffer before its proxy calls isend).
+      if (cuda) {
+        return cu.memcpy(dst, spat.data(), size, 4) == 0 &&
+               cu.synchronize() == 0;
+      }
       memcpy(dst, spat.data(), size);
       return true;
     };

@@ -314,11 +314,56 @@ TEST(NcclAbi, PropertiesFilledCompletely) {
   SetLogEcho(true);
 }
 
+// PRISM_NCCL_CALL_LOG=N (read once per process; ctest's
+// nccl_plugin_calllog_test sets it): one transfer logs its regMr, irecv,
+// isend and both tests as "call:" INFO lines, within the budget.
+TEST(NcclAbi, CallLogShowsOneTransfer) {
+  const char* budget = getenv("PRISM_NCCL_CALL_LOG");
+  if (budget == nullptr || atoi(budget) < 6) {
+    GTEST_SKIP() << "PRISM_NCCL_CALL_LOG not set (>= 6)";
+  }
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  std::vector<uint8_t> sbuf(1000, 7), rbuf(4096, 0);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
+  void* rdata = rbuf.data();
+  size_t rsize = rbuf.size();
+  int tag = 5;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &tag, &rmh);
+  void* sreq = Isend(p.send, sbuf.data(), sbuf.size(), 5, smh);
+  int ss = 0, sr = 0, rs = 0, rr = 0;
+  ASSERT_EQ(WaitBoth(sreq, &ss, &sr, rreq, &rs, &rr), kOk);
+  EXPECT_EQ(rs, 1000);
+  DeregisterBoth(p, smh, rmh);
+  ClosePair(&p);
+  int regs = 0, irecvs = 0, isends = 0, tests = 0;
+  for (const LogLine& l : LogSnapshot()) {
+    if (l.text.find("call: ") == std::string::npos) continue;
+    EXPECT_EQ(l.level, kPrismNcclLogInfo) << l.text;
+    regs += l.text.find(" regMr ") != std::string::npos;
+    irecvs += l.text.find(" irecv n 1: ") != std::string::npos &&
+              l.text.find(" 4096 B tag 5") != std::string::npos;
+    isends += l.text.find(" isend ") != std::string::npos &&
+              l.text.find(" 1000 B tag 5 -> CTS ") != std::string::npos;
+    tests += l.text.find(" done: 1000 B, result 0") != std::string::npos;
+  }
+  EXPECT_EQ(regs, 2);
+  EXPECT_EQ(irecvs, 1);
+  EXPECT_EQ(isends, 1);
+  EXPECT_EQ(tests, 2);  // the send and the receive
+}
+
 // GPU memory: the plugin logs (INFO, once, at the first init) which memory
 // it supports, and ptrSupport and regMr follow that line. Built with CUDA
 // (PRISM_NCCL_TEST_CUDA) on a host without a usable device -- or with
 // PRISM_NCCL_EXPECT_HOST_ONLY=1, which ctest sets together with
-// CUDA_VISIBLE_DEVICES=-1 -- it must fall back to host memory only.
+// CUDA_VISIBLE_DEVICES=-1 -- it must fall back to host memory only; with a
+// device it advertises device memory only under PRISM_NCCL_GPU_STAGING=1
+// (gpu.h says why). PRISM_NCCL_EXPECT_DEVICE=1 (gpu_check.sh on a GPU
+// machine): the line must report the device.
 TEST(NcclAbi, GpuSupportMatchesItsLogLine) {
   InitCtx();
   std::string gpu_line;
@@ -337,17 +382,32 @@ TEST(NcclAbi, GpuSupportMatchesItsLogLine) {
 #else
   const bool cuda_built = false;
 #endif
+  auto env_is_1 = [](const char* name) {
+    const char* v = getenv(name);
+    return v != nullptr && strcmp(v, "1") == 0;
+  };
   const bool device = gpu_line.find("HOST|CUDA|DMABUF") != std::string::npos;
+  const bool device_seen =
+      device ||
+      gpu_line.find("device(s): host memory only") != std::string::npos;
   if (!cuda_built) {
     EXPECT_NE(gpu_line.find("built without CUDA"), std::string::npos)
         << gpu_line;
-  } else if (!device) {
+  } else if (!device_seen) {
     EXPECT_NE(gpu_line.find("no usable CUDA device"), std::string::npos)
         << gpu_line;
   }
-  const char* host_only = getenv("PRISM_NCCL_EXPECT_HOST_ONLY");
-  if (host_only != nullptr && strcmp(host_only, "1") == 0) {
+  // Device memory is advertised exactly when staging was asked for.
+  if (device_seen) {
+    EXPECT_EQ(device, env_is_1("PRISM_NCCL_GPU_STAGING")) << gpu_line;
+  }
+  // Printed for tests/nccl/gpu_check.sh.
+  printf("GPU support line: %s\n", gpu_line.c_str());
+  if (env_is_1("PRISM_NCCL_EXPECT_HOST_ONLY")) {
     EXPECT_FALSE(device) << gpu_line;
+  }
+  if (env_is_1("PRISM_NCCL_EXPECT_DEVICE")) {
+    EXPECT_TRUE(device_seen) << gpu_line;
   }
   PrismNcclPropertiesV11 props;
   ASSERT_EQ(N()->get_properties(0, &props), kOk);

@@ -3,9 +3,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "transport/base/random.h"
 #include "transport/nccl/gpu.h"
 #include "transport/nccl/log.h"
@@ -125,6 +128,34 @@ enum class CommKind : uint32_t { kListen, kSend, kRecv };
 std::atomic<uint64_t> g_protocol_errors{0};
 std::atomic<uint64_t> g_api_errors{0};
 
+// PRISM_NCCL_CALL_LOG=N (docs/nccl.md): the first N data calls that change
+// state -- regMr, a posted irecv or isend, the first "try again" of a comm
+// in a row and its reason, a completed test, iflush -- are logged at INFO,
+// to see where a real NCCL stalls. 0 (default): nothing.
+std::atomic<int64_t> g_call_log{-1};  // -1: not read yet
+bool CallLogTake() {
+  int64_t v = g_call_log.load(std::memory_order_relaxed);
+  if (v == -1) {
+    const char* e = getenv("PRISM_NCCL_CALL_LOG");
+    int64_t n = 0;
+    if (e != nullptr && !absl::SimpleAtoi(e, &n)) n = 0;
+    n = std::max<int64_t>(n, 0);
+    int64_t expect = -1;
+    g_call_log.compare_exchange_strong(expect, n);
+    v = g_call_log.load(std::memory_order_relaxed);
+  }
+  while (v > 0) {
+    if (g_call_log.compare_exchange_weak(v, v - 1)) return true;
+  }
+  return false;
+}
+#define PRISM_NCCL_CALL(fmt, ...)                               \
+  do {                                                          \
+    if (CallLogTake()) {                                        \
+      PRISM_NCCL_INFO("call: " fmt __VA_OPT__(, ) __VA_ARGS__); \
+    }                                                           \
+  } while (0)
+
 uint64_t NewNonce() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -152,6 +183,15 @@ struct CommBase : SinkBase {
   Rng rng{1};
   int live_mrs = 0;
   uint32_t test_polls = 0;  // polling isend/irecv/test calls (ReadSideNow)
+  // PRISM_NCCL_CALL_LOG: the reason of the "try again" in a row being
+  // answered (0: none), so that a polling loop logs it once.
+  int again = 0;
+  void Again(int reason, const char* what, uint32_t seq) {
+    if (again == reason) return;
+    again = reason;
+    PRISM_NCCL_CALL("%p try again: %s (seq %u)", static_cast<void*>(this), what,
+                    seq);
+  }
 
   // Whether this call also reads the side channel (a system call). On the
   // Prism data paths it only carries rare events (a send error, the peer
@@ -1133,7 +1173,7 @@ T* AsComm(void* p, CommKind kind) {
 
 }  // namespace
 
-int SupportedPtrTypes() { return GpuInit(); }
+int SupportedPtrTypes() { return GpuInit(/*staging=*/false); }
 
 void ReleaseIdleResources() {
   PRISM_NCCL_INFO("rejected so far: %llu protocol errors, %llu API misuses",
@@ -1651,6 +1691,9 @@ PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
   if (mh->lkey == 0) mh->rkey = c->rng.Next32() | 1u;
   ++c->live_mrs;
   *mhandle = mh;
+  PRISM_NCCL_CALL("%p regMr %p +%zu type %d -> mh %p (data path at %p)", comm,
+                  data, size, type, static_cast<void*>(mh),
+                  static_cast<void*>(host));
   return kPrismNcclSuccess;
 }
 
@@ -1709,7 +1752,10 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
   s->Progress(s->ReadSideNow());
   if (s->failed) return s->failure;
   SendComm::CtsGroup& g = s->cts[s->next_send_seq % kMaxRequests];
-  if (!g.valid || g.seq != s->next_send_seq) return kPrismNcclSuccess;
+  if (!g.valid || g.seq != s->next_send_seq) {
+    s->Again(1, "isend: no CTS yet", s->next_send_seq);
+    return kPrismNcclSuccess;
+  }
   int idx = -1;
   for (int i = 0; i < g.n; ++i) {
     if (!g.matched[i] && g.e[i].tag == tag) {
@@ -1717,8 +1763,12 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       break;
     }
   }
-  if (idx < 0) return kPrismNcclSuccess;  // that tag's receive not posted
+  if (idx < 0) {  // that tag's receive not posted
+    s->Again(2, "isend: tag not in the oldest CTS", g.seq);
+    return kPrismNcclSuccess;
+  }
   if (s->nfree == 0 || s->out_count == SendComm::kOutCap) {
+    s->Again(3, "isend: no free request", g.seq);
     return kPrismNcclSuccess;
   }
   const CtsEntry& e = g.e[idx];
@@ -1792,7 +1842,10 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       const absl::Status st = s->dep->ep()->PostWrite(s->conn, wr);
       if (!st.ok()) {
         s->Free(req);
-        if (absl::IsResourceExhausted(st)) return kPrismNcclSuccess;  // again
+        if (absl::IsResourceExhausted(st)) {
+          s->Again(4, "isend: Prism send queue full", g.seq);
+          return kPrismNcclSuccess;
+        }
         PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
                         std::string(st.message()).c_str());
         return kPrismNcclInternalError;
@@ -1803,6 +1856,13 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
     return kPrismNcclInternalError;
 #endif
   }
+  s->again = 0;
+  PRISM_NCCL_CALL(
+      "%p isend %p %zu B tag %d -> CTS %u[%d] (%llu B at %llx)%s req %p",
+      send_comm, data, size, tag, g.seq, idx,
+      static_cast<unsigned long long>(e.size),
+      static_cast<unsigned long long>(e.addr), staged ? " staged" : "",
+      static_cast<void*>(req));
   g.matched[idx] = true;
   if (++g.nmatched == g.n) {
     g.valid = false;
@@ -1838,6 +1898,10 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   Request& req = rc->reqs[rc->next_seq % kMaxRequests];
   if (req.in_use || rc->out_count == kMaxRequests ||
       rc->cts_busy[rc->next_seq % kMaxRequests]) {
+    rc->Again(req.in_use ? 5 : 6,
+              req.in_use ? "irecv: 32 receives outstanding"
+                         : "irecv: previous CTS from this slot unacknowledged",
+              rc->next_seq);
     rc->Progress(rc->ReadSideNow());
     return rc->failed ? rc->failure : kPrismNcclSuccess;  // try again
   }
@@ -1873,6 +1937,10 @@ PrismNcclResult Irecv(void* recv_comm, int n, void** data, const size_t* sizes,
   o.seq = req.seq;
   ++rc->out_count;
   ++rc->next_seq;
+  rc->again = 0;
+  PRISM_NCCL_CALL("%p irecv n %d: %p %zu B tag %d%s -> CTS %u req %p",
+                  recv_comm, n, data[0], sizes[0], tags[0], n > 1 ? " ..." : "",
+                  req.seq, static_cast<void*>(&req));
   rc->Progress(rc->ReadSideNow());
   *request = &req;
   return kPrismNcclSuccess;
@@ -1893,6 +1961,7 @@ PrismNcclResult Iflush(void* recv_comm, int n, void** data, int* sizes,
   if (AsComm<RecvComm>(recv_comm, CommKind::kRecv) == nullptr) {
     return kPrismNcclInvalidArgument;
   }
+  PRISM_NCCL_CALL("%p iflush n %d -> done", recv_comm, n);
   return kPrismNcclSuccess;
 }
 
@@ -1922,6 +1991,12 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
   if (!r->done) return c->failed ? c->failure : kPrismNcclSuccess;
   *done = 1;
   const PrismNcclResult result = r->result;
+  PRISM_NCCL_CALL(
+      "%p test %s req %p done: %llu B, result %d", static_cast<void*>(c),
+      c->kind == CommKind::kSend ? "send" : "recv", request,
+      static_cast<unsigned long long>(
+          c->kind == CommKind::kSend ? r->size : r->slots[0].received),
+      static_cast<int>(result));
   if (c->kind == CommKind::kSend) {
     if (sizes != nullptr) sizes[0] = static_cast<int>(r->size);
     static_cast<SendComm*>(c)->Free(r);

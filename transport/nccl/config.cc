@@ -407,6 +407,12 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
       !s.ok()) {
     return s;
   }
+  int64_t gpu_staging = 0;
+  if (auto s = ParseInt(env, "PRISM_NCCL_GPU_STAGING", 0, 1, &gpu_staging);
+      !s.ok()) {
+    return s;
+  }
+  cfg.gpu_staging = gpu_staging != 0;
   cfg.paths = static_cast<uint16_t>(paths);
   cfg.planes = static_cast<uint16_t>(planes);
   cfg.port = static_cast<uint16_t>(port);

@@ -101,6 +101,9 @@ struct PluginConfig {
   uint16_t planes = 1;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
+  // PRISM_NCCL_GPU_STAGING=1: advertise NCCL_PTR_CUDA|DMABUF and stage
+  // device memory through pinned host mirrors (gpu.h); off by default.
+  bool gpu_staging = false;
   // Prism data path.
   std::string udp_tx_mode = "auto";
   uint32_t link_mtu = 1500;

@@ -147,7 +147,7 @@ bool GpuBuiltWithCuda() {
 #endif
 }
 
-int GpuInit() {
+int GpuInit(bool staging) {
   GpuState& st = State();
   std::lock_guard<std::mutex> lock(st.mu);
   if (st.decided) return st.ptr_support;
@@ -155,7 +155,14 @@ int GpuInit() {
 #ifdef PRISM_NCCL_HAVE_CUDA
   static CudaRuntime* cuda = new CudaRuntime();  // never destroyed
   absl::StatusOr<int> n = cuda->DeviceCount();
-  if (!n.ok() || *n <= 0) {
+  if (n.ok() && *n > 0 && !staging) {
+    PRISM_NCCL_LOG(kPrismNcclLogInfo, kPrismNcclFlagInit | kPrismNcclFlagNet,
+                   "%s, %d device(s): host memory only (ptrSupport HOST): "
+                   "NCCL stages device data through its own host buffers; "
+                   "PRISM_NCCL_GPU_STAGING=1 advertises CUDA|DMABUF (copies "
+                   "in the proxy thread, can deadlock, see docs/nccl.md)",
+                   cuda->Name(), *n);
+  } else if (!n.ok() || *n <= 0) {
     PRISM_NCCL_LOG(
         kPrismNcclLogInfo, kPrismNcclFlagInit | kPrismNcclFlagNet,
         "built with CUDA (%s) but no usable CUDA device (%s): host memory "

@@ -12,9 +12,20 @@
 // Which runtime is used is decided once per process (GpuInit, called by the
 // first init): the CUDA runtime when the plugin was built with CUDA
 // (PRISM_NCCL_HAVE_CUDA, CMake auto-detects the toolkit and links the static
-// runtime, which loads libcuda.so.1 at run time) and it reports at least one
-// device; otherwise none, and the plugin supports host memory only. Tests
-// replace the runtime with SetGpuRuntimeForTesting.
+// runtime, which loads libcuda.so.1 at run time), it reports at least one
+// device AND staging was asked for (PRISM_NCCL_GPU_STAGING=1); otherwise
+// none, and the plugin supports host memory only. Tests replace the runtime
+// with SetGpuRuntimeForTesting.
+//
+// Why staging is off by default (docs/nccl.md, "GPU run"): on an H200 with
+// NCCL 2.28.9 and two ranks on one GPU, torch point-to-point send/recv under
+// forced GPUDirect (NCCL_NET_GDR_LEVEL=SYS) hung every time: a staged
+// receive's mirror -> device copy, issued from NCCL's proxy thread while
+// NCCL's kernels spin waiting for that proxy, never completed (also with
+// CUDA_DEVICE_MAX_CONNECTIONS=32; cause not established). A network proxy
+// should not need the GPU's engines to make progress; with host memory only,
+// NCCL's own kernel moves the bytes to and from its host buffers and nothing
+// in the plugin waits on the GPU.
 //
 // Thread safety: GpuInit/Gpu/SetGpuRuntimeForTesting are thread-safe. A
 // GpuRuntime's methods may be called from any thread; the plugin calls them
@@ -59,8 +70,9 @@ class GpuRuntime {
 };
 
 // Decides the process's runtime once and logs the decision (INFO); returns
-// the NCCL_PTR_* bits that follow from it (always NCCL_PTR_HOST).
-int GpuInit();
+// the NCCL_PTR_* bits that follow from it (always NCCL_PTR_HOST). `staging`
+// (PRISM_NCCL_GPU_STAGING) is read by the first call only.
+int GpuInit(bool staging);
 // The runtime decided by GpuInit; nullptr: host memory only.
 GpuRuntime* Gpu();
 // True when the plugin was built with the CUDA runtime.

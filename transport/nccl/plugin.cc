@@ -84,7 +84,7 @@ PrismNcclResult InitCommon(PrismNcclLogger log) {
                      DataModeName(st.config.mode));
     }
     // GPU memory: decided (and logged) once, see gpu.h.
-    (void)GpuInit();
+    (void)GpuInit(st.config.gpu_staging);
     st.loaded = true;
   }
   ++st.refs;
