@@ -22,6 +22,7 @@
 #include "transport/nccl/comm.h"
 #include "transport/nccl/config.h"
 #include "transport/nccl/gpu.h"
+#include "transport/nccl/log.h"
 
 namespace prism::nccl {
 namespace {
@@ -128,7 +129,8 @@ class FakeGpu final : public GpuRuntime {
   absl::Status Query(GpuEvent e) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto* ev = static_cast<Event*>(e);
-    if (ev->pending) RunOne(ev->stream);  // the copy engine makes progress
+    // The copy engine makes progress, unless stalled.
+    if (ev->pending && !stalled_) RunOne(ev->stream);
     return ev->pending ? absl::UnavailableError("not ready") : absl::OkStatus();
   }
   absl::Status Synchronize(GpuStream s) override {
@@ -145,6 +147,11 @@ class FakeGpu final : public GpuRuntime {
   void FailNextCopies(int n) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_copies_ = n;
+  }
+  // Stalled: copies make no progress (as the H200 run saw, docs/nccl.md).
+  void Stall(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stalled_ = on;
   }
 
  private:
@@ -188,6 +195,7 @@ class FakeGpu final : public GpuRuntime {
   std::map<uint8_t*, size_t> pinned_;
   Stats stats_;
   int fail_copies_ = 0;
+  bool stalled_ = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -479,6 +487,64 @@ TEST_P(NcclGpu, CopyFailureFailsTheSend) {
   EXPECT_EQ(DeregMr(f.recv, rmh), 0);
   Close(&f);
   EXPECT_EQ(gpu_.stats().pinned_live, 0);
+  gpu_.FreeDevice(sdev);
+}
+
+// A staged copy the GPU does not run is reported once (WARN) after a second,
+// the request stays pending (NCCL keeps polling), and completes with the
+// right bytes once the copy runs.
+TEST_P(NcclGpu, StalledCopyIsReportedOnce) {
+  using prism::nccl_test::LogSnapshot;
+  using prism::nccl_test::SetLogEcho;
+  SetLogger(prism::nccl_test::TestLogger);
+  Fixture f;
+  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
+  uint8_t* sdev = gpu_.AllocDevice(4096);
+  memset(sdev, 0x5c, 4096);
+  std::vector<uint8_t> rhost(4096, 0);
+  void *smh, *rmh;
+  ASSERT_EQ(RegMr(f.send, sdev, 4096, kPrismNcclPtrCuda, &smh), 0);
+  ASSERT_EQ(RegMr(f.recv, rhost.data(), 4096, kPrismNcclPtrHost, &rmh), 0);
+  void* data = rhost.data();
+  size_t size = 4096;
+  int tag = 3;
+  void* rreq = nullptr;
+  ASSERT_EQ(Irecv(f.recv, 1, &data, &size, &tag, &rmh, &rreq), 0);
+  gpu_.Stall(true);
+  void* sreq = nullptr;
+  const auto start = Clock::now();
+  while (sreq == nullptr) {
+    ASSERT_EQ(Isend(f.send, sdev, 3000, 3, smh, &sreq), 0);
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(10));
+  }
+  auto stall_lines = [] {
+    int n = 0;
+    for (const auto& l : LogSnapshot()) {
+      n += l.text.find("device -> host copy of request") != std::string::npos &&
+           l.text.find("not complete after") != std::string::npos;
+    }
+    return n;
+  };
+  const int before = stall_lines();
+  SetLogEcho(false);  // the expected warning
+  int done = 0;
+  while (Clock::now() - start < std::chrono::milliseconds(1300)) {
+    ASSERT_EQ(prism::nccl::Test(sreq, &done, nullptr), 0);
+    ASSERT_EQ(done, 0) << "completed although its copy never ran";
+  }
+  SetLogEcho(true);
+  EXPECT_EQ(stall_lines() - before, 1);
+  gpu_.Stall(false);
+  int sres, rres, rsize = 0;
+  ASSERT_TRUE(Wait(sreq, &sres, rreq, &rsize, &rres));
+  EXPECT_EQ(sres, 0);
+  EXPECT_EQ(rres, 0);
+  EXPECT_EQ(rsize, 3000);
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(rhost[i], 0x5c) << i;
+  EXPECT_EQ(rhost[3000], 0);
+  EXPECT_EQ(DeregMr(f.send, smh), 0);
+  EXPECT_EQ(DeregMr(f.recv, rmh), 0);
+  Close(&f);
   gpu_.FreeDevice(sdev);
 }
 

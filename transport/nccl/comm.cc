@@ -127,6 +127,9 @@ enum class CommKind : uint32_t { kListen, kSend, kRecv };
 // Counters of rejected input (protocol violations, API misuse), for logs.
 std::atomic<uint64_t> g_protocol_errors{0};
 std::atomic<uint64_t> g_api_errors{0};
+// Staged GPU copies reported as stalled (CommBase::StagingStalled).
+std::atomic<uint64_t> g_staging_stalls{0};
+constexpr std::chrono::milliseconds kStagingStallWarn{1000};
 
 // PRISM_NCCL_CALL_LOG=N (docs/nccl.md): the first N data calls that change
 // state -- regMr, a posted irecv or isend, the first "try again" of a comm
@@ -258,6 +261,25 @@ struct CommBase : SinkBase {
       return st;
     }
     return gpu->Record(r->ev, stream);
+  }
+  // A staged copy whose event is still not complete kStagingStallWarn after
+  // it was enqueued is reported once (WARN, counted): the GPU has not run
+  // the plugin's stream, and NCCL waits on this request. Seen on an H200
+  // (docs/nccl.md, "GPU run"); the copy may still complete later.
+  template <typename Req>
+  void StagingStalled(Req* r, const char* what) {
+    if (r->stall_warned) return;
+    const auto waited = std::chrono::steady_clock::now() - r->staged_at;
+    if (waited < kStagingStallWarn) return;
+    r->stall_warned = true;
+    ++g_staging_stalls;
+    PRISM_NCCL_WARN(
+        "dev %d: %s copy of request %p not complete after %lld ms (the GPU "
+        "has not run the plugin's CUDA stream; see docs/nccl.md, GPU memory)",
+        dev, what, static_cast<void*>(r),
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(waited)
+                .count()));
   }
   // Teardown: waits for copies, destroys events and stream, frees mirrors.
   template <typename Req>
@@ -406,6 +428,10 @@ struct Request {
   // test() reports done).
   bool staging = false;
   GpuEvent ev = nullptr;
+  // When the copy was enqueued, and whether its stall was reported
+  // (CommBase::StagingStalled).
+  std::chrono::steady_clock::time_point staged_at;
+  bool stall_warned = false;
   // Send on the Prism data path, posted once staged (or once earlier
   // pending WRITEs are posted).
   const uint8_t* src = nullptr;
@@ -550,7 +576,10 @@ struct SendComm : CommBase {
       OutItem& it = out[out_head];
       if (it.req != nullptr && it.req->staging) {
         const absl::Status st = gpu->Query(it.req->ev);
-        if (absl::IsUnavailable(st)) return;  // payload still being copied
+        if (absl::IsUnavailable(st)) {  // payload still being copied
+          StagingStalled(it.req, "device -> host");
+          return;
+        }
         if (!st.ok()) {
           FailGpu(st);
           return;
@@ -596,7 +625,10 @@ struct SendComm : CommBase {
       Request* r = pend[pend_head];
       if (r->staging) {
         const absl::Status st = gpu->Query(r->ev);
-        if (absl::IsUnavailable(st)) return;
+        if (absl::IsUnavailable(st)) {
+          StagingStalled(r, "device -> host");
+          return;
+        }
         if (!st.ok()) {
           FailGpu(st);
           return;
@@ -906,6 +938,8 @@ struct RecvComm : CommBase {
         return;
       }
       r->staging = true;
+      r->staged_at = std::chrono::steady_clock::now();
+      r->stall_warned = false;
       ++nstaging;
       return;
     }
@@ -923,7 +957,10 @@ struct RecvComm : CommBase {
       if (nstaging == 0) return;
       if (!r.staging) continue;
       const absl::Status st = gpu->Query(r.ev);
-      if (absl::IsUnavailable(st)) continue;
+      if (absl::IsUnavailable(st)) {
+        StagingStalled(&r, "host -> device");
+        continue;
+      }
       r.staging = false;
       --nstaging;
       if (!st.ok()) {
@@ -1176,9 +1213,12 @@ T* AsComm(void* p, CommKind kind) {
 int SupportedPtrTypes() { return GpuInit(/*staging=*/false); }
 
 void ReleaseIdleResources() {
-  PRISM_NCCL_INFO("rejected so far: %llu protocol errors, %llu API misuses",
-                  static_cast<unsigned long long>(g_protocol_errors.load()),
-                  static_cast<unsigned long long>(g_api_errors.load()));
+  PRISM_NCCL_INFO(
+      "rejected so far: %llu protocol errors, %llu API misuses; %llu staged "
+      "GPU copies reported stalled",
+      static_cast<unsigned long long>(g_protocol_errors.load()),
+      static_cast<unsigned long long>(g_api_errors.load()),
+      static_cast<unsigned long long>(g_staging_stalls.load()));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
 #endif
@@ -1788,6 +1828,8 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       return s->failure;
     }
     req->staging = true;
+    req->staged_at = std::chrono::steady_clock::now();
+    req->stall_warned = false;
   }
   if (size > e.size) {
     ++g_api_errors;
