@@ -393,8 +393,13 @@ struct Conn {
   uint64_t tlp_psn = 0;
   uint16_t tlp_orig_path = 0;
   bool tlp_blame = false;
-  bool any_acked_sent = false;            // rack_sent is valid
-  Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
+  bool any_acked_sent = false;  // rack_sent is valid
+  // The same, per plane (PlaneRackSent): planes below kInlinePlanes here,
+  // the rest (connections with more planes) in plane_rack_more, allocated
+  // by Connect, so that the common case keeps this state small.
+  static constexpr uint32_t kInlinePlanes = 8;
+  Time plane_rack_sent[kInlinePlanes] = {};
+  std::unique_ptr<Time[]> plane_rack_more;
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -516,7 +521,15 @@ struct Conn {
   // emptier plane says nothing; within a plane both queued behind the same
   // ports).
   bool SentBeforeLatestAcked(const TxSlot& s) const {
-    return s.sent_time < plane_rack_sent[plane_of[s.path]];
+    return s.sent_time < PlaneRackSent(plane_of[s.path]);
+  }
+  Time& PlaneRackSent(uint32_t plane) {
+    return plane < kInlinePlanes ? plane_rack_sent[plane]
+                                 : plane_rack_more[plane - kInlinePlanes];
+  }
+  Time PlaneRackSent(uint32_t plane) const {
+    return plane < kInlinePlanes ? plane_rack_sent[plane]
+                                 : plane_rack_more[plane - kInlinePlanes];
   }
   // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
   // PathLossTimeout() after it was sent once a later transmission on its
@@ -811,6 +824,10 @@ class Engine::Impl {
     c->remote = remote;
     c->num_paths = np;
     c->num_planes = planes;
+    if (planes > Conn::kInlinePlanes) {
+      c->plane_rack_more =
+          std::make_unique<Time[]>(planes - Conn::kInlinePlanes);
+    }
     c->mtu = opt_.mtu_payload;
     c->remote_mtu = remote.mtu_payload;
     c->tx_crc = c->opt.payload_checksum || remote.payload_checksum;
@@ -2379,7 +2396,7 @@ class Engine::Impl {
     }
     if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
     if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
-    Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
+    Time& pr = c->PlaneRackSent(c->plane_of[s.path]);
     if (s.sent_time > pr) pr = s.sent_time;
     if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
       c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
@@ -2626,7 +2643,7 @@ class Engine::Impl {
             const Time st = s.sent_time;
             if (st > p.last_acked_sent) p.last_acked_sent = st;
             max_sent = std::max(max_sent, st);
-            Time& pr = c->plane_rack_sent[plane_of[s.path]];
+            Time& pr = c->PlaneRackSent(plane_of[s.path]);
             if (st > pr) pr = st;
             if (np != kNil && !p.dirty) {  // see NoteCopyAcked
               p.dirty = true;
