@@ -1022,6 +1022,8 @@ class Engine::Impl {
           if (j == k) break;
         }
         const bool hc = batch ? has_crc[j] : hdr[j] != kNoHeader;
+        if (!batch && j + 1 < k && hdr[j + 1] != kNoHeader)
+          PrefetchRxNext(hdr[j + 1]);
         ReceiveOne(now, pkts[i + j], hc ? &crc[j] : nullptr,
                    batch ? claim[j] : nullptr);
       }
@@ -1040,6 +1042,31 @@ class Engine::Impl {
     in_batch_ = false;
     nclaims_ = 0;  // RxDestination claims live until the next OnReceive
     claims_full_ = false;
+  }
+
+  // Prefetches only (no effect on results): for the next packet of a chunk
+  // (its connection's lines were prefetched with the chunk), what handling
+  // it reads through that connection: a DATA packet's receive-bitmap word
+  // and message entry (the PSN's and MSN's low bits index them, as the
+  // extended values would), another packet's oldest send slot.
+  // REQUIRES: `hdr` holds at least the DATA header for a DATA type byte, the
+  // common header otherwise (a header with a checksum span does).
+  __attribute__((always_inline)) void PrefetchRxNext(const uint8_t* hdr) {
+    const Conn* c = Find(Get32(hdr + wire::internal::off::kDstConn));
+    if (c == nullptr) return;
+    if (hdr[wire::internal::off::kType] ==
+        static_cast<uint8_t>(wire::PacketType::kData)) {
+      if (!c->rx_bits.empty()) {
+        const uint32_t psn = Get32(hdr + wire::internal::off::kDPsn);
+        __builtin_prefetch(&c->rx_bits[(psn / 64) & c->rx_word_mask]);
+      }
+      if (!c->rx_msgs.empty()) {
+        const uint32_t msn = Get32(hdr + wire::internal::off::kDMsn);
+        __builtin_prefetch(&c->rx_msgs[msn & c->rx_msg_mask]);
+      }
+    } else if (!c->slots.empty()) {
+      __builtin_prefetch(&c->slots[c->snd_una & c->win_mask]);
+    }
   }
 
   // The claim of a split packet whose payload RxDestination resolved and
