@@ -641,6 +641,54 @@ TEST(Engine, RetiredPathResendsItsFailureGroupsFlightOnOtherConnections) {
   }
 }
 
+// Planes above the eight whose latest acked send time the connection keeps
+// inline (the rest are allocated by Connect): a loss on plane 12 of 16 is
+// timed out once a later packet on plane 12 was acked, and not by later packets
+// on other planes alone.
+TEST(Engine, PathTimeoutWorksPerPlaneAboveEightPlanes) {
+  ConnectionOptions o = Pair::Defaults();
+  o.num_paths = 32;
+  o.num_planes = 16;
+  o.rto_min = 40 * kMicrosecond;
+  for (const bool later_on_its_plane : {true, false}) {
+    SCOPED_TRACE(later_on_its_plane);
+    Pair p(o);
+    ASSERT_TRUE(p.Write(0, 1, 0, 16 * 4096, 0).ok());
+    auto pk = Poll(*p.a, 0);
+    ASSERT_TRUE(p.Write(1000, 2, 16 * 4096, 16 * 4096, 16 * 4096).ok());
+    auto pk2 = Poll(*p.a, 1000);
+    ASSERT_EQ(pk.size(), 16u);
+    ASSERT_EQ(pk2.size(), 16u);
+    size_t lost = pk.size();
+    for (size_t i = 0; i < pk.size(); ++i)
+      if (pk[i].path % 16 == 12) lost = i;
+    ASSERT_LT(lost, pk.size());
+    size_t later = 0;
+    for (size_t i = 0; i < pk.size(); ++i)
+      if (i != lost) Deliver(*p.b, 1500, pk[i]);
+    for (const Cap& c : pk2) {
+      if (c.path % 16 == 12) {
+        ++later;
+        if (!later_on_its_plane) continue;
+      }
+      Deliver(*p.b, 1500, c);
+    }
+    ASSERT_GT(later, 0u);
+    for (auto& c : PollAcks(*p.b, 1500)) Deliver(*p.a, 2000, c);
+    const Time t = p.a->NextEventTime();
+    if (!later_on_its_plane) {
+      // No evidence against the lost packet's path: the tail-loss probe.
+      EXPECT_GT(t, 10 * kMicrosecond);
+      continue;
+    }
+    EXPECT_EQ(t, 10 * kMicrosecond);  // LossTimeout, as above
+    auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+    ASSERT_EQ(re.size(), 1u);
+    EXPECT_EQ(re[0].pkt.data.psn, pk[lost].pkt.data.psn);
+    EXPECT_EQ(p.a->connection_stats(p.ca)->path_timeouts, 1u);
+  }
+}
+
 TEST(Engine, PathTimeoutNeedsALaterSentPacketAcked) {
   // Only packets sent at the same time as the lost one are acked: that is no
   // evidence its path failed (it may just be slower), so the path timeout

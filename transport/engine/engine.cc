@@ -393,8 +393,13 @@ struct Conn {
   uint64_t tlp_psn = 0;
   uint16_t tlp_orig_path = 0;
   bool tlp_blame = false;
-  bool any_acked_sent = false;            // rack_sent is valid
-  Time plane_rack_sent[kMaxPlanes] = {};  // the same, per plane
+  bool any_acked_sent = false;  // rack_sent is valid
+  // The same, per plane (PlaneRackSent): planes below kInlinePlanes here,
+  // the rest (connections with more planes) in plane_rack_more, allocated
+  // by Connect, so that the common case keeps this state small.
+  static constexpr uint32_t kInlinePlanes = 8;
+  Time plane_rack_sent[kInlinePlanes] = {};
+  std::unique_ptr<Time[]> plane_rack_more;
   Time next_send_time = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -516,7 +521,15 @@ struct Conn {
   // emptier plane says nothing; within a plane both queued behind the same
   // ports).
   bool SentBeforeLatestAcked(const TxSlot& s) const {
-    return s.sent_time < plane_rack_sent[plane_of[s.path]];
+    return s.sent_time < PlaneRackSent(plane_of[s.path]);
+  }
+  Time& PlaneRackSent(uint32_t plane) {
+    return plane < kInlinePlanes ? plane_rack_sent[plane]
+                                 : plane_rack_more[plane - kInlinePlanes];
+  }
+  Time PlaneRackSent(uint32_t plane) const {
+    return plane < kInlinePlanes ? plane_rack_sent[plane]
+                                 : plane_rack_more[plane - kInlinePlanes];
   }
   // When `s` is lost by path timeout (kTimeInfinite: not overtaken yet):
   // PathLossTimeout() after it was sent once a later transmission on its
@@ -811,6 +824,10 @@ class Engine::Impl {
     c->remote = remote;
     c->num_paths = np;
     c->num_planes = planes;
+    if (planes > Conn::kInlinePlanes) {
+      c->plane_rack_more =
+          std::make_unique<Time[]>(planes - Conn::kInlinePlanes);
+    }
     c->mtu = opt_.mtu_payload;
     c->remote_mtu = remote.mtu_payload;
     c->tx_crc = c->opt.payload_checksum || remote.payload_checksum;
@@ -964,6 +981,20 @@ class Engine::Impl {
           span[j] = sp != 0 ? sp : sizeof(kNoHeader);
         }
         wire::HeaderCrcs(hdr, span, k, crc);
+        // Start loading the connections of the chunk's packets (their
+        // headers are in cache now; one with a checksum span holds at least
+        // the common header) while the packets before them are handled.
+        // Prefetches only: no effect on results.
+        for (size_t j = 0; j < k; ++j) {
+          if (hdr[j] == kNoHeader) continue;
+          const Conn* c = Find(Get32(hdr[j] + wire::internal::off::kDstConn));
+          if (c == nullptr) continue;
+          __builtin_prefetch(&c->connected);
+          __builtin_prefetch(&c->snd_una);
+          __builtin_prefetch(&c->all_head);
+          __builtin_prefetch(&c->rcv_nxt);
+          __builtin_prefetch(&c->ack_deadline);
+        }
       } else {
         // Only the packets not read in place are checksummed (m of them).
         size_t m = 0;
@@ -991,6 +1022,8 @@ class Engine::Impl {
           if (j == k) break;
         }
         const bool hc = batch ? has_crc[j] : hdr[j] != kNoHeader;
+        if (!batch && j + 1 < k && hdr[j + 1] != kNoHeader)
+          PrefetchRxNext(hdr[j + 1]);
         ReceiveOne(now, pkts[i + j], hc ? &crc[j] : nullptr,
                    batch ? claim[j] : nullptr);
       }
@@ -1009,6 +1042,31 @@ class Engine::Impl {
     in_batch_ = false;
     nclaims_ = 0;  // RxDestination claims live until the next OnReceive
     claims_full_ = false;
+  }
+
+  // Prefetches only (no effect on results): for the next packet of a chunk
+  // (its connection's lines were prefetched with the chunk), what handling
+  // it reads through that connection: a DATA packet's receive-bitmap word
+  // and message entry (the PSN's and MSN's low bits index them, as the
+  // extended values would), another packet's oldest send slot.
+  // REQUIRES: `hdr` holds at least the DATA header for a DATA type byte, the
+  // common header otherwise (a header with a checksum span does).
+  __attribute__((always_inline)) void PrefetchRxNext(const uint8_t* hdr) {
+    const Conn* c = Find(Get32(hdr + wire::internal::off::kDstConn));
+    if (c == nullptr) return;
+    if (hdr[wire::internal::off::kType] ==
+        static_cast<uint8_t>(wire::PacketType::kData)) {
+      if (!c->rx_bits.empty()) {
+        const uint32_t psn = Get32(hdr + wire::internal::off::kDPsn);
+        __builtin_prefetch(&c->rx_bits[(psn / 64) & c->rx_word_mask]);
+      }
+      if (!c->rx_msgs.empty()) {
+        const uint32_t msn = Get32(hdr + wire::internal::off::kDMsn);
+        __builtin_prefetch(&c->rx_msgs[msn & c->rx_msg_mask]);
+      }
+    } else if (!c->slots.empty()) {
+      __builtin_prefetch(&c->slots[c->snd_una & c->win_mask]);
+    }
   }
 
   // The claim of a split packet whose payload RxDestination resolved and
@@ -2379,7 +2437,7 @@ class Engine::Impl {
     }
     if (s.sent_time > p.last_acked_sent) p.last_acked_sent = s.sent_time;
     if (s.sent_time > run.rack_sent) run.rack_sent = s.sent_time;
-    Time& pr = c->plane_rack_sent[c->plane_of[s.path]];
+    Time& pr = c->PlaneRackSent(c->plane_of[s.path]);
     if (s.sent_time > pr) pr = s.sent_time;
     if (c->tlp_stall_at > c->tlp_rack && s.sent_time >= c->tlp_stall_at) {
       c->tlp_rack = c->tlp_stall_at;  // a probe (or later data) got through
@@ -2626,7 +2684,7 @@ class Engine::Impl {
             const Time st = s.sent_time;
             if (st > p.last_acked_sent) p.last_acked_sent = st;
             max_sent = std::max(max_sent, st);
-            Time& pr = c->plane_rack_sent[plane_of[s.path]];
+            Time& pr = c->PlaneRackSent(plane_of[s.path]);
             if (st > pr) pr = st;
             if (np != kNil && !p.dirty) {  // see NoteCopyAcked
               p.dirty = true;
