@@ -457,21 +457,45 @@ TEST_P(NcclGpu, StagedTrafficVerifiedByteByByte) {
   gpu_.FreeDevice(rdev);
 }
 
+// One connected pair with a 4 KiB device buffer (filled with `fill`) on the
+// send side, a 4 KiB host buffer (filled with `rfill`) on the receive
+// side, both registered, and one receive of it posted with `tag`.
+struct DeviceToHost {
+  Fixture f;
+  uint8_t* sdev = nullptr;
+  std::vector<uint8_t> rhost;
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  void* rreq = nullptr;
+
+  void Open(FakeGpu* gpu, const char* datapath, uint8_t fill, uint8_t rfill,
+            int tag) {
+    ASSERT_NO_FATAL_FAILURE(Connect(datapath, &f));
+    sdev = gpu->AllocDevice(4096);
+    memset(sdev, fill, 4096);
+    rhost.assign(4096, rfill);
+    ASSERT_EQ(RegMr(f.send, sdev, 4096, kPrismNcclPtrCuda, &smh), 0);
+    ASSERT_EQ(RegMr(f.recv, rhost.data(), 4096, kPrismNcclPtrHost, &rmh), 0);
+    void* data = rhost.data();
+    size_t size = 4096;
+    ASSERT_EQ(Irecv(f.recv, 1, &data, &size, &tag, &rmh, &rreq), 0);
+  }
+  void Close(FakeGpu* gpu) {
+    EXPECT_EQ(DeregMr(f.send, smh), 0);
+    EXPECT_EQ(DeregMr(f.recv, rmh), 0);
+    ::prism::nccl::Close(&f);
+    gpu->FreeDevice(sdev);
+  }
+};
+
 // A failing device copy fails the send cleanly (an error, no crash, no
 // WRITE of stale bytes); the comm reports the failure from then on.
 TEST_P(NcclGpu, CopyFailureFailsTheSend) {
-  Fixture f;
-  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
-  uint8_t* sdev = gpu_.AllocDevice(4096);
-  std::vector<uint8_t> rhost(4096, 0x11);
-  void *smh, *rmh;
-  ASSERT_EQ(RegMr(f.send, sdev, 4096, kPrismNcclPtrCuda, &smh), 0);
-  ASSERT_EQ(RegMr(f.recv, rhost.data(), 4096, kPrismNcclPtrHost, &rmh), 0);
-  void* data = rhost.data();
-  size_t size = 4096;
-  int tag = 1;
-  void* rreq = nullptr;
-  ASSERT_EQ(Irecv(f.recv, 1, &data, &size, &tag, &rmh, &rreq), 0);
+  DeviceToHost p;
+  ASSERT_NO_FATAL_FAILURE(p.Open(&gpu_, GetParam(), 0xdd, 0x11, 1));
+  Fixture& f = p.f;
+  uint8_t* sdev = p.sdev;
+  void* smh = p.smh;
   gpu_.FailNextCopies(1);
   void* sreq = nullptr;
   int r = kPrismNcclSuccess;
@@ -482,12 +506,9 @@ TEST_P(NcclGpu, CopyFailureFailsTheSend) {
   }
   EXPECT_EQ(r, kPrismNcclUnhandledCudaError);
   EXPECT_EQ(sreq, nullptr);
-  for (uint8_t b : rhost) ASSERT_EQ(b, 0x11);
-  EXPECT_EQ(DeregMr(f.send, smh), 0);
-  EXPECT_EQ(DeregMr(f.recv, rmh), 0);
-  Close(&f);
+  for (uint8_t b : p.rhost) ASSERT_EQ(b, 0x11);
+  p.Close(&gpu_);
   EXPECT_EQ(gpu_.stats().pinned_live, 0);
-  gpu_.FreeDevice(sdev);
 }
 
 // A staged copy the GPU does not run is reported once (WARN) after a second,
@@ -497,24 +518,13 @@ TEST_P(NcclGpu, StalledCopyIsReportedOnce) {
   using prism::nccl_test::LogSnapshot;
   using prism::nccl_test::SetLogEcho;
   SetLogger(prism::nccl_test::TestLogger);
-  Fixture f;
-  ASSERT_NO_FATAL_FAILURE(Connect(GetParam(), &f));
-  uint8_t* sdev = gpu_.AllocDevice(4096);
-  memset(sdev, 0x5c, 4096);
-  std::vector<uint8_t> rhost(4096, 0);
-  void *smh, *rmh;
-  ASSERT_EQ(RegMr(f.send, sdev, 4096, kPrismNcclPtrCuda, &smh), 0);
-  ASSERT_EQ(RegMr(f.recv, rhost.data(), 4096, kPrismNcclPtrHost, &rmh), 0);
-  void* data = rhost.data();
-  size_t size = 4096;
-  int tag = 3;
-  void* rreq = nullptr;
-  ASSERT_EQ(Irecv(f.recv, 1, &data, &size, &tag, &rmh, &rreq), 0);
+  DeviceToHost p;
+  ASSERT_NO_FATAL_FAILURE(p.Open(&gpu_, GetParam(), 0x5c, 0, 3));
   gpu_.Stall(true);
   void* sreq = nullptr;
   const auto start = Clock::now();
   while (sreq == nullptr) {
-    ASSERT_EQ(Isend(f.send, sdev, 3000, 3, smh, &sreq), 0);
+    ASSERT_EQ(Isend(p.f.send, p.sdev, 3000, 3, p.smh, &sreq), 0);
     ASSERT_LT(Clock::now() - start, std::chrono::seconds(10));
   }
   auto stall_lines = [] {
@@ -536,16 +546,13 @@ TEST_P(NcclGpu, StalledCopyIsReportedOnce) {
   EXPECT_EQ(stall_lines() - before, 1);
   gpu_.Stall(false);
   int sres, rres, rsize = 0;
-  ASSERT_TRUE(Wait(sreq, &sres, rreq, &rsize, &rres));
+  ASSERT_TRUE(Wait(sreq, &sres, p.rreq, &rsize, &rres));
   EXPECT_EQ(sres, 0);
   EXPECT_EQ(rres, 0);
   EXPECT_EQ(rsize, 3000);
-  for (int i = 0; i < 3000; ++i) ASSERT_EQ(rhost[i], 0x5c) << i;
-  EXPECT_EQ(rhost[3000], 0);
-  EXPECT_EQ(DeregMr(f.send, smh), 0);
-  EXPECT_EQ(DeregMr(f.recv, rmh), 0);
-  Close(&f);
-  gpu_.FreeDevice(sdev);
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(p.rhost[i], 0x5c) << i;
+  EXPECT_EQ(p.rhost[3000], 0);
+  p.Close(&gpu_);
 }
 
 std::vector<const char*> DataPaths() {
