@@ -430,12 +430,12 @@ class Fabric {
   std::vector<QueueProfile> profiles_;
   std::vector<NodeInfo> nodes_;
   std::vector<Port, HugeAllocator<Port>> ports_;
-  std::vector<uint32_t> link_port_;       // 2 per link
+  std::vector<uint32_t> link_port_;  // 2 per link
   // Port::to of every port, compact (BuildCarrier walks it per packet; the
   // 168-byte ports would cost a cache miss per hop).
   std::vector<uint32_t> port_to_;
-  std::vector<uint8_t> link_up_;          // administrative link state
-  std::vector<uint32_t> host_port_;       // host*planes + plane
+  std::vector<uint8_t> link_up_;     // administrative link state
+  std::vector<uint32_t> host_port_;  // host*planes + plane
   // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -
   // queued (at least 0) : 0, and its sum over each host's ports (per host).
   // Maintained by SetNicRoom.

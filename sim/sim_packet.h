@@ -48,8 +48,8 @@ struct alignas(64) SimPacket {
   // far end, so that an arrival needs nothing from the next packet's cache
   // line to schedule it.
   Time when = 0;
-  uint32_t src = 0;           // source host
-  uint32_t dst = 0;           // destination host
+  uint32_t src = 0;  // source host
+  uint32_t dst = 0;  // destination host
   uint32_t entropy = 0;
   uint32_t last_port = 0;  // port it was last transmitted on
   uint32_t epoch = 0;      // that port's link epoch at transmission

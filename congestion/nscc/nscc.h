@@ -35,8 +35,9 @@
 // AckEvent::stranded_bytes). It meets the link-flaps bar and slows an
 // undisturbed all-to-all by ~1.3% on average (docs/congestion.md "Quick
 // adapt"). The receiver's rx_window_penalty (in MTU packets, latest value
-// wins, 0 clears) is subtracted from the window reported. A timeout halves the window.
-// window_bytes() is always within [min_window, max_window]; pacing rate 0.
+// wins, 0 clears) is subtracted from the window reported. A timeout halves the
+// window. window_bytes() is always within [min_window, max_window]; the
+// pacing rate is 0.
 //
 // Thread safety: none; one connection's thread. Pure and deterministic.
 #ifndef PRISM_CONGESTION_NSCC_NSCC_H_

@@ -399,8 +399,8 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
     }
   }
   if (pl.good + pl.skip > 0) {
-    ready_planes_ = static_cast<uint16_t>(up ? ready_planes_ + 1
-                                             : ready_planes_ - 1);
+    ready_planes_ =
+        static_cast<uint16_t>(up ? ready_planes_ + 1 : ready_planes_ - 1);
   }
   pl.up = up;
   if (!up) {

@@ -532,9 +532,9 @@ TEST(WireLayout, DataPayloadOf64KiBAndMore) {
   DataHeader h;
   h.msg_len = 3 * kMaxPayloadLen;
   h.payload_len = kMaxPayloadLen;
-  EXPECT_EQ(DecodeMutatedData(h, kMaxPayloadLen + 1,
-                              [](uint8_t* b) { b[48] = 1; }),
-            DecodeError::kBadField);
+  EXPECT_EQ(
+      DecodeMutatedData(h, kMaxPayloadLen + 1, [](uint8_t* b) { b[48] = 1; }),
+      DecodeError::kBadField);
 }
 
 TEST(WireMalformed, DataForbiddenFields) {
@@ -654,11 +654,10 @@ TEST(WireMalformed, ControlForbiddenFields) {
   EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
                           [](uint8_t* b) { SetLe32(b + 24, 0x10000); }),
             DecodeError::kOk);  // 64 KiB: payload_len_hi in use
-  EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
-                          [](uint8_t* b) {
-                            SetLe32(b + 24, kMaxPayloadLen + 1);
-                          }),
-            DecodeError::kBadField);  // mtu beyond kMaxPayloadLen
+  EXPECT_EQ(
+      DecodeMutated(kConnectHeaderSize, conn,
+                    [](uint8_t* b) { SetLe32(b + 24, kMaxPayloadLen + 1); }),
+      DecodeError::kBadField);  // mtu beyond kMaxPayloadLen
   EXPECT_EQ(DecodeMutated(kConnectHeaderSize, conn,
                           [](uint8_t* b) { SetLe16(b + 32, 0); }),
             DecodeError::kBadField);  // no paths

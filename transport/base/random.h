@@ -35,12 +35,13 @@ class Rng {
 
   // Uniform in [0, n); n > 0. Lemire's multiply-shift (tiny bias, fine here).
   uint64_t Uniform(uint64_t n) {
-    return static_cast<uint64_t>(
-        (static_cast<unsigned __int128>(Next()) * n) >> 64);
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >>
+                                 64);
   }
   // Uniform in [lo, hi] inclusive.
   int64_t Range(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(Uniform(static_cast<uint64_t>(hi - lo) + 1));
+    return lo +
+           static_cast<int64_t>(Uniform(static_cast<uint64_t>(hi - lo) + 1));
   }
   // Uniform double in [0, 1).
   double NextDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }

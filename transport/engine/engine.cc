@@ -361,7 +361,7 @@ struct Conn {
   std::vector<TxSlot> slots;
   std::vector<PathInfo> paths;
   std::vector<PathCold> path_cold;  // parallel to paths
-  std::vector<uint8_t> plane_of;  // path % num_planes (no division per ack)
+  std::vector<uint8_t> plane_of;    // path % num_planes (no division per ack)
   std::vector<TxMsg> msgs;
   uint32_t msg_mask = 0;
   uint32_t max_msgs = 0;
@@ -3761,7 +3761,7 @@ class Engine::Impl {
   // Set when fate sharing touched another connection during PollTransmit's
   // timer pass (that pass must not then mark the timers valid).
   bool cross_touched_ = false;
-  std::vector<Conn*> by_id_;                                  // lookup
+  std::vector<Conn*> by_id_;  // lookup
   std::vector<Conn*> order_;
   std::vector<Sched> sched_;  // parallel to order_
   size_t cursor_ = 0;

@@ -106,8 +106,7 @@ absl::Status Bad(absl::string_view why) {
 }  // namespace
 
 absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
-  if (w.info.mtu_payload > 0xffffff)
-    return Bad("mtu_payload above 24 bits");
+  if (w.info.mtu_payload > 0xffffff) return Bad("mtu_payload above 24 bits");
   const bool mtu_hi = w.info.mtu_payload > 0xffff;
   if (w.info.num_planes > 0xff) return Bad("more than 255 planes");
   if (w.datapath == BlobDatapath::kUdp &&
@@ -122,10 +121,9 @@ absl::StatusOr<ConnectionBlob> EncodeBlob(const ConnInfoWire& w) {
   wr.U8(kBlobMagic);
   wr.U8(kBlobVersion);
   wr.U8(0);  // length, patched below
-  wr.U8(static_cast<uint8_t>(static_cast<uint8_t>(w.datapath) |
-                             (same_ports ? 0 : kFlagPorts) |
-                             (mtu_hi ? kFlagMtuHi : 0) |
-                             (w.info.payload_checksum ? 0x80 : 0)));
+  wr.U8(static_cast<uint8_t>(
+      static_cast<uint8_t>(w.datapath) | (same_ports ? 0 : kFlagPorts) |
+      (mtu_hi ? kFlagMtuHi : 0) | (w.info.payload_checksum ? 0x80 : 0)));
   wr.U8(w.datapath == BlobDatapath::kUdp ? static_cast<uint8_t>(w.planes.size())
                                          : 0);
   wr.U32(w.info.conn_id);

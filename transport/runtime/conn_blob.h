@@ -20,7 +20,8 @@
 //   loopback: 18 node u32 (22 bytes)
 //   verbs: 18 the verbs PeerInfo bytes (verbs::EncodePeerInfo, 40 + 4 x
 //        num_qps; opaque here, checked by verbs::DecodePeerInfo), up to the
-//        end of the blob: 8 QPs 90 bytes, at most 49 QPs (255 bytes with mtu_hi).
+//        end of the blob: 8 QPs 90 bytes, at most 49 QPs (255 bytes with
+//        mtu_hi).
 // Version 1 blobs (no length byte) are rejected with a clear error.
 // Invariant: Decode(Encode(x)) == x; Decode never reads outside the blob and
 // rejects unknown magic/version, a length byte that disagrees with the

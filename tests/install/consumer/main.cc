@@ -50,12 +50,14 @@ int main() {
     }
     size_t k = a.PollCompletions(c, 8);
     for (size_t i = 0; i < k; ++i)
-      if (c[i].type == prism::CompletionType::kWrite && c[i].wr_id == 7) done = true;
+      if (c[i].type == prism::CompletionType::kWrite && c[i].wr_id == 7)
+        done = true;
   }
   if (!done || std::memcmp(src.data(), dst.data(), src.size()) != 0) {
     std::puts("consumer: transfer FAILED");
     return 5;
   }
-  std::puts("consumer: 100000 bytes written and verified through installed Prism");
+  std::puts(
+      "consumer: 100000 bytes written and verified through installed Prism");
   return 0;
 }

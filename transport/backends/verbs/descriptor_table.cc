@@ -51,8 +51,8 @@ bool DecodeDescriptor(const uint8_t in[kDescriptorBytes],
   d->base_addr = Get64(in + 24);
   d->mtu = Get32(in + 32);
   d->flags = Get16(in + 36);
-  return d->mtu >= 1 && d->mtu <= wire::kMaxPayloadLen && (d->flags & ~kKnownFlags) == 0 &&
-         Get16(in + 38) == 0;
+  return d->mtu >= 1 && d->mtu <= wire::kMaxPayloadLen &&
+         (d->flags & ~kKnownFlags) == 0 && Get16(in + 38) == 0;
 }
 
 bool RebuildDataHeader(const MessageDescriptor& d, uint32_t psn,

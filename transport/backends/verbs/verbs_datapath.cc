@@ -272,7 +272,8 @@ std::string VerbsStats::ToString() const {
       "tx_post_errors=%u tx_frames_queued=%u tx_closes=%u tx_drop_acked=%u "
       "close_waits=%u tx_wait_ready=%u tx_hellos=%u rx_hellos=%u "
       "ready_timeouts=%u ctrl_qp_recycles=%u tx_drop_not_ready=%u "
-      "tx_sacks_merged=%u tx_data_signalled=%u rx_data=%u rx_data_bytes=%u rx_ctrl=%u rx_descriptors=%u "
+      "tx_sacks_merged=%u tx_data_signalled=%u rx_data=%u rx_data_bytes=%u "
+      "rx_ctrl=%u rx_descriptors=%u "
       "rx_pending=%u rx_drop_no_descriptor=%u rx_drop_bad_imm=%u "
       "rx_drop_unknown=%u rx_closes=%u rx_after_close=%u "
       "completions_held=%u cq_errors=%u qp_errors=%u async_events=%u",
@@ -281,9 +282,10 @@ std::string VerbsStats::ToString() const {
       tx_drop_device_lost, tx_drop_malformed, tx_post_errors, tx_frames_queued,
       tx_closes, tx_drop_acked, close_waits, tx_wait_ready, tx_hellos,
       rx_hellos, ready_timeouts, ctrl_qp_recycles, tx_drop_not_ready,
-      tx_sacks_merged, tx_data_signalled, rx_data, rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor,
-      rx_drop_bad_imm, rx_drop_unknown, rx_closes, rx_after_close,
-      completions_held, cq_errors, qp_errors, async_events);
+      tx_sacks_merged, tx_data_signalled, rx_data, rx_data_bytes, rx_ctrl,
+      rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm,
+      rx_drop_unknown, rx_closes, rx_after_close, completions_held, cq_errors,
+      qp_errors, async_events);
 }
 
 // ---------------------------------------------------------------- discovery
@@ -489,8 +491,8 @@ class VerbsDatapath::Impl {
       return absl::InvalidArgumentError("num_qps must be 1..1024");
     }
     if (o_.mtu_payload == 0 || o_.mtu_payload > wire::kMaxPayloadLen) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mtu_payload must be 1..", wire::kMaxPayloadLen));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mtu_payload must be 1..", wire::kMaxPayloadLen));
     }
     if (o_.signal_every == 0 || o_.sq_depth <= o_.signal_every ||
         o_.ctrl_depth <= o_.signal_every) {
@@ -1209,8 +1211,8 @@ class VerbsDatapath::Impl {
             memcmp(a + off::kSBytesReceived, b + off::kSBytesReceived,
                    off::kSTriggerPsn - off::kSBytesReceived) == 0 &&
             memcmp(a + off::kSOooCount, b + off::kSOooCount, 4) == 0 &&
-            memcmp(a + off::kSRxWindowPenalty, b + off::kSRxWindowPenalty,
-                   2) == 0 &&
+            memcmp(a + off::kSRxWindowPenalty, b + off::kSRxWindowPenalty, 2) ==
+                0 &&
             a[off::kSEcnSeen] <= b[off::kSEcnSeen]) {
           repeated |= uint64_t{1} << k;
         }
@@ -2473,9 +2475,9 @@ class VerbsDatapath::Impl {
         tx_frames_queued, tx_closes, tx_drop_acked, close_waits, tx_wait_ready,
         tx_hellos, rx_hellos, ready_timeouts, ctrl_qp_recycles,
         tx_drop_not_ready, tx_sacks_merged, tx_data_signalled, rx_data,
-        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending, rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown,
-        rx_closes, rx_after_close, completions_held, cq_errors, qp_errors,
-        async_events;
+        rx_data_bytes, rx_ctrl, rx_descriptors, rx_pending,
+        rx_drop_no_descriptor, rx_drop_bad_imm, rx_drop_unknown, rx_closes,
+        rx_after_close, completions_held, cq_errors, qp_errors, async_events;
   } st_;
 };
 

@@ -8,7 +8,8 @@
 //   the datapath gathers header + payload (sendmmsg iovecs, an mbuf chain, a
 //   verbs SGE list, or a pointer carried by the simulator). The payload memory
 //   stays valid until the message that owns it completes.
-// - An RxPacket is either contiguous (`payload == nullptr`: the payload, if any,
+// - An RxPacket is either contiguous (`payload == nullptr`: the payload, if
+// any,
 //   follows the header inside `data`) or split (`payload` points at the
 //   payload, `data` holds the header only). Both are valid only during the call
 //   that hands them to the engine.
@@ -46,8 +47,8 @@ struct TxPacket {
   uint16_t header_len = 0;
   const uint8_t* payload = nullptr;  // nullptr when payload_len == 0
   uint32_t payload_len = 0;
-  uint32_t peer = 0;        // ConnectionOptions::peer of the connection
-  PathId path = 0;          // path index chosen by the engine
+  uint32_t peer = 0;  // ConnectionOptions::peer of the connection
+  PathId path = 0;    // path index chosen by the engine
   TrafficClass tclass = TrafficClass::kData;
 
   size_t size() const { return header_len + payload_len; }
@@ -58,7 +59,7 @@ struct RxPacket {
   uint32_t len = 0;
   const uint8_t* payload = nullptr;  // split mode only
   uint32_t payload_len = 0;          // split mode only
-  uint32_t peer = 0;   // datapath-level source id (informational)
+  uint32_t peer = 0;                 // datapath-level source id (informational)
   bool ecn_ce = false;   // IP ECN field was CE (congestion experienced)
   bool trimmed = false;  // the datapath knows the payload was cut (simulator)
 };

@@ -18,17 +18,17 @@ struct EngineStats {
   uint64_t rx_packets = 0;
   uint64_t tx_packets = 0;
   // Drops of bad input, one counter per reason.
-  uint64_t rx_drop_malformed = 0;     // decoder rejected (length, type, ...)
+  uint64_t rx_drop_malformed = 0;  // decoder rejected (length, type, ...)
   uint64_t rx_drop_bad_magic = 0;
   uint64_t rx_drop_bad_version = 0;
-  uint64_t rx_drop_bad_checksum = 0;  // header checksum mismatch
+  uint64_t rx_drop_bad_checksum = 0;     // header checksum mismatch
   uint64_t rx_drop_payload_corrupt = 0;  // payload CRC32C mismatch
   uint64_t rx_drop_unknown_conn = 0;
-  uint64_t rx_drop_bad_key = 0;       // rkey unknown / no remote-write access
-  uint64_t rx_drop_bad_range = 0;     // address range outside the region
-  uint64_t rx_drop_out_of_window = 0; // PSN outside the receive window
-  uint64_t rx_drop_placement = 0;     // Placer::Place failed
-  uint64_t rx_duplicates = 0;         // already received (suppressed, re-acked)
+  uint64_t rx_drop_bad_key = 0;        // rkey unknown / no remote-write access
+  uint64_t rx_drop_bad_range = 0;      // address range outside the region
+  uint64_t rx_drop_out_of_window = 0;  // PSN outside the receive window
+  uint64_t rx_drop_placement = 0;      // Placer::Place failed
+  uint64_t rx_duplicates = 0;  // already received (suppressed, re-acked)
   // Well-formed in-band CONNECT / CONNECT_ACK: the engine does not run the
   // wire setup exchange (connections are set up with Connect() from a
   // ConnectionInfo exchanged out of band, e.g. transport/runtime's blob), so
@@ -45,38 +45,38 @@ struct EngineStats {
 
 struct ConnectionStats {
   uint64_t tx_data_packets = 0;
-  uint64_t tx_data_bytes = 0;        // payload bytes incl. retransmissions
+  uint64_t tx_data_bytes = 0;  // payload bytes incl. retransmissions
   uint64_t retransmitted_packets = 0;
   uint64_t retransmitted_bytes = 0;
-  uint64_t rto_events = 0;           // retransmission timeouts fired
-  uint64_t tail_loss_probes = 0;     // PTO firings (early retransmits)
-  uint64_t path_timeouts = 0;        // lost by path timeout (engine.h)
-  uint64_t plane_status_repeats = 0; // PLANE_STATUS re-sends (see engine.h)
-  uint64_t trims_received = 0;       // TRIMMED NACKs received (as sender)
-  uint64_t nacks_received = 0;       // all NACKs received
+  uint64_t rto_events = 0;            // retransmission timeouts fired
+  uint64_t tail_loss_probes = 0;      // PTO firings (early retransmits)
+  uint64_t path_timeouts = 0;         // lost by path timeout (engine.h)
+  uint64_t plane_status_repeats = 0;  // PLANE_STATUS re-sends (see engine.h)
+  uint64_t trims_received = 0;        // TRIMMED NACKs received (as sender)
+  uint64_t nacks_received = 0;        // all NACKs received
   uint64_t sacks_received = 0;
-  uint64_t ecn_echoes = 0;           // ACKed packets that had ECN CE
-  uint64_t rx_data_packets = 0;      // as receiver
-  uint64_t rx_data_bytes = 0;        // payload bytes placed (first copies)
-  uint64_t rx_trimmed = 0;           // trimmed headers received (as receiver)
+  uint64_t ecn_echoes = 0;       // ACKed packets that had ECN CE
+  uint64_t rx_data_packets = 0;  // as receiver
+  uint64_t rx_data_bytes = 0;    // payload bytes placed (first copies)
+  uint64_t rx_trimmed = 0;       // trimmed headers received (as receiver)
   uint64_t tx_sacks = 0;
   uint64_t tx_nacks = 0;
   uint64_t probes_sent = 0;
   uint64_t probe_acks_received = 0;
-  uint64_t paths_retired = 0;        // transitions to ASSUMED_BAD
-  uint64_t paths_restored = 0;       // ASSUMED_BAD -> GOOD after a probe
+  uint64_t paths_retired = 0;   // transitions to ASSUMED_BAD
+  uint64_t paths_restored = 0;  // ASSUMED_BAD -> GOOD after a probe
   // Fate sharing (ConnectionOptions::path_groups): transmissions in flight
   // resent at once because a path of their failure group was retired on
   // another connection of the engine.
   uint64_t group_resends = 0;
-  uint64_t messages_completed = 0;   // sender side
-  uint64_t messages_received = 0;    // receiver side (all WRITEs)
+  uint64_t messages_completed = 0;  // sender side
+  uint64_t messages_received = 0;   // receiver side (all WRITEs)
   uint64_t bytes_acked = 0;
   uint64_t inflight_bytes = 0;
   uint64_t cwnd_bytes = 0;
   Time srtt = 0;
   Time rto = 0;
-  uint16_t paths_active = 0;         // paths currently GOOD or SKIP
+  uint16_t paths_active = 0;  // paths currently GOOD or SKIP
 
   std::string ToString() const;
 };
@@ -91,7 +91,7 @@ struct PathStats {
   uint64_t retired = 0;   // times put in ASSUMED_BAD
   uint64_t restored = 0;  // times a probe brought it back
   Time srtt = 0;
-  uint8_t state = 0;      // routing::PathState value
+  uint8_t state = 0;  // routing::PathState value
 
   std::string ToString() const;
 };

@@ -1,8 +1,9 @@
 // Basic vocabulary types shared by every Prism module.
 //
-// Contract: time inside Prism is an integer count of picoseconds (`prism::Time`).
-// The engine, congestion control, routing and the simulator never read a clock;
-// callers pass `now` in. 2^63 ps is about 106 days, far beyond any run.
+// Contract: time inside Prism is an integer count of picoseconds
+// (`prism::Time`). The engine, congestion control, routing and the simulator
+// never read a clock; callers pass `now` in. 2^63 ps is about 106 days, far
+// beyond any run.
 #ifndef PRISM_TYPES_H_
 #define PRISM_TYPES_H_
 
