@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
   clang llvm libclang-rt-dev          # libFuzzer targets
+  clang-format git                    # tests/style (make format)
   libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev
   libibverbs-dev rdma-core ibverbs-utils perftest ibverbs-providers rdmacm-utils qemu-system-x86 busybox-static kmod cpio  # verbs datapath + soft-RoCE VM rig (tests/rxe)
   libdpdk-dev                         # DPDK datapath (optional)
