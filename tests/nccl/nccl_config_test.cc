@@ -70,7 +70,8 @@ TEST(NcclConfig, BadValuesNameTheVariable) {
       {"PRISM_PATHS", "0"},          {"PRISM_PATHS", "70000"},
       {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
       {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
-      {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"}};
+      {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"},
+      {"PRISM_NCCL_CALL_LOG", "-1"}};
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
 }
 

@@ -3,11 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -15,7 +13,6 @@
 #include <random>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "transport/base/random.h"
 #include "transport/nccl/gpu.h"
 #include "transport/nccl/log.h"
@@ -131,22 +128,14 @@ std::atomic<uint64_t> g_api_errors{0};
 std::atomic<uint64_t> g_staging_stalls{0};
 constexpr std::chrono::milliseconds kStagingStallWarn{1000};
 
-// PRISM_NCCL_CALL_LOG=N (docs/nccl.md): the first N data calls that change
-// state -- regMr, a posted irecv or isend, the first "try again" of a comm
-// in a row and its reason, a completed test, iflush -- are logged at INFO,
-// to see where a real NCCL stalls. 0 (default): nothing.
-std::atomic<int64_t> g_call_log{-1};  // -1: not read yet
+// PRISM_NCCL_CALL_LOG=N (PluginConfig::call_log, set by SetCallLog at the
+// first init): the first N data calls that change state -- regMr, a posted
+// irecv or isend, the first "try again" of a comm in a row and its reason, a
+// completed test, iflush -- are logged at INFO, to see where a real NCCL
+// stalls. 0 (default): nothing.
+std::atomic<int64_t> g_call_log{0};
 bool CallLogTake() {
   int64_t v = g_call_log.load(std::memory_order_relaxed);
-  if (v == -1) {
-    const char* e = getenv("PRISM_NCCL_CALL_LOG");
-    int64_t n = 0;
-    if (e != nullptr && !absl::SimpleAtoi(e, &n)) n = 0;
-    n = std::max<int64_t>(n, 0);
-    int64_t expect = -1;
-    g_call_log.compare_exchange_strong(expect, n);
-    v = g_call_log.load(std::memory_order_relaxed);
-  }
   while (v > 0) {
     if (g_call_log.compare_exchange_weak(v, v - 1)) return true;
   }
@@ -432,6 +421,12 @@ struct Request {
   // (CommBase::StagingStalled).
   std::chrono::steady_clock::time_point staged_at;
   bool stall_warned = false;
+  // Its copy has been enqueued: pending until `ev` completes.
+  void BeginStaging() {
+    staging = true;
+    staged_at = std::chrono::steady_clock::now();
+    stall_warned = false;
+  }
   // Send on the Prism data path, posted once staged (or once earlier
   // pending WRITEs are posted).
   const uint8_t* src = nullptr;
@@ -937,9 +932,7 @@ struct RecvComm : CommBase {
         FailRecvGpu(r, st);
         return;
       }
-      r->staging = true;
-      r->staged_at = std::chrono::steady_clock::now();
-      r->stall_warned = false;
+      r->BeginStaging();
       ++nstaging;
       return;
     }
@@ -1211,6 +1204,10 @@ T* AsComm(void* p, CommKind kind) {
 }  // namespace
 
 int SupportedPtrTypes() { return GpuInit(/*staging=*/false); }
+
+void SetCallLog(int64_t calls) {
+  g_call_log.store(calls, std::memory_order_relaxed);
+}
 
 void ReleaseIdleResources() {
   PRISM_NCCL_INFO(
@@ -1827,9 +1824,7 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       s->FailGpu(st);
       return s->failure;
     }
-    req->staging = true;
-    req->staged_at = std::chrono::steady_clock::now();
-    req->stall_warned = false;
+    req->BeginStaging();
   }
   if (size > e.size) {
     ++g_api_errors;

@@ -81,6 +81,10 @@ PrismNcclResult Test(void* request, int* done, int* sizes);
 // Pointer types this build can register (NCCL_PTR_* bits).
 int SupportedPtrTypes();
 
+// PRISM_NCCL_CALL_LOG (PluginConfig::call_log): log the next `calls`
+// state-changing data calls at INFO (comm.cc).
+void SetCallLog(int64_t calls);
+
 // Releases per-device resources no comm uses any more (the Prism endpoints
 // and their loop threads). Called when the last init context is finalized.
 void ReleaseIdleResources();

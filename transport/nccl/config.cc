@@ -413,6 +413,11 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
     return s;
   }
   cfg.gpu_staging = gpu_staging != 0;
+  if (auto s =
+          ParseInt(env, "PRISM_NCCL_CALL_LOG", 0, INT64_MAX, &cfg.call_log);
+      !s.ok()) {
+    return s;
+  }
   cfg.paths = static_cast<uint16_t>(paths);
   cfg.planes = static_cast<uint16_t>(planes);
   cfg.port = static_cast<uint16_t>(port);

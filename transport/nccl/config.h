@@ -104,6 +104,8 @@ struct PluginConfig {
   // PRISM_NCCL_GPU_STAGING=1: advertise NCCL_PTR_CUDA|DMABUF and stage
   // device memory through pinned host mirrors (gpu.h); off by default.
   bool gpu_staging = false;
+  // PRISM_NCCL_CALL_LOG=N: log the first N state-changing data calls (INFO).
+  int64_t call_log = 0;
   // Prism data path.
   std::string udp_tx_mode = "auto";
   uint32_t link_mtu = 1500;

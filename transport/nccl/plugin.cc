@@ -85,6 +85,7 @@ PrismNcclResult InitCommon(PrismNcclLogger log) {
     }
     // GPU memory: decided (and logged) once, see gpu.h.
     (void)GpuInit(st.config.gpu_staging);
+    SetCallLog(st.config.call_log);
     st.loaded = true;
   }
   ++st.refs;
