@@ -795,6 +795,94 @@ TEST(NcclConn, EndpointOptionsFollowTheEnvironment) {
   EXPECT_GE(seen, 1);
 }
 
+// A listen handle crosses processes (NCCL's bootstrap carries it), and
+// connect() keeps its in-progress state in it between calls. That field is
+// followed only when it names a connect this process started: a handle
+// whose field is garbage, points at memory that merely looks like a comm,
+// or is a copy taken mid-connect and used after that connect finished, is
+// refused with InvalidArgument (before: dereferenced). The original handle
+// still connects.
+TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
+  InitCtx();
+  constexpr size_t kStateOffset = 40;  // WireHandle::connect_state (comm.cc)
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  uint64_t state = 1;
+  memcpy(&state, handle + kStateOffset, sizeof(state));
+  ASSERT_EQ(state, 0u) << "listen leaves the connect state empty";
+  PrismNcclDeviceHandle* dh = nullptr;
+  // Readable memory that starts like a live comm (kCommMagic, then zeros:
+  // stage "connecting", fd 0).
+  alignas(16) uint8_t lookalike[2048] = {};
+  const uint32_t comm_magic = 0x4d4d4f43;
+  memcpy(lookalike, &comm_magic, sizeof(comm_magic));
+  SetLogEcho(false);
+  for (const uint64_t junk :
+       {uint64_t{0x1234567}, uint64_t{0xdeadbeefcafe0},
+        static_cast<uint64_t>(reinterpret_cast<uintptr_t>(lookalike))}) {
+    char bad[kPrismNcclHandleMaxSize];
+    memcpy(bad, handle, sizeof(bad));
+    memcpy(bad + kStateOffset, &junk, sizeof(junk));
+    void* send = nullptr;
+    EXPECT_EQ(N()->connect(g_ctx, 0, bad, &send, &dh),
+              kPrismNcclInvalidArgument)
+        << std::hex << junk;
+    EXPECT_EQ(send, nullptr);
+  }
+  SetLogEcho(true);
+  EXPECT_EQ(lookalike[4], 0) << "the look-alike was written to";
+
+  // The first call starts the connect; it cannot finish before accept()
+  // answers the hello, so the handle now names a live state. A copy of it
+  // is good while that connect runs and refused once it has finished.
+  Pair p;
+  ASSERT_EQ(N()->connect(g_ctx, 0, handle, &p.send, &dh), kOk);
+  ASSERT_EQ(p.send, nullptr);
+  memcpy(&state, handle + kStateOffset, sizeof(state));
+  ASSERT_NE(state, 0u);
+  char copy[kPrismNcclHandleMaxSize];
+  memcpy(copy, handle, sizeof(copy));
+  const auto start = Clock::now();
+  while (p.send == nullptr || p.recv == nullptr) {
+    if (p.send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, 0, handle, &p.send, &dh), kOk);
+    }
+    if (p.recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &p.recv, nullptr), kOk);
+    }
+    ASSERT_FALSE(Expired(start, 10)) << "connect/accept did not complete";
+  }
+  memcpy(&state, handle + kStateOffset, sizeof(state));
+  EXPECT_EQ(state, 0u) << "a finished connect clears the handle's state";
+  void* send2 = nullptr;
+  SetLogEcho(false);
+  EXPECT_EQ(N()->connect(g_ctx, 0, copy, &send2, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send2, nullptr);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+
+  // The pair works.
+  std::vector<uint8_t> sbuf(4096, 0x5a), rbuf(4096, 0);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
+  void* rdata = rbuf.data();
+  size_t rsize = 4096;
+  int rtag = 7;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = Isend(p.send, sbuf.data(), 4096, 7, smh);
+  ASSERT_NE(sreq, nullptr);
+  int sres = 0, rres = 0, got[8] = {-1};
+  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
+  EXPECT_EQ(got[0], 4096);
+  EXPECT_EQ(rbuf, sbuf);
+  DeregisterBoth(p, smh, rmh);
+  ClosePair(&p);
+}
+
 TEST(NcclConn, CloseWithRequestsInFlight) {
   InitCtx();
   Pair p;

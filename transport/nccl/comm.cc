@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 #include "transport/base/random.h"
@@ -1150,6 +1151,37 @@ struct ConnectState {
 #endif
 };
 
+// The connect states this process keeps in handles between connect()
+// calls. A handle crosses processes (NCCL's bootstrap carries it from the
+// listener), so its `connect_state` is followed only when it names one of
+// these: a handle from another process, a corrupted one, or one used again
+// after its connect finished is refused with a warning instead of
+// dereferenced. Guarded by g_connect_states_mu (connect() may run on several
+// threads for different handles).
+std::mutex g_connect_states_mu;
+std::unordered_set<const ConnectState*> g_connect_states;
+
+void TrackConnectState(const ConnectState* st) {
+  std::lock_guard<std::mutex> lock(g_connect_states_mu);
+  g_connect_states.insert(st);
+}
+
+// The live connect state a handle names, or nullptr.
+ConnectState* FindConnectState(uint64_t bits) {
+  auto* st = reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(bits));
+  std::lock_guard<std::mutex> lock(g_connect_states_mu);
+  return g_connect_states.count(st) != 0 ? st : nullptr;
+}
+
+void DeleteConnectState(ConnectState* st) {
+  {
+    std::lock_guard<std::mutex> lock(g_connect_states_mu);
+    g_connect_states.erase(st);
+  }
+  st->magic = kDeadMagic;
+  delete st;
+}
+
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 void PutBlob(const ConnectionBlob& b, HelloMsg* m) {
   m->info[0] = b.size;
@@ -1298,8 +1330,20 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
         DataModeName(dev.config->mode));
     return kPrismNcclInvalidUsage;
   }
-  auto* st =
-      reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(h.connect_state));
+  ConnectState* st = nullptr;
+  if (h.connect_state != 0) {
+    st = FindConnectState(h.connect_state);
+    if (st == nullptr) {
+      ++g_api_errors;
+      PRISM_NCCL_WARN(
+          "connect: the handle names a connect in progress (0x%llx) that this "
+          "process did not start or has finished (a handle from another "
+          "process, a corrupted one, or one used again after its connect "
+          "completed)",
+          static_cast<unsigned long long>(h.connect_state));
+      return kPrismNcclInvalidArgument;
+    }
+  }
   auto save = [&](ConnectState* s) {
     h.connect_state = reinterpret_cast<uintptr_t>(s);
     memcpy(handle, &h, sizeof(h));
@@ -1312,8 +1356,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       DropConnection(&st->dep, &st->conn, st->cts_lkey);
 #endif
       CloseFd(st->fd);
-      st->magic = kDeadMagic;
-      delete st;
+      DeleteConnectState(st);
     }
     save(nullptr);
     return kPrismNcclRemoteError;
@@ -1388,6 +1431,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       PutBlob(*blob, &st->hello);
     }
 #endif
+    TrackConnectState(st);
     save(st);
   } else if (st->magic != kCommMagic) {
     ++g_api_errors;
@@ -1458,8 +1502,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   s->nonce = h.nonce;
   s->rng.Seed(h.nonce ^ 0x5345u);
   st->fd = -1;
-  st->magic = kDeadMagic;
-  delete st;
+  DeleteConnectState(st);
   save(nullptr);
   PRISM_NCCL_TRACE("dev %d connected (nonce %016llx)", dev.index,
                    static_cast<unsigned long long>(h.nonce));
