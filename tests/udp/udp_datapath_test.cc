@@ -70,6 +70,9 @@ TEST(UdpParse, AddressesAndRoutes) {
   EXPECT_TRUE(ParseIp6("[::1]").ok());
   EXPECT_FALSE(ParseIp6("10.0.0.1").ok());
   EXPECT_FALSE(ParseIp6("nonsense").ok());
+  // A NUL ends inet_pton's C string: what follows it must not be ignored.
+  EXPECT_FALSE(ParseIp6(absl::string_view("fd00::1\0junk", 12)).ok());
+  EXPECT_FALSE(ParseRoute(absl::string_view("usid:fd00::1\0", 13)).ok());
   auto r = ParseRoute("usid:fcbb:bbbb:a1:a2:a4:2::");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->kind, RouteKind::kUsid);

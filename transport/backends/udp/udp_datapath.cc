@@ -213,7 +213,9 @@ absl::StatusOr<uint32_t> DetectLinkMtu(const Ip6& addr) {
 absl::StatusOr<Ip6> ParseIp6(absl::string_view text) {
   std::string s(absl::StripSuffix(absl::StripPrefix(text, "["), "]"));
   Ip6 a{};
-  if (inet_pton(AF_INET6, s.c_str(), a.data()) != 1)
+  // A NUL would end the C string early: "fd00::1<NUL>junk" must not pass.
+  if (s.find('\0') != std::string::npos ||
+      inet_pton(AF_INET6, s.c_str(), a.data()) != 1)
     return absl::InvalidArgumentError(
         absl::StrCat("not an IPv6 address: '", text, "'"));
   return a;
