@@ -15,6 +15,22 @@ absl::Status Bad(const std::string& m) {
   return absl::InvalidArgumentError("scenario: " + m);
 }
 
+// A time field in microseconds: in [0, kMaxScenarioUs], above 0 when
+// `positive`; NaN refused.
+absl::Status CheckUs(double us, const std::string& key, bool positive) {
+  if (!(us >= 0) || us > kMaxScenarioUs || (positive && us == 0)) {
+    return Bad(absl::StrFormat("%s = %g must be in %s0, 1e9]", key, us,
+                               positive ? "(" : "["));
+  }
+  return absl::OkStatus();
+}
+
+#define PRISM_CHECK_US(d, key, positive)                \
+  do {                                                  \
+    absl::Status _st = CheckUs((d), (key), (positive)); \
+    if (!_st.ok()) return _st;                          \
+  } while (0)
+
 #define PRISM_ASSIGN_OR(lhs, expr)    \
   do {                                \
     auto _r = (expr);                 \
@@ -31,7 +47,9 @@ absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
   static constexpr const char* kKeys[] = {
       "tier", "plane", "index", "ports", "trimming", "trim_threshold_bytes",
       "ecn"};
-  for (const auto& [key, val] : o.members()) {
+  for (const auto& member : o.members()) {
+    // Not a structured binding: clang 14 cannot capture one in a lambda.
+    const std::string& key = member.first;
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) {
           return key == k;
         }) == std::end(kKeys)) {
@@ -152,7 +170,7 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   PRISM_ASSIGN_OR(conv,
                   v->GetDouble("routing_convergence_us",
                                double(f.routing_convergence) / kMicrosecond));
-  if (conv < 0) return Bad("routing_convergence_us must be >= 0");
+  PRISM_CHECK_US(conv, "routing_convergence_us", false);
   f.routing_convergence = static_cast<Time>(conv * kMicrosecond);
   if (const json::Value* e = v->Find("ecn")) {
     if (e->is_bool()) {
@@ -200,15 +218,18 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   double d;
   PRISM_ASSIGN_OR(d,
                   v.GetDouble("rto_min_us", double(t->rto_min) / kMicrosecond));
-  if (d <= 0) return Bad("rto_min_us must be > 0");
+  PRISM_CHECK_US(d, "rto_min_us", true);
   t->rto_min = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(d, v.GetDouble("probe_interval_us",
                                  double(t->probe_interval) / kMicrosecond));
-  if (d <= 0) return Bad("probe_interval_us must be > 0");
+  PRISM_CHECK_US(d, "probe_interval_us", true);
   t->probe_interval = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(t->payload_checksum,
                   v.GetBool("payload_checksum", t->payload_checksum));
   PRISM_ASSIGN_OR(d, v.GetDouble("oracle_reroute_after_us", -1));
+  if (!(d < 0)) {  // negative: off
+    PRISM_CHECK_US(d, "oracle_reroute_after_us", false);
+  }
   t->oracle_reroute_after = d < 0 ? -1 : static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(t->fate_sharing, v.GetBool("fate_sharing", t->fate_sharing));
   PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
@@ -225,7 +246,7 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
   if (x < 0 || x > 4096) return Bad("qps must be in 0..4096");
   t->qps = static_cast<uint32_t>(x);
   PRISM_ASSIGN_OR(d, v.GetDouble("rto_us", double(t->rto) / kMicrosecond));
-  if (d < 0) return Bad("rto_us must be >= 0");
+  PRISM_CHECK_US(d, "rto_us", false);
   t->rto = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(
       x, v.GetInt("window_bytes", static_cast<int64_t>(t->window_bytes)));
@@ -317,13 +338,13 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   if (!st.ok()) return st;
   double d;
   PRISM_ASSIGN_OR(d, v.GetDouble("duration_us", 10000));
-  if (d <= 0 || d > 1e9) return Bad("duration_us must be in (0, 1e9]");
+  PRISM_CHECK_US(d, "duration_us", true);
   sc.duration = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(d, v.GetDouble("sample_interval_us", 0));
-  if (d < 0) return Bad("sample_interval_us must be >= 0");
+  PRISM_CHECK_US(d, "sample_interval_us", false);
   sc.sample_interval = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(d, v.GetDouble("warmup_us", 0));
-  if (d < 0) return Bad("warmup_us must be >= 0");
+  PRISM_CHECK_US(d, "warmup_us", false);
   sc.warmup = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(sc.timeseries, v.GetBool("timeseries", true));
   PRISM_ASSIGN_OR(sc.check_bytes, v.GetBool("check_bytes", true));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -14,7 +15,16 @@ absl::Status FaultError(const std::string& m) {
   return absl::InvalidArgumentError("faults: " + m);
 }
 
-Time Us(double us) { return static_cast<Time>(us * kMicrosecond); }
+// Microseconds to Time. Callers check their fields against kMaxScenarioUs
+// first (sums of two checked fields reach 2e9 us, far inside int64
+// picoseconds); the clamp only keeps the cast defined.
+Time Us(double us) {
+  const double c = us >= 0 ? std::min(us, 4 * kMaxScenarioUs) : 0;
+  return static_cast<Time>(c * kMicrosecond);
+}
+
+// A fault's time field: [0, kMaxScenarioUs], NaN refused.
+bool UsInRange(double us) { return us >= 0 && us <= kMaxScenarioUs; }
 
 // This thread's CPU time in seconds. Measurement only: never feeds back into
 // the simulation (results do not depend on it).
@@ -309,7 +319,10 @@ absl::Status Simulator::BuildFaults() {
     if (!type.ok()) return type.status();
     if (!at.ok()) return at.status();
     if (!dur.ok()) return dur.status();
-    if (*at < 0) return FaultError("at_us must be >= 0");
+    if (!UsInRange(*at)) return FaultError("at_us must be in [0, 1e9]");
+    // duration_us: negative (the default) means "no end"; NaN is refused.
+    if (std::isnan(*dur) || *dur > kMaxScenarioUs)
+      return FaultError("duration_us must be <= 1e9");
     uint32_t target = 0;
     if (*type == "link_down") {
       absl::Status st = link_sel(f.Find("link"), &target);
@@ -337,11 +350,20 @@ absl::Status Simulator::BuildFaults() {
       if (!start.ok() || !stop.ok() || !period.ok() || !down.ok()) {
         return FaultError("link_flap: bad numbers");
       }
-      if (*period <= 0 || *down <= 0 || *down >= *period) {
+      if (!UsInRange(*start) || !UsInRange(*stop) || !UsInRange(*period)) {
+        return FaultError("link_flap: start_us, end_us, period_us in [0, 1e9]");
+      }
+      if (*period <= 0 || !(*down > 0) || *down >= *period) {
         return FaultError("link_flap needs 0 < down_us < period_us");
       }
-      for (double x = *start; x < *stop && faults_.size() < 1000000;
-           x += *period) {
+      // At most a million flaps per entry; the count bounds the loop too,
+      // so a period too small to move x cannot make it endless.
+      constexpr int64_t kMaxFlaps = 1000000;
+      if ((*stop - *start) / *period > kMaxFlaps) {
+        return FaultError("link_flap: more than 1e6 flaps");
+      }
+      double x = *start;
+      for (int64_t i = 0; i < kMaxFlaps && x < *stop; ++i, x += *period) {
         add(Us(x), FaultType::kLinkDown, target, 0);
         add(Us(x + *down), FaultType::kLinkUp, target, 0);
       }
@@ -352,6 +374,10 @@ absl::Status Simulator::BuildFaults() {
                              down = f.GetDouble("down_us", 10);
       if (!count.ok() || !start.ok() || !stop.ok() || !down.ok()) {
         return FaultError("random_flaps: bad numbers");
+      }
+      if (!UsInRange(*start) || !UsInRange(*stop) || !UsInRange(*down)) {
+        return FaultError(
+            "random_flaps: start_us, end_us, down_us in [0, 1e9]");
       }
       if (*count < 0 || *count > 100000 || *stop <= *start || *down <= 0) {
         return FaultError("random_flaps: need 0 <= count <= 1e5, start < end");

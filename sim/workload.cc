@@ -1,6 +1,7 @@
 #include "sim/workload.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -64,6 +65,8 @@ absl::Status AddFlow(Ctx& c, uint32_t src, uint32_t dst, int64_t bytes,
 absl::StatusOr<Time> StartOf(const json::Value& v) {
   absl::StatusOr<double> s = v.GetDouble("start_us", 0);
   if (!s.ok()) return s.status();
+  if (!(*s >= 0) || *s > kMaxScenarioUs)
+    return Bad(absl::StrFormat("start_us = %g must be in [0, 1e9]", *s));
   return static_cast<Time>(*s * kMicrosecond);
 }
 
@@ -223,6 +226,12 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     if (file->empty()) return Bad("trace needs a file");
     std::string path = *file;
     if (path[0] != '/' && !base_dir.empty()) path = base_dir + "/" + path;
+    // A device or a pipe (/dev/zero, a FIFO) would be read without end.
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec))
+      return Bad("trace file " + path +
+                 (std::filesystem::exists(path, ec) ? " is not a regular file"
+                                                    : " does not exist"));
     std::ifstream in(path);
     if (!in) return Bad("cannot open trace file " + path);
     std::string line;
@@ -239,7 +248,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
           !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[1]), &s) ||
           !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[2]), &d) ||
           !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[3]), &b) || s < 0 ||
-          d < 0 || st_us < 0) {
+          d < 0 || !(st_us >= 0) || st_us > kMaxScenarioUs) {
         return Bad(absl::StrFormat("%s:%d: expected start_us,src,dst,bytes",
                                    path, lineno));
       }

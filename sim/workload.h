@@ -32,6 +32,12 @@
 
 namespace prism::sim {
 
+// The largest time a scenario may give, in microseconds (1000 s). Times
+// past it, negative ones where not documented otherwise, and NaN are refused
+// with InvalidArgument, so every conversion to Time (int64 picoseconds)
+// stays in range.
+inline constexpr double kMaxScenarioUs = 1e9;
+
 struct Flow {
   uint32_t id = 0;
   uint32_t src = 0;

@@ -823,8 +823,18 @@ TEST(WorkloadTest, KindsAndValidation) {
               HasSubstr("itself"));
   EXPECT_THAT(build(R"({"type":"nope"})").status().message(),
               HasSubstr("unknown workload"));
-  EXPECT_FALSE(build(R"({"type":"trace","file":"/nonexistent.csv"})").ok());
+  EXPECT_THAT(
+      build(R"({"type":"trace","file":"/nonexistent.csv"})").status().message(),
+      HasSubstr("does not exist"));
+  // A device would be read without end: refused before reading.
+  EXPECT_THAT(
+      build(R"({"type":"trace","file":"/dev/zero"})").status().message(),
+      HasSubstr("not a regular file"));
   EXPECT_FALSE(build(R"({"type":"all_to_all","group_size":5})").ok());
+  EXPECT_THAT(build(R"({"type":"bulk","src":0,"dst":1,"start_us":1e300})")
+                  .status()
+                  .message(),
+              HasSubstr("start_us"));
 }
 
 constexpr char kTiny[] = R"({
@@ -871,6 +881,59 @@ TEST(ScenarioTest, RejectsBadConfigsClearly) {
       *json::Parse(R"([{"type": "link_down", "link": {"id": 100000}}])");
   Simulator s2(sc, sc.transports[0]);
   EXPECT_THAT(std::string(s2.Init().message()), HasSubstr("out of range"));
+}
+
+// Times beyond what int64 picoseconds hold (the cast was undefined, found by
+// tests/fuzz/scenario_parse_fuzz.cc), and fault entries that would loop
+// without end, are refused with the field's name.
+TEST(ScenarioTest, RejectsOutOfRangeTimes) {
+  auto bad = [](const std::string& text) -> std::string {
+    absl::StatusOr<json::Value> v = json::Parse(text);
+    if (!v.ok()) return std::string(v.status().message());
+    absl::StatusOr<ScenarioConfig> sc = ParseScenario(*v, "");
+    EXPECT_FALSE(sc.ok()) << text;
+    return sc.ok() ? "" : std::string(sc.status().message());
+  };
+  const std::string head =
+      R"({"topology": {"kind": "clos2", "planes": 1}, "workload": {}, )";
+  for (const char* key : {"duration_us", "sample_interval_us", "warmup_us"}) {
+    EXPECT_THAT(bad(head + "\"" + key + "\": 5e101}"), HasSubstr(key));
+  }
+  EXPECT_THAT(bad(head + R"("fabric": {"routing_convergence_us": 5e101}})"),
+              HasSubstr("routing_convergence_us"));
+  for (const char* key : {"rto_min_us", "probe_interval_us", "rto_us",
+                          "oracle_reroute_after_us"}) {
+    EXPECT_THAT(
+        bad(head + R"("transport_defaults": {")" + key + R"(": 1e300}})"),
+        HasSubstr(key));
+  }
+  // Within range: accepted.
+  ScenarioConfig ok = MustParse(kTiny);
+  EXPECT_EQ(ok.duration, 2000 * kMicrosecond);
+
+  auto init = [](const char* faults) {
+    ScenarioConfig sc = MustParse(kTiny);
+    sc.faults = *json::Parse(faults);
+    Simulator s(sc, sc.transports[0]);
+    return std::string(s.Init().message());
+  };
+  EXPECT_THAT(init(R"([{"type": "link_down", "link": "random_fabric",
+                        "at_us": 1e300}])"),
+              HasSubstr("at_us"));
+  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
+                        "duration_us": 1e300}])"),
+              HasSubstr("duration_us"));
+  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+                        "start_us": 1e20, "end_us": 2e20}])"),
+              HasSubstr("[0, 1e9]"));
+  // A period that cannot move the flap time: refused, not an endless loop.
+  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+                        "start_us": 1e8, "end_us": 1e9, "period_us": 1e-9,
+                        "down_us": 1e-10}])"),
+              HasSubstr("more than 1e6 flaps"));
+  EXPECT_THAT(init(R"([{"type": "random_flaps", "start_us": 0,
+                        "end_us": 1e300}])"),
+              HasSubstr("[0, 1e9]"));
 }
 
 // Two simulators alive in one process, stepped in the same thread, give the
