@@ -482,7 +482,6 @@ class Fabric {
   uint64_t packet_hops_ = 0;
   uint64_t queued_packets_ = 0;
   uint64_t on_wire_ = 0;
-  uint64_t overflow_violations_ = 0;
 };
 
 }  // namespace prism::sim

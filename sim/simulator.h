@@ -329,7 +329,6 @@ class Simulator : public FabricClient {
   std::vector<std::vector<uint32_t>> dependents_;
   uint32_t flows_done_ = 0;
   uint64_t delivered_packets_ = 0;
-  bool finished_ = false;
   RunResult result_;
 };
 
