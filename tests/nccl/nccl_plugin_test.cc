@@ -3,7 +3,10 @@
 // 127.0.0.1 only. The two-process test forks: each process has a service
 // thread (listen/connect/accept/regMr/close) and one progress thread per comm
 // (isend/irecv/test), as NCCL's proxy does.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -880,6 +883,117 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
   EXPECT_EQ(got[0], 4096);
   EXPECT_EQ(rbuf, sbuf);
   DeregisterBoth(p, smh, rmh);
+  ClosePair(&p);
+}
+
+// Handle layout (WireHandle, comm.cc) as a peer process sees it.
+constexpr size_t kHandleFamilyOffset = 6;
+constexpr size_t kHandlePortOffset = 8;  // network byte order
+constexpr size_t kHandleAddrOffset = 24;
+// HelloMsg (comm.cc): the Hello and the Ack on the side channel.
+constexpr size_t kHelloBytes = 296;
+
+// A plain blocking TCP client of the listener named by `handle` (IPv4, as
+// the tests listen on 127.0.0.1); -1 on failure.
+int RawConnect(const char* handle) {
+  uint16_t family = 0;
+  memcpy(&family, handle + kHandleFamilyOffset, sizeof(family));
+  if (family != AF_INET) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Warnings logged since log line `from` that contain `text`.
+int WarningsSince(size_t from, const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  int n = 0;
+  for (size_t i = from; i < log.size(); ++i) {
+    if (log[i].level == kPrismNcclLogWarn &&
+        log[i].text.find(text) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// One 4 KiB transfer over p (host memory), checked.
+void TransferOnce(const Pair& p) {
+  std::vector<uint8_t> sbuf(4096, 0x3c), rbuf(4096, 0);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
+  void* rdata = rbuf.data();
+  size_t rsize = 4096;
+  int rtag = 3;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = Isend(p.send, sbuf.data(), 4096, 3, smh);
+  ASSERT_NE(sreq, nullptr);
+  int sres = 0, rres = 0, got[8] = {-1};
+  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
+  EXPECT_EQ(got[0], 4096);
+  EXPECT_EQ(rbuf, sbuf);
+  DeregisterBoth(p, smh, rmh);
+}
+
+// Connections to the listener that never complete their Hello (a port
+// scanner, a stray or stalled client) do not hold up the real peer: accept
+// works on several at once and, when all its slots are taken, evicts the
+// oldest. Before: accept took one connection at a time and waited for its
+// Hello forever, so every later accept returned NULL and NCCL hung.
+TEST(NcclConn, StalledHelloDoesNotBlockAccept) {
+  InitCtx();
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  // More than accept's 8 slots: half send part of a Hello, half nothing.
+  std::vector<int> raw;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = RawConnect(handle);
+    ASSERT_GE(fd, 0);
+    raw.push_back(fd);
+    if (i % 2 == 0) {
+      uint8_t part[100];
+      memset(part, 0x42, sizeof(part));
+      ASSERT_TRUE(WriteAll(fd, part, sizeof(part)));
+    }
+  }
+  void* rc = nullptr;
+  ASSERT_EQ(N()->accept(lc, &rc, nullptr), kOk);  // takes the stalled ones
+  EXPECT_EQ(rc, nullptr);
+  Pair p;
+  PrismNcclDeviceHandle* dh = nullptr;
+  const auto start = Clock::now();
+  while (p.send == nullptr || p.recv == nullptr) {
+    if (p.send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, 0, handle, &p.send, &dh), kOk);
+    }
+    if (p.recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &p.recv, nullptr), kOk);
+    }
+    if (Expired(start, 10)) break;
+  }
+  SetLogEcho(true);
+  for (int fd : raw) close(fd);
+  EXPECT_GE(WarningsSince(log_from, "evicted"), 1);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  if (p.send == nullptr || p.recv == nullptr) {
+    ADD_FAILURE() << "connect/accept did not complete behind stalled clients";
+    ClosePair(&p);
+    return;
+  }
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
   ClosePair(&p);
 }
 
