@@ -888,7 +888,8 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
 
 // Handle layout (WireHandle, comm.cc) as a peer process sees it.
 constexpr size_t kHandleFamilyOffset = 6;
-constexpr size_t kHandlePortOffset = 8;  // network byte order
+constexpr size_t kHandlePortOffset = 8;    // network byte order
+constexpr size_t kHandleStateOffset = 40;  // connect_state
 constexpr size_t kHandleAddrOffset = 24;
 // HelloMsg (comm.cc): the Hello and the Ack on the side channel.
 constexpr size_t kHelloBytes = 296;
@@ -995,6 +996,80 @@ TEST(NcclConn, StalledHelloDoesNotBlockAccept) {
   }
   ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
   ClosePair(&p);
+}
+
+// connect() against a listener that answers with a crafted Ack: the Ack
+// must carry this handle's magic, protocol version, nonce and data path and
+// status 0; anything else fails connect with RemoteError (a warning and the
+// protocol-error counter), the handle's connect state cleared. Before, the
+// version and the data path were not checked: such an Ack connected. The
+// fake listener echoes the Hello it receives (so the blob in it is a
+// well-formed one) with one field changed.
+TEST(NcclConn, ConnectRefusesMalformedAck) {
+  InitCtx();
+  char real[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, real, &lc), kOk);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  // The fake listener, on 127.0.0.1 like the real one.
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  char handle[kPrismNcclHandleMaxSize];
+  memcpy(handle, real, sizeof(handle));
+  memcpy(handle + kHandlePortOffset, &a.sin_port, sizeof(a.sin_port));
+  memcpy(handle + kHandleAddrOffset, &a.sin_addr, 4);
+
+  struct Case {
+    const char* what;
+    size_t offset;  // of a uint32_t field of the Ack
+    uint32_t value;
+  };
+  const Case cases[] = {
+      {"wrong protocol version", 4, 99}, {"wrong data path", 16, 0x77},
+      {"wrong magic", 0, 0x12345678},    {"wrong nonce", 8, 0x5a5a5a5a},
+      {"status not 0", 20, 1},
+  };
+  SetLogEcho(false);
+  for (const Case& c : cases) {
+    const size_t log_from = LogSnapshot().size();
+    int peer = -1;
+    std::thread fake([&] {
+      peer = accept(lfd, nullptr, nullptr);
+      uint8_t msg[kHelloBytes];
+      if (peer < 0 || !ReadAll(peer, msg, sizeof(msg))) return;
+      memcpy(msg + c.offset, &c.value, sizeof(c.value));
+      (void)WriteAll(peer, msg, sizeof(msg));
+    });
+    char h[kPrismNcclHandleMaxSize];
+    memcpy(h, handle, sizeof(h));
+    void* send = nullptr;
+    PrismNcclDeviceHandle* dh = nullptr;
+    int r = kOk;
+    const auto start = Clock::now();
+    while (r == kOk && send == nullptr && !Expired(start, 10)) {
+      r = N()->connect(g_ctx, 0, h, &send, &dh);
+    }
+    fake.join();
+    if (peer >= 0) close(peer);
+    EXPECT_EQ(r, kPrismNcclRemoteError) << c.what;
+    EXPECT_EQ(send, nullptr) << c.what;
+    EXPECT_GE(WarningsSince(log_from, "connect dev"), 1) << c.what;
+    uint64_t state = 1;
+    memcpy(&state, h + kHandleStateOffset, sizeof(state));
+    EXPECT_EQ(state, 0u) << c.what;
+    if (send != nullptr) {
+      EXPECT_EQ(N()->close_send(send), kOk);
+    }
+  }
+  SetLogEcho(true);
+  close(lfd);
 }
 
 TEST(NcclConn, CloseWithRequestsInFlight) {

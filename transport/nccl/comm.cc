@@ -1483,8 +1483,21 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     }
     st->got += moved;
   }
-  if (st->ack.magic != kHelloMagic || st->ack.status != 0 ||
-      st->ack.nonce != h.nonce) {
+  // The Ack must echo this handle's protocol version, nonce and data path
+  // (before, only the magic and nonce were checked: an Ack of another
+  // version or data path was taken, its blob read as this one's).
+  if (st->ack.magic != kHelloMagic || st->ack.version != kProtoVersion ||
+      st->ack.nonce != h.nonce || st->ack.mode != h.mode) {
+    ++g_protocol_errors;
+    PRISM_NCCL_WARN(
+        "connect dev %d: the ack is not from this handle's listener (magic "
+        "0x%08x version %u mode %u nonce %016llx; expected version %u mode "
+        "%u)",
+        dev.index, st->ack.magic, st->ack.version, st->ack.mode,
+        static_cast<unsigned long long>(st->ack.nonce), kProtoVersion, h.mode);
+    return fail("malformed ack", 0);
+  }
+  if (st->ack.status != 0) {
     ++g_protocol_errors;
     return fail("listener rejected the connection", 0);
   }
