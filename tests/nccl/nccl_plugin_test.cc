@@ -1072,6 +1072,28 @@ TEST(NcclConn, ConnectRefusesMalformedAck) {
   close(lfd);
 }
 
+// A handle whose address family is neither IPv4 nor IPv6 (corrupted) is
+// refused with InvalidArgument and a warning saying so (before: refused
+// without a word).
+TEST(NcclConn, HandleWithUnknownAddressFamilyIsRefused) {
+  InitCtx();
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  const uint16_t family = 0x1234;
+  memcpy(handle + kHandleFamilyOffset, &family, sizeof(family));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* send = nullptr;
+  PrismNcclDeviceHandle* dh = nullptr;
+  EXPECT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send, nullptr);
+  EXPECT_EQ(WarningsSince(log_from, "address family 4660"), 1);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+}
+
 TEST(NcclConn, CloseWithRequestsInFlight) {
   InitCtx();
   Pair p;

@@ -1391,6 +1391,10 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       len = sizeof(sockaddr_in6);
     } else {
       ++g_api_errors;
+      PRISM_NCCL_WARN(
+          "connect: the handle names address family %u (neither IPv4 nor "
+          "IPv6): a corrupted handle",
+          static_cast<unsigned>(h.family));
       return kPrismNcclInvalidArgument;
     }
     auto fd = TcpConnectStart(peer, len, dev.config->sock_buf_bytes);
