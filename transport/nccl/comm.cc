@@ -361,13 +361,24 @@ struct CommBase : SinkBase {
   void ReleaseConnection() {}
 #endif
 
+  // The peer broke the protocol (a malformed or unexpected frame, CTS or
+  // WRITE): counted, and always logged as a warning -- Fail() logs a remote
+  // error on a comm with nothing outstanding at INFO (a peer's normal
+  // close), which hid these.
+  void ProtocolError(const char* what) {
+    ++g_protocol_errors;
+    Fail(kPrismNcclRemoteError, what, 0, /*loud=*/true);
+  }
+
   // True while some request of this comm is not complete.
   virtual bool HasOutstanding() const { return false; }
 
-  void Fail(PrismNcclResult r, const char* what, int err) {
+  // `loud`: a warning also when nothing is outstanding.
+  void Fail(PrismNcclResult r, const char* what, int err, bool loud = false) {
     if (!failed) {
       // A peer that closes after all traffic completed is a normal teardown.
-      const bool quiet = r == kPrismNcclRemoteError && !HasOutstanding();
+      const bool quiet =
+          !loud && r == kPrismNcclRemoteError && !HasOutstanding();
       PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
                      kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev,
                      kind == CommKind::kSend ? "send" : "recv", what,
@@ -659,14 +670,12 @@ struct SendComm : CommBase {
   void ApplyCts(const CtsBody& b, uint64_t len) {
     if (b.n < 1 || b.n > static_cast<uint32_t>(kMaxRecvs) ||
         len != CtsLen(static_cast<int>(b.n)) || b.seq != next_cts_seq) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "malformed or out-of-order CTS", 0);
+      ProtocolError("malformed or out-of-order CTS");
       return;
     }
     CtsGroup& g = cts[b.seq % kMaxRequests];
     if (g.valid) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "peer exceeded 32 outstanding receives", 0);
+      ProtocolError("peer exceeded 32 outstanding receives");
       return;
     }
     g.valid = true;
@@ -692,15 +701,13 @@ struct SendComm : CommBase {
     if (c.status != absl::StatusCode::kOk || cts_ring == nullptr ||
         c.remote_addr != reinterpret_cast<uintptr_t>(cts_ring.get()) + off ||
         c.byte_len < CtsLen(1) || c.byte_len > CtsLen(kMaxRecvs)) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "CTS WRITE does not match the CTS ring", 0);
+      ProtocolError("CTS WRITE does not match the CTS ring");
       return;
     }
     CtsBody b{};
     memcpy(&b, cts_ring.get() + off, c.byte_len);
     if (b.seq != seq) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "CTS immediate does not match its frame", 0);
+      ProtocolError("CTS immediate does not match its frame");
       return;
     }
     ApplyCts(b, c.byte_len);
@@ -724,8 +731,7 @@ struct SendComm : CommBase {
           if (in_hdr_got == sizeof(FrameHeader) &&
               (IsPrismMode(mode) || in_hdr.type != kFrameCts ||
                in_hdr.len < CtsLen(1) || in_hdr.len > CtsLen(kMaxRecvs))) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "unexpected frame from receiver", 0);
+            ProtocolError("unexpected frame from receiver");
             return;
           }
           in_body_got = 0;
@@ -1013,8 +1019,7 @@ struct RecvComm : CommBase {
                      in_hdr.len == sizeof(SendErrorBody)) {
             in_state = In::kErr;
           } else {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "unexpected frame from sender", 0);
+            ProtocolError("unexpected frame from sender");
             return;
           }
           break;
@@ -1027,9 +1032,8 @@ struct RecvComm : CommBase {
               in_data.addr != reinterpret_cast<uintptr_t>(s->addr) ||
               in_data.rkey != s->rkey || in_data.size > s->size ||
               in_hdr.len != sizeof(DataHeader) + in_data.size) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError,
-                 "DATA frame does not match a posted receive (not written)", 0);
+            ProtocolError(
+                "DATA frame does not match a posted receive (not written)");
             return;
           }
           cur_req = r;
@@ -1057,8 +1061,7 @@ struct RecvComm : CommBase {
           Request* r = nullptr;
           Slot* s = FindSlot(in_err.seq, in_err.idx, &r);
           if (s == nullptr) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "send error for an unknown receive", 0);
+            ProtocolError("send error for an unknown receive");
             return;
           }
           PRISM_NCCL_WARN(
@@ -1097,9 +1100,7 @@ struct RecvComm : CommBase {
       if (s == nullptr ||
           c.remote_addr != reinterpret_cast<uintptr_t>(s->addr) ||
           c.byte_len > s->size) {
-        ++g_protocol_errors;
-        Fail(kPrismNcclRemoteError,
-             "Prism WRITE does not match a posted receive", 0);
+        ProtocolError("Prism WRITE does not match a posted receive");
         return;
       }
       s->received = c.byte_len;
