@@ -162,6 +162,34 @@ struct FakePeer {
     wr.immediate = imm;
     ASSERT_TRUE(ep->PostWrite(conn, wr).ok());
   }
+  // `count` WRITE-with-immediates of src[0, len) to (addr, rkey), posted as
+  // fast as the endpoint takes them; true once all completed.
+  bool Flood(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm,
+             int count) {
+    WriteRequest wr;
+    wr.local_addr = src.data();
+    wr.length = len;
+    wr.lkey = src_mr.lkey;
+    wr.remote_addr = addr;
+    wr.rkey = rkey;
+    wr.has_immediate = true;
+    wr.immediate = imm;
+    int posted = 0, done = 0;
+    const auto start = Clock::now();
+    while (done < count && Clock::now() - start < std::chrono::seconds(20)) {
+      if (posted < count) {
+        wr.wr_id = static_cast<uint64_t>(posted);
+        const absl::Status st = ep->PostWrite(conn, wr);
+        if (st.ok()) ++posted;
+        if (!st.ok() && !absl::IsResourceExhausted(st)) return false;
+      }
+      Completion c;
+      while (ep->PollCompletions(&c, 1) == 1) {
+        if (c.type == CompletionType::kWrite) ++done;
+      }
+    }
+    return done == count;
+  }
   // Waits for the next WRITE-with-immediate from the plugin.
   bool WaitImmediate(Completion* out) {
     const auto start = Clock::now();
@@ -275,8 +303,7 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
       {"immediate is not the frame's seq", 0, 1, CtsLen(1), 1, kSlotBytes},
       {"written to another slot", 0, 1, CtsLen(1), 0, kSlotBytes},
       {"not at a slot's start", 0, 1, CtsLen(1), 0, 100},
-      {"last slot, past its start", 31, 1, CtsLen(1), 31,
-       31 * kSlotBytes + 50},
+      {"last slot, past its start", 31, 1, CtsLen(1), 31, 31 * kSlotBytes + 50},
       {"out of order", 5, 1, CtsLen(1), 5, 5 * kSlotBytes},
       {"immediate far past the ring", 1000, 1, CtsLen(1), 1000,
        (1000 % 32) * kSlotBytes},
@@ -289,9 +316,9 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(ConnectPluginTo(&peer, &send));
     void* mh = nullptr;
-    ASSERT_EQ(N()->reg_mr(send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost,
-                          &mh),
-              kOk);
+    ASSERT_EQ(
+        N()->reg_mr(send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &mh),
+        kOk);
     Cts f{};
     f.seq = c.seq;
     f.n = c.n;
@@ -324,15 +351,15 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
     void* send = nullptr;
     ASSERT_NO_FATAL_FAILURE(ConnectPluginTo(&peer, &send));
     void* mh = nullptr;
-    ASSERT_EQ(N()->reg_mr(send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost,
-                          &mh),
-              kOk);
+    ASSERT_EQ(
+        N()->reg_mr(send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &mh),
+        kOk);
     Cts f{};
     f.seq = 0;
     f.n = 1;
-    f.e[0] = CtsEntry{bogus ? uint64_t{0x1000}
-                            : reinterpret_cast<uintptr_t>(peer.buf.data()),
-                      bogus ? uint64_t{1} << 40 : 4096, peer.buf_mr.rkey, 7};
+    f.e[0] = CtsEntry{
+        bogus ? uint64_t{0x1000} : reinterpret_cast<uintptr_t>(peer.buf.data()),
+        bogus ? uint64_t{1} << 40 : 4096, peer.buf_mr.rkey, 7};
     memcpy(peer.src.data(), &f, CtsLen(1));
     ASSERT_NO_FATAL_FAILURE(
         peer.Write(peer.cts_addr, peer.cts_rkey, CtsLen(1), 0));
@@ -352,6 +379,40 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
     EXPECT_EQ(N()->dereg_mr(send, mh), kOk);
     EXPECT_EQ(N()->close_send(send), kOk);
   }
+}
+
+// A peer that WRITEs with immediates far beyond what it may have
+// outstanding (here 600 CTS WRITEs into the ring before the plugin polls)
+// overflows the comm's bounded completion inbox: the send comm fails with
+// ncclRemoteError and a warning, without a crash or a hang.
+TEST(NcclFakePeer, ImmediateFloodFailsTheSendComm) {
+  if (!UdpPath()) GTEST_SKIP() << "udp data path only";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  FakePeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Setup());
+  void* send = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ConnectPluginTo(&peer, &send));
+  std::vector<uint8_t> sbuf(4096, 0x22);
+  void* mh = nullptr;
+  ASSERT_EQ(N()->reg_mr(send, sbuf.data(), sbuf.size(), kPrismNcclPtrHost, &mh),
+            kOk);
+  Cts f{};
+  f.seq = 0;
+  f.n = 1;
+  f.e[0] = CtsEntry{reinterpret_cast<uintptr_t>(peer.buf.data()), 4096,
+                    peer.buf_mr.rkey, 7};
+  memcpy(peer.src.data(), &f, CtsLen(1));
+  ASSERT_TRUE(peer.Flood(peer.cts_addr, peer.cts_rkey, CtsLen(1), 0, 600));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* req = nullptr;
+  EXPECT_EQ(IsendUntil(send, sbuf.data(), 4096, 7, mh, &req),
+            kPrismNcclRemoteError);
+  SetLogEcho(true);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(WarningsSince(log_from, "inbox overflow"), 1);
+  EXPECT_EQ(N()->dereg_mr(send, mh), kOk);
+  EXPECT_EQ(N()->close_send(send), kOk);
 }
 
 struct DataCase {
@@ -422,8 +483,7 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     size_t size = 4096;
     int tag = 7;
     void* req = nullptr;
-    ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req),
-              kOk);
+    ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
     ASSERT_NE(req, nullptr);
     Completion cts;
     ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
@@ -431,8 +491,8 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     memcpy(&f, peer.ring.data(), CtsLen(1));
     ASSERT_EQ(f.n, 1u);
     ASSERT_EQ(f.e[0].size, 4096u);
-    ASSERT_NO_FATAL_FAILURE(peer.Write(f.e[0].addr + c.addr_delta,
-                                       f.e[0].rkey, c.len, c.imm));
+    ASSERT_NO_FATAL_FAILURE(
+        peer.Write(f.e[0].addr + c.addr_delta, f.e[0].rkey, c.len, c.imm));
     int got = -1;
     const size_t log_from = LogSnapshot().size();
     SetLogEcho(good);
