@@ -135,6 +135,9 @@ struct FakePeer {
     src_mr = *r;
   }
   ~FakePeer() {
+    // The endpoint first: its loop thread may still read src or write the
+    // buffers.
+    ep.reset();
     if (fd >= 0) close(fd);
   }
   void FillBlob(Hello* h) {
