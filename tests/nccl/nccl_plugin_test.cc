@@ -3,7 +3,10 @@
 // 127.0.0.1 only. The two-process test forks: each process has a service
 // thread (listen/connect/accept/regMr/close) and one progress thread per comm
 // (isend/irecv/test), as NCCL's proxy does.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -881,6 +884,214 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
   EXPECT_EQ(rbuf, sbuf);
   DeregisterBoth(p, smh, rmh);
   ClosePair(&p);
+}
+
+// Handle layout (WireHandle, comm.cc) as a peer process sees it.
+constexpr size_t kHandleFamilyOffset = 6;
+constexpr size_t kHandlePortOffset = 8;    // network byte order
+constexpr size_t kHandleStateOffset = 40;  // connect_state
+constexpr size_t kHandleAddrOffset = 24;
+// HelloMsg (comm.cc): the Hello and the Ack on the side channel.
+constexpr size_t kHelloBytes = 296;
+
+// A plain blocking TCP client of the listener named by `handle` (IPv4, as
+// the tests listen on 127.0.0.1); -1 on failure.
+int RawConnect(const char* handle) {
+  uint16_t family = 0;
+  memcpy(&family, handle + kHandleFamilyOffset, sizeof(family));
+  if (family != AF_INET) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Warnings logged since log line `from` that contain `text`.
+int WarningsSince(size_t from, const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  int n = 0;
+  for (size_t i = from; i < log.size(); ++i) {
+    if (log[i].level == kPrismNcclLogWarn &&
+        log[i].text.find(text) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// One 4 KiB transfer over p (host memory), checked.
+void TransferOnce(const Pair& p) {
+  std::vector<uint8_t> sbuf(4096, 0x3c), rbuf(4096, 0);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
+  void* rdata = rbuf.data();
+  size_t rsize = 4096;
+  int rtag = 3;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = Isend(p.send, sbuf.data(), 4096, 3, smh);
+  ASSERT_NE(sreq, nullptr);
+  int sres = 0, rres = 0, got[8] = {-1};
+  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
+  EXPECT_EQ(got[0], 4096);
+  EXPECT_EQ(rbuf, sbuf);
+  DeregisterBoth(p, smh, rmh);
+}
+
+// Connections to the listener that never complete their Hello (a port
+// scanner, a stray or stalled client) do not hold up the real peer: accept
+// works on several at once and, when all its slots are taken, evicts the
+// oldest. Before: accept took one connection at a time and waited for its
+// Hello forever, so every later accept returned NULL and NCCL hung.
+TEST(NcclConn, StalledHelloDoesNotBlockAccept) {
+  InitCtx();
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  // More than accept's 8 slots: half send part of a Hello, half nothing.
+  std::vector<int> raw;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = RawConnect(handle);
+    ASSERT_GE(fd, 0);
+    raw.push_back(fd);
+    if (i % 2 == 0) {
+      uint8_t part[100];
+      memset(part, 0x42, sizeof(part));
+      ASSERT_TRUE(WriteAll(fd, part, sizeof(part)));
+    }
+  }
+  void* rc = nullptr;
+  ASSERT_EQ(N()->accept(lc, &rc, nullptr), kOk);  // takes the stalled ones
+  EXPECT_EQ(rc, nullptr);
+  Pair p;
+  PrismNcclDeviceHandle* dh = nullptr;
+  const auto start = Clock::now();
+  while (p.send == nullptr || p.recv == nullptr) {
+    if (p.send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, 0, handle, &p.send, &dh), kOk);
+    }
+    if (p.recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &p.recv, nullptr), kOk);
+    }
+    if (Expired(start, 10)) break;
+  }
+  SetLogEcho(true);
+  for (int fd : raw) close(fd);
+  EXPECT_GE(WarningsSince(log_from, "evicted"), 1);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  if (p.send == nullptr || p.recv == nullptr) {
+    ADD_FAILURE() << "connect/accept did not complete behind stalled clients";
+    ClosePair(&p);
+    return;
+  }
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  ClosePair(&p);
+}
+
+// connect() against a listener that answers with a crafted Ack: the Ack
+// must carry this handle's magic, protocol version, nonce and data path and
+// status 0; anything else fails connect with RemoteError (a warning and the
+// protocol-error counter), the handle's connect state cleared. Before, the
+// version and the data path were not checked: such an Ack connected. The
+// fake listener echoes the Hello it receives (so the blob in it is a
+// well-formed one) with one field changed.
+TEST(NcclConn, ConnectRefusesMalformedAck) {
+  InitCtx();
+  char real[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, real, &lc), kOk);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  // The fake listener, on 127.0.0.1 like the real one.
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  char handle[kPrismNcclHandleMaxSize];
+  memcpy(handle, real, sizeof(handle));
+  memcpy(handle + kHandlePortOffset, &a.sin_port, sizeof(a.sin_port));
+  memcpy(handle + kHandleAddrOffset, &a.sin_addr, 4);
+
+  struct Case {
+    const char* what;
+    size_t offset;  // of a uint32_t field of the Ack
+    uint32_t value;
+  };
+  const Case cases[] = {
+      {"wrong protocol version", 4, 99}, {"wrong data path", 16, 0x77},
+      {"wrong magic", 0, 0x12345678},    {"wrong nonce", 8, 0x5a5a5a5a},
+      {"status not 0", 20, 1},
+  };
+  SetLogEcho(false);
+  for (const Case& c : cases) {
+    const size_t log_from = LogSnapshot().size();
+    int peer = -1;
+    std::thread fake([&] {
+      peer = accept(lfd, nullptr, nullptr);
+      uint8_t msg[kHelloBytes];
+      if (peer < 0 || !ReadAll(peer, msg, sizeof(msg))) return;
+      memcpy(msg + c.offset, &c.value, sizeof(c.value));
+      (void)WriteAll(peer, msg, sizeof(msg));
+    });
+    char h[kPrismNcclHandleMaxSize];
+    memcpy(h, handle, sizeof(h));
+    void* send = nullptr;
+    PrismNcclDeviceHandle* dh = nullptr;
+    int r = kOk;
+    const auto start = Clock::now();
+    while (r == kOk && send == nullptr && !Expired(start, 10)) {
+      r = N()->connect(g_ctx, 0, h, &send, &dh);
+    }
+    fake.join();
+    if (peer >= 0) close(peer);
+    EXPECT_EQ(r, kPrismNcclRemoteError) << c.what;
+    EXPECT_EQ(send, nullptr) << c.what;
+    EXPECT_GE(WarningsSince(log_from, "connect dev"), 1) << c.what;
+    uint64_t state = 1;
+    memcpy(&state, h + kHandleStateOffset, sizeof(state));
+    EXPECT_EQ(state, 0u) << c.what;
+    if (send != nullptr) {
+      EXPECT_EQ(N()->close_send(send), kOk);
+    }
+  }
+  SetLogEcho(true);
+  close(lfd);
+}
+
+// A handle whose address family is neither IPv4 nor IPv6 (corrupted) is
+// refused with InvalidArgument and a warning saying so (before: refused
+// without a word).
+TEST(NcclConn, HandleWithUnknownAddressFamilyIsRefused) {
+  InitCtx();
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  const uint16_t family = 0x1234;
+  memcpy(handle + kHandleFamilyOffset, &family, sizeof(family));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* send = nullptr;
+  PrismNcclDeviceHandle* dh = nullptr;
+  EXPECT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send, nullptr);
+  EXPECT_EQ(WarningsSince(log_from, "address family 4660"), 1);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
 }
 
 TEST(NcclConn, CloseWithRequestsInFlight) {

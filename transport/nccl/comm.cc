@@ -361,13 +361,24 @@ struct CommBase : SinkBase {
   void ReleaseConnection() {}
 #endif
 
+  // The peer broke the protocol (a malformed or unexpected frame, CTS or
+  // WRITE): counted, and always logged as a warning -- Fail() logs a remote
+  // error on a comm with nothing outstanding at INFO (a peer's normal
+  // close), which hid these.
+  void ProtocolError(const char* what) {
+    ++g_protocol_errors;
+    Fail(kPrismNcclRemoteError, what, 0, /*loud=*/true);
+  }
+
   // True while some request of this comm is not complete.
   virtual bool HasOutstanding() const { return false; }
 
-  void Fail(PrismNcclResult r, const char* what, int err) {
+  // `loud`: a warning also when nothing is outstanding.
+  void Fail(PrismNcclResult r, const char* what, int err, bool loud = false) {
     if (!failed) {
       // A peer that closes after all traffic completed is a normal teardown.
-      const bool quiet = r == kPrismNcclRemoteError && !HasOutstanding();
+      const bool quiet =
+          !loud && r == kPrismNcclRemoteError && !HasOutstanding();
       PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
                      kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev,
                      kind == CommKind::kSend ? "send" : "recv", what,
@@ -659,14 +670,12 @@ struct SendComm : CommBase {
   void ApplyCts(const CtsBody& b, uint64_t len) {
     if (b.n < 1 || b.n > static_cast<uint32_t>(kMaxRecvs) ||
         len != CtsLen(static_cast<int>(b.n)) || b.seq != next_cts_seq) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "malformed or out-of-order CTS", 0);
+      ProtocolError("malformed or out-of-order CTS");
       return;
     }
     CtsGroup& g = cts[b.seq % kMaxRequests];
     if (g.valid) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "peer exceeded 32 outstanding receives", 0);
+      ProtocolError("peer exceeded 32 outstanding receives");
       return;
     }
     g.valid = true;
@@ -692,15 +701,13 @@ struct SendComm : CommBase {
     if (c.status != absl::StatusCode::kOk || cts_ring == nullptr ||
         c.remote_addr != reinterpret_cast<uintptr_t>(cts_ring.get()) + off ||
         c.byte_len < CtsLen(1) || c.byte_len > CtsLen(kMaxRecvs)) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "CTS WRITE does not match the CTS ring", 0);
+      ProtocolError("CTS WRITE does not match the CTS ring");
       return;
     }
     CtsBody b{};
     memcpy(&b, cts_ring.get() + off, c.byte_len);
     if (b.seq != seq) {
-      ++g_protocol_errors;
-      Fail(kPrismNcclRemoteError, "CTS immediate does not match its frame", 0);
+      ProtocolError("CTS immediate does not match its frame");
       return;
     }
     ApplyCts(b, c.byte_len);
@@ -724,8 +731,7 @@ struct SendComm : CommBase {
           if (in_hdr_got == sizeof(FrameHeader) &&
               (IsPrismMode(mode) || in_hdr.type != kFrameCts ||
                in_hdr.len < CtsLen(1) || in_hdr.len > CtsLen(kMaxRecvs))) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "unexpected frame from receiver", 0);
+            ProtocolError("unexpected frame from receiver");
             return;
           }
           in_body_got = 0;
@@ -1013,8 +1019,7 @@ struct RecvComm : CommBase {
                      in_hdr.len == sizeof(SendErrorBody)) {
             in_state = In::kErr;
           } else {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "unexpected frame from sender", 0);
+            ProtocolError("unexpected frame from sender");
             return;
           }
           break;
@@ -1027,9 +1032,8 @@ struct RecvComm : CommBase {
               in_data.addr != reinterpret_cast<uintptr_t>(s->addr) ||
               in_data.rkey != s->rkey || in_data.size > s->size ||
               in_hdr.len != sizeof(DataHeader) + in_data.size) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError,
-                 "DATA frame does not match a posted receive (not written)", 0);
+            ProtocolError(
+                "DATA frame does not match a posted receive (not written)");
             return;
           }
           cur_req = r;
@@ -1057,8 +1061,7 @@ struct RecvComm : CommBase {
           Request* r = nullptr;
           Slot* s = FindSlot(in_err.seq, in_err.idx, &r);
           if (s == nullptr) {
-            ++g_protocol_errors;
-            Fail(kPrismNcclRemoteError, "send error for an unknown receive", 0);
+            ProtocolError("send error for an unknown receive");
             return;
           }
           PRISM_NCCL_WARN(
@@ -1097,9 +1100,7 @@ struct RecvComm : CommBase {
       if (s == nullptr ||
           c.remote_addr != reinterpret_cast<uintptr_t>(s->addr) ||
           c.byte_len > s->size) {
-        ++g_protocol_errors;
-        Fail(kPrismNcclRemoteError,
-             "Prism WRITE does not match a posted receive", 0);
+        ProtocolError("Prism WRITE does not match a posted receive");
         return;
       }
       s->received = c.byte_len;
@@ -1114,21 +1115,34 @@ struct RecvComm : CommBase {
 
 // ---------------------------------------------------------------------------
 // Connection setup.
+// One connection being accepted: its Hello coming in, then its Ack going
+// out.
+struct PendingAccept {
+  int fd = -1;
+  uint64_t order = 0;  // ListenComm::accepted when it was accepted
+  HelloMsg hello{};
+  size_t got = 0;
+  bool ack_ready = false;  // Hello checked, Ack built (Prism connection made)
+  HelloMsg ack{};
+  size_t sent = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DeviceEndpoint* dep = nullptr;
+  ConnId conn = kInvalidConn;
+#endif
+};
+
 struct ListenComm : CommBase {
   ListenComm() : CommBase(CommKind::kListen) {}
   DeviceContext dev_ctx;
   DataMode cfg_mode = DataMode::kTcpInterim;
   int sock_buf = 0;
-  // One connection being accepted.
-  int pending_fd = -1;
-  HelloMsg hello{};
-  size_t got = 0;
-  HelloMsg ack{};
-  size_t sent = 0;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-  DeviceEndpoint* pending_dep = nullptr;
-  ConnId pending_conn = kInvalidConn;
-#endif
+  // Connections being accepted, each advanced on every accept() call: one
+  // that never completes its Hello (a port scanner, a stray or stalled
+  // client) does not hold up the others. When all are taken, a new
+  // connection replaces the oldest.
+  static constexpr int kMaxPending = 8;
+  PendingAccept pending[kMaxPending];
+  uint64_t accepted = 0;
 };
 
 struct ConnectState {
@@ -1378,6 +1392,10 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       len = sizeof(sockaddr_in6);
     } else {
       ++g_api_errors;
+      PRISM_NCCL_WARN(
+          "connect: the handle names address family %u (neither IPv4 nor "
+          "IPv6): a corrupted handle",
+          static_cast<unsigned>(h.family));
       return kPrismNcclInvalidArgument;
     }
     auto fd = TcpConnectStart(peer, len, dev.config->sock_buf_bytes);
@@ -1470,8 +1488,21 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     }
     st->got += moved;
   }
-  if (st->ack.magic != kHelloMagic || st->ack.status != 0 ||
-      st->ack.nonce != h.nonce) {
+  // The Ack must echo this handle's protocol version, nonce and data path
+  // (before, only the magic and nonce were checked: an Ack of another
+  // version or data path was taken, its blob read as this one's).
+  if (st->ack.magic != kHelloMagic || st->ack.version != kProtoVersion ||
+      st->ack.nonce != h.nonce || st->ack.mode != h.mode) {
+    ++g_protocol_errors;
+    PRISM_NCCL_WARN(
+        "connect dev %d: the ack is not from this handle's listener (magic "
+        "0x%08x version %u mode %u nonce %016llx; expected version %u mode "
+        "%u)",
+        dev.index, st->ack.magic, st->ack.version, st->ack.mode,
+        static_cast<unsigned long long>(st->ack.nonce), kProtoVersion, h.mode);
+    return fail("malformed ack", 0);
+  }
+  if (st->ack.status != 0) {
     ++g_protocol_errors;
     return fail("listener rejected the connection", 0);
   }
@@ -1510,148 +1541,189 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   return kPrismNcclSuccess;
 }
 
+namespace {
+
+// Closes a connection being accepted and frees its slot.
+void ResetPending(PendingAccept* p) {
+  CloseFd(p->fd);
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DropConnection(&p->dep, &p->conn);
+#endif
+  *p = PendingAccept();
+}
+
+// Drops a connection being accepted whose peer misbehaved or went away.
+void DropPending(ListenComm* l, PendingAccept* p, const char* what) {
+  ++g_protocol_errors;
+  PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
+  ResetPending(p);
+}
+
+enum class AcceptStep { kWaiting, kDropped, kReady, kError };
+
+// Reads p's Hello, checks it, builds and sends the Ack. kReady: the Ack is
+// out, p is ready to become a recv comm. kError: *result says why (p stays,
+// to be retried by the next call).
+AcceptStep AdvancePending(ListenComm* l, PendingAccept* p,
+                          PrismNcclResult* result) {
+  int err = 0;
+  while (p->got < sizeof(HelloMsg)) {
+    size_t moved = 0;
+    const Io io =
+        RecvSome(p->fd, reinterpret_cast<uint8_t*>(&p->hello) + p->got,
+                 sizeof(HelloMsg) - p->got, &moved, &err);
+    if (io == Io::kAgain) return AcceptStep::kWaiting;
+    if (io != Io::kOk) {
+      DropPending(l, p, "closed before hello");
+      return AcceptStep::kDropped;
+    }
+    p->got += moved;
+  }
+  if (!p->ack_ready) {
+    if (p->hello.magic != kHelloMagic || p->hello.version != kProtoVersion ||
+        p->hello.nonce != l->nonce ||
+        p->hello.mode != static_cast<uint32_t>(l->mode)) {
+      DropPending(l, p, "hello does not match this listener");
+      return AcceptStep::kDropped;
+    }
+    p->ack = HelloMsg();
+    p->ack.magic = kHelloMagic;
+    p->ack.version = kProtoVersion;
+    p->ack.nonce = l->nonce;
+    p->ack.mode = p->hello.mode;
+    p->ack.status = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    if (IsPrismMode(l->mode)) {
+      if (p->hello.cts_slots != static_cast<uint32_t>(kMaxRequests) ||
+          p->hello.cts_addr == 0 || p->hello.cts_rkey == 0) {
+        DropPending(l, p, "no CTS ring in the hello");
+        return AcceptStep::kDropped;
+      }
+      auto conn = NewConnection(l->dev_ctx, &p->dep);
+      if (!conn.ok()) {
+        PRISM_NCCL_WARN("accept dev %d: Prism connection: %s", l->dev,
+                        std::string(conn.status().message()).c_str());
+        *result = kPrismNcclSystemError;
+        return AcceptStep::kError;
+      }
+      p->conn = *conn;
+      auto theirs = GetBlob(p->hello);
+      absl::Status cs =
+          theirs.ok() ? p->dep->ep()->Connect(*conn, *theirs) : theirs.status();
+      auto mine = p->dep->ep()->LocalInfo(*conn);
+      if (!cs.ok() || !mine.ok()) {
+        DropPending(l, p, "bad connection info from the connecting peer");
+        return AcceptStep::kDropped;
+      }
+      PutBlob(*mine, &p->ack);
+    }
+#endif
+    p->ack_ready = true;
+  }
+  while (p->sent < sizeof(HelloMsg)) {
+    size_t moved = 0;
+    const Io io = SendSome(p->fd, reinterpret_cast<uint8_t*>(&p->ack) + p->sent,
+                           sizeof(HelloMsg) - p->sent, &moved, &err);
+    if (io == Io::kAgain) return AcceptStep::kWaiting;
+    if (io != Io::kOk) {
+      DropPending(l, p, "closed before ack");
+      return AcceptStep::kDropped;
+    }
+    p->sent += moved;
+  }
+  return AcceptStep::kReady;
+}
+
+// Turns the acknowledged connection p into a recv comm.
+PrismNcclResult FinishAccept(ListenComm* l, PendingAccept* p,
+                             void** recv_comm) {
+  auto* r = new (std::nothrow) RecvComm();
+  if (r == nullptr) return kPrismNcclSystemError;
+  r->mode = l->mode;
+  r->dev = l->dev;
+  r->fd = p->fd;
+  r->nonce = l->nonce;
+  r->rng.Seed(l->nonce ^ 0x5245u);
+  p->fd = -1;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  r->dep = p->dep;
+  r->conn = p->conn;
+  p->dep = nullptr;
+  p->conn = kInvalidConn;
+  if (r->dep != nullptr) {
+    // The CTS WRITEs' source (RecvComm::out) and the sender's ring.
+    auto src =
+        r->dep->ep()->RegisterMemory(r->out, sizeof(r->out), kAccessLocal);
+    if (!src.ok()) {
+      PRISM_NCCL_WARN("accept dev %d: CTS buffer: %s", l->dev,
+                      std::string(src.status().message()).c_str());
+      CloseFd(r->fd);
+      r->ReleaseConnection();
+      r->magic = kDeadMagic;
+      delete r;
+      ResetPending(p);
+      return kPrismNcclSystemError;
+    }
+    r->cts_src_lkey = src->lkey;
+    r->cts_remote_addr = p->hello.cts_addr;
+    r->cts_remote_rkey = p->hello.cts_rkey;
+    r->dep->AddRoute(r->conn, r);
+  }
+#endif
+  ResetPending(p);
+  *recv_comm = static_cast<CommBase*>(r);
+  return kPrismNcclSuccess;
+}
+
+}  // namespace
+
 PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
   if (recv_comm == nullptr) return kPrismNcclInvalidArgument;
   *recv_comm = nullptr;
   auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
   if (l == nullptr) return kPrismNcclInvalidArgument;
   std::lock_guard<std::mutex> lock(l->mu);
-  int err = 0;
   for (;;) {
-    if (l->pending_fd < 0) {
-      Io io;
-      l->pending_fd = TcpAccept(l->fd, l->sock_buf, &io, &err);
-      if (l->pending_fd < 0) {
-        if (io == Io::kAgain) return kPrismNcclSuccess;
-        PRISM_NCCL_WARN("accept failed: %s", strerror(err));
-        return kPrismNcclSystemError;
-      }
-      l->got = 0;
-      l->sent = 0;
+    for (PendingAccept& p : l->pending) {
+      if (p.fd < 0) continue;
+      PrismNcclResult result = kPrismNcclSuccess;
+      const AcceptStep step = AdvancePending(l, &p, &result);
+      if (step == AcceptStep::kError) return result;
+      if (step == AcceptStep::kReady) return FinishAccept(l, &p, recv_comm);
     }
-    auto drop = [&](const char* what) {
-      ++g_protocol_errors;
-      PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
-      CloseFd(l->pending_fd);
-      l->pending_fd = -1;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-      DropConnection(&l->pending_dep, &l->pending_conn);
-#endif
-    };
-    bool dropped = false;
-    while (l->got < sizeof(HelloMsg)) {
-      size_t moved = 0;
-      const Io io = RecvSome(l->pending_fd,
-                             reinterpret_cast<uint8_t*>(&l->hello) + l->got,
-                             sizeof(HelloMsg) - l->got, &moved, &err);
+    Io io;
+    int err = 0;
+    const int fd = TcpAccept(l->fd, l->sock_buf, &io, &err);
+    if (fd < 0) {
       if (io == Io::kAgain) return kPrismNcclSuccess;
-      if (io != Io::kOk) {
-        drop("closed before hello");
-        dropped = true;
+      PRISM_NCCL_WARN("accept failed: %s", strerror(err));
+      return kPrismNcclSystemError;
+    }
+    PendingAccept* slot = nullptr;
+    PendingAccept* oldest = nullptr;
+    for (PendingAccept& p : l->pending) {
+      if (p.fd < 0) {
+        slot = &p;
         break;
       }
-      l->got += moved;
+      if (oldest == nullptr || p.order < oldest->order) oldest = &p;
     }
-    if (dropped) continue;
-    if (l->sent == 0) {
-      if (l->hello.magic != kHelloMagic || l->hello.version != kProtoVersion ||
-          l->hello.nonce != l->nonce ||
-          l->hello.mode != static_cast<uint32_t>(l->mode)) {
-        drop("hello does not match this listener");
-        continue;
-      }
-      l->ack = HelloMsg();
-      l->ack.magic = kHelloMagic;
-      l->ack.version = kProtoVersion;
-      l->ack.nonce = l->nonce;
-      l->ack.mode = l->hello.mode;
-      l->ack.status = 0;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-      if (IsPrismMode(l->mode)) {
-        auto conn = NewConnection(l->dev_ctx, &l->pending_dep);
-        if (!conn.ok()) {
-          PRISM_NCCL_WARN("accept dev %d: Prism connection: %s", l->dev,
-                          std::string(conn.status().message()).c_str());
-          return kPrismNcclSystemError;
-        }
-        l->pending_conn = *conn;
-        auto theirs = GetBlob(l->hello);
-        absl::Status cs = theirs.ok()
-                              ? l->pending_dep->ep()->Connect(*conn, *theirs)
-                              : theirs.status();
-        auto mine = l->pending_dep->ep()->LocalInfo(*conn);
-        if (!cs.ok() || !mine.ok()) {
-          drop("bad connection info from the connecting peer");
-          continue;
-        }
-        if (l->hello.cts_slots != static_cast<uint32_t>(kMaxRequests) ||
-            l->hello.cts_addr == 0 || l->hello.cts_rkey == 0) {
-          drop("no CTS ring in the hello");
-          continue;
-        }
-        PutBlob(*mine, &l->ack);
-      }
-#endif
+    if (slot == nullptr) {
+      DropPending(l, oldest,
+                  "evicted: too many connections waiting for their hello "
+                  "(the oldest goes)");
+      slot = oldest;
     }
-    while (l->sent < sizeof(HelloMsg)) {
-      size_t moved = 0;
-      const Io io =
-          SendSome(l->pending_fd, reinterpret_cast<uint8_t*>(&l->ack) + l->sent,
-                   sizeof(HelloMsg) - l->sent, &moved, &err);
-      if (io == Io::kAgain) return kPrismNcclSuccess;
-      if (io != Io::kOk) {
-        drop("closed before ack");
-        dropped = true;
-        break;
-      }
-      l->sent += moved;
-    }
-    if (dropped) continue;
-    auto* r = new (std::nothrow) RecvComm();
-    if (r == nullptr) return kPrismNcclSystemError;
-    r->mode = l->mode;
-    r->dev = l->dev;
-    r->fd = l->pending_fd;
-    r->nonce = l->nonce;
-    r->rng.Seed(l->nonce ^ 0x5245u);
-    l->pending_fd = -1;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-    r->dep = l->pending_dep;
-    r->conn = l->pending_conn;
-    l->pending_dep = nullptr;
-    l->pending_conn = kInvalidConn;
-    if (r->dep != nullptr) {
-      // The CTS WRITEs' source (RecvComm::out) and the sender's ring.
-      auto src =
-          r->dep->ep()->RegisterMemory(r->out, sizeof(r->out), kAccessLocal);
-      if (!src.ok()) {
-        PRISM_NCCL_WARN("accept dev %d: CTS buffer: %s", l->dev,
-                        std::string(src.status().message()).c_str());
-        CloseFd(r->fd);
-        r->ReleaseConnection();
-        r->magic = kDeadMagic;
-        delete r;
-        return kPrismNcclSystemError;
-      }
-      r->cts_src_lkey = src->lkey;
-      r->cts_remote_addr = l->hello.cts_addr;
-      r->cts_remote_rkey = l->hello.cts_rkey;
-      r->dep->AddRoute(r->conn, r);
-    }
-#endif
-    *recv_comm = static_cast<CommBase*>(r);
-    return kPrismNcclSuccess;
+    slot->fd = fd;
+    slot->order = ++l->accepted;
   }
 }
 
 PrismNcclResult CloseListen(void* listen_comm) {
   auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
   if (l == nullptr) return kPrismNcclInvalidArgument;
-  CloseFd(l->pending_fd);
+  for (PendingAccept& p : l->pending) ResetPending(&p);
   CloseFd(l->fd);
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-  DropConnection(&l->pending_dep, &l->pending_conn);
-#endif
   l->magic = kDeadMagic;
   delete l;
   return kPrismNcclSuccess;
