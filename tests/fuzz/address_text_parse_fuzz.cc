@@ -92,8 +92,8 @@ void UdpRoute(std::string_view text) {
       break;
   }
   auto r2 = ParseRoute(again);
-  Check(r2.ok() && r2->kind == r->kind &&
-        r2->usid_carrier == r->usid_carrier && r2->segments == r->segments);
+  Check(r2.ok() && r2->kind == r->kind && r2->usid_carrier == r->usid_carrier &&
+        r2->segments == r->segments);
 }
 
 }  // namespace
