@@ -1822,8 +1822,12 @@ PrismNcclResult RegMr(void* comm, void* data, size_t size, int type,
   }
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   if (c->dep != nullptr && size > 0) {
-    auto mr = c->dep->ep()->RegisterMemory(host, size,
-                                           kAccessLocal | kAccessRemoteWrite);
+    // Only a receive buffer is written by the peer; a send buffer is only
+    // read here, so its registration gives the peer no key to write with.
+    const uint32_t access = c->kind == CommKind::kRecv
+                                ? kAccessLocal | kAccessRemoteWrite
+                                : kAccessLocal;
+    auto mr = c->dep->ep()->RegisterMemory(host, size, access);
     if (!mr.ok()) {
       PRISM_NCCL_WARN("regMr %p +%zu: %s", data, size,
                       std::string(mr.status().message()).c_str());
