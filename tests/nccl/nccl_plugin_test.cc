@@ -1094,6 +1094,72 @@ TEST(NcclConn, HandleWithUnknownAddressFamilyIsRefused) {
   ASSERT_EQ(N()->close_listen(lc), kOk);
 }
 
+// Copies of one handle driven on two threads at once (misuse: NCCL drives a
+// handle from one thread). A connect() call holds the handle's connect state
+// for its length, so the other thread's call is refused instead of sharing
+// it (a data race, and a use after free once the first call finished the
+// connect and freed the state). Exactly one send comm results; make test
+// runs this under TSan too.
+TEST(NcclConn, ConcurrentCopiesOfAHandleDoNotShareItsState) {
+  InitCtx();
+  constexpr size_t kStateOffset = 40;  // WireHandle::connect_state (comm.cc)
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  PrismNcclDeviceHandle* dh = nullptr;
+  void* started = nullptr;
+  ASSERT_EQ(N()->connect(g_ctx, 0, handle, &started, &dh), kOk);
+  ASSERT_EQ(started, nullptr);  // waits for accept's ack
+  uint64_t state = 0;
+  memcpy(&state, handle + kStateOffset, sizeof(state));
+  ASSERT_NE(state, 0u);
+  char copies[2][kPrismNcclHandleMaxSize];
+  memcpy(copies[0], handle, sizeof(handle));
+  memcpy(copies[1], handle, sizeof(handle));
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0}, other{0};
+  std::atomic<void*> sends[2] = {nullptr, nullptr};
+  SetLogEcho(false);
+  auto drive = [&](int i) {
+    void* send = nullptr;
+    while (!stop.load() && send == nullptr) {
+      PrismNcclDeviceHandle* d = nullptr;
+      const int r = N()->connect(g_ctx, 0, copies[i], &send, &d);
+      if (r == kPrismNcclInvalidArgument) {
+        ++refused;
+      } else if (r != kOk) {
+        ++other;
+        return;
+      }
+    }
+    sends[i] = send;
+  };
+  std::thread a(drive, 0), b(drive, 1);
+  void* recv = nullptr;
+  const auto start = Clock::now();
+  while (recv == nullptr && !Expired(start, 10)) {
+    ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
+  }
+  // The connect finishes on whichever thread holds the state next.
+  while (sends[0].load() == nullptr && sends[1].load() == nullptr &&
+         !Expired(start, 10)) {
+    std::this_thread::yield();
+  }
+  stop = true;
+  a.join();
+  b.join();
+  SetLogEcho(true);
+  ASSERT_NE(recv, nullptr);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ((sends[0].load() != nullptr) + (sends[1].load() != nullptr), 1)
+      << "refused calls: " << refused.load();
+  Pair p;
+  p.send = sends[0].load() != nullptr ? sends[0].load() : sends[1].load();
+  p.recv = recv;
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  ClosePair(&p);
+}
+
 TEST(NcclConn, CloseWithRequestsInFlight) {
   InitCtx();
   Pair p;

@@ -1170,8 +1170,11 @@ struct ConnectState {
 // listener), so its `connect_state` is followed only when it names one of
 // these: a handle from another process, a corrupted one, or one used again
 // after its connect finished is refused with a warning instead of
-// dereferenced. Guarded by g_connect_states_mu (connect() may run on several
-// threads for different handles).
+// dereferenced. A connect() call takes its state out of the set for the
+// call's length (ConnectStateHold puts it back), so copies of one handle
+// driven on two threads at once never share it: the second call is refused
+// too. Guarded by g_connect_states_mu (connect() may run on several threads
+// for different handles).
 std::mutex g_connect_states_mu;
 std::unordered_set<const ConnectState*> g_connect_states;
 
@@ -1180,12 +1183,22 @@ void TrackConnectState(const ConnectState* st) {
   g_connect_states.insert(st);
 }
 
-// The live connect state a handle names, or nullptr.
-ConnectState* FindConnectState(uint64_t bits) {
+// Takes the live connect state a handle names out of the set, or nullptr
+// (none, or another call holds it).
+ConnectState* TakeConnectState(uint64_t bits) {
   auto* st = reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(bits));
   std::lock_guard<std::mutex> lock(g_connect_states_mu);
-  return g_connect_states.count(st) != 0 ? st : nullptr;
+  return g_connect_states.erase(st) != 0 ? st : nullptr;
 }
+
+// Puts the state one connect() call holds back into the set when the call
+// returns, unless the call deleted it (st reset to nullptr).
+struct ConnectStateHold {
+  ConnectState* st = nullptr;
+  ~ConnectStateHold() {
+    if (st != nullptr) TrackConnectState(st);
+  }
+};
 
 void DeleteConnectState(ConnectState* st) {
   {
@@ -1345,18 +1358,21 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     return kPrismNcclInvalidUsage;
   }
   ConnectState* st = nullptr;
+  ConnectStateHold hold;
   if (h.connect_state != 0) {
-    st = FindConnectState(h.connect_state);
+    st = TakeConnectState(h.connect_state);
     if (st == nullptr) {
       ++g_api_errors;
       PRISM_NCCL_WARN(
           "connect: the handle names a connect in progress (0x%llx) that this "
-          "process did not start or has finished (a handle from another "
-          "process, a corrupted one, or one used again after its connect "
-          "completed)",
+          "process did not start, has finished, or is advancing in another "
+          "call right now (a handle from another process, a corrupted one, "
+          "one used again after its connect completed, or copies of one "
+          "handle driven on two threads)",
           static_cast<unsigned long long>(h.connect_state));
       return kPrismNcclInvalidArgument;
     }
+    hold.st = st;
   }
   auto save = [&](ConnectState* s) {
     h.connect_state = reinterpret_cast<uintptr_t>(s);
@@ -1371,6 +1387,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
 #endif
       CloseFd(st->fd);
       DeleteConnectState(st);
+      hold.st = nullptr;
     }
     save(nullptr);
     return kPrismNcclRemoteError;
@@ -1449,7 +1466,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       PutBlob(*blob, &st->hello);
     }
 #endif
-    TrackConnectState(st);
+    hold.st = st;  // tracked from the call's return on
     save(st);
   } else if (st->magic != kCommMagic) {
     ++g_api_errors;
@@ -1534,6 +1551,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   s->rng.Seed(h.nonce ^ 0x5345u);
   st->fd = -1;
   DeleteConnectState(st);
+  hold.st = nullptr;
   save(nullptr);
   PRISM_NCCL_TRACE("dev %d connected (nonce %016llx)", dev.index,
                    static_cast<unsigned long long>(h.nonce));
