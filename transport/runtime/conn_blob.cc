@@ -12,7 +12,8 @@ absl::StatusOr<ConnectionBlob> ConnectionBlob::FromBytes(absl::string_view b) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connection blob of ", b.size(), " bytes (max ", kMaxBytes, ")"));
   ConnectionBlob out;
-  memcpy(out.bytes, b.data(), b.size());
+  // An empty view may have a null data(): memcpy must not see it.
+  if (!b.empty()) memcpy(out.bytes, b.data(), b.size());
   out.size = static_cast<uint8_t>(b.size());
   return out;
 }
