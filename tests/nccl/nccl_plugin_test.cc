@@ -798,6 +798,26 @@ TEST(NcclConn, EndpointOptionsFollowTheEnvironment) {
   EXPECT_GE(seen, 1);
 }
 
+// One 4 KiB transfer over p (host memory), checked.
+void TransferOnce(const Pair& p) {
+  std::vector<uint8_t> sbuf(4096, 0x3c), rbuf(4096, 0);
+  void* smh = nullptr;
+  void* rmh = nullptr;
+  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
+  void* rdata = rbuf.data();
+  size_t rsize = 4096;
+  int rtag = 3;
+  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
+  ASSERT_NE(rreq, nullptr);
+  void* sreq = Isend(p.send, sbuf.data(), 4096, 3, smh);
+  ASSERT_NE(sreq, nullptr);
+  int sres = 0, rres = 0, got[8] = {-1};
+  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
+  EXPECT_EQ(got[0], 4096);
+  EXPECT_EQ(rbuf, sbuf);
+  DeregisterBoth(p, smh, rmh);
+}
+
 // A listen handle crosses processes (NCCL's bootstrap carries it), and
 // connect() keeps its in-progress state in it between calls. That field is
 // followed only when it names a connect this process started: a handle
@@ -866,23 +886,7 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
   EXPECT_EQ(send2, nullptr);
   ASSERT_EQ(N()->close_listen(lc), kOk);
 
-  // The pair works.
-  std::vector<uint8_t> sbuf(4096, 0x5a), rbuf(4096, 0);
-  void* smh = nullptr;
-  void* rmh = nullptr;
-  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
-  void* rdata = rbuf.data();
-  size_t rsize = 4096;
-  int rtag = 7;
-  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
-  ASSERT_NE(rreq, nullptr);
-  void* sreq = Isend(p.send, sbuf.data(), 4096, 7, smh);
-  ASSERT_NE(sreq, nullptr);
-  int sres = 0, rres = 0, got[8] = {-1};
-  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
-  EXPECT_EQ(got[0], 4096);
-  EXPECT_EQ(rbuf, sbuf);
-  DeregisterBoth(p, smh, rmh);
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));  // the pair works
   ClosePair(&p);
 }
 
@@ -924,26 +928,6 @@ int WarningsSince(size_t from, const char* text) {
     }
   }
   return n;
-}
-
-// One 4 KiB transfer over p (host memory), checked.
-void TransferOnce(const Pair& p) {
-  std::vector<uint8_t> sbuf(4096, 0x3c), rbuf(4096, 0);
-  void* smh = nullptr;
-  void* rmh = nullptr;
-  ASSERT_NO_FATAL_FAILURE(RegisterHost(p, &sbuf, &rbuf, &smh, &rmh));
-  void* rdata = rbuf.data();
-  size_t rsize = 4096;
-  int rtag = 3;
-  void* rreq = Irecv(p.recv, 1, &rdata, &rsize, &rtag, &rmh);
-  ASSERT_NE(rreq, nullptr);
-  void* sreq = Isend(p.send, sbuf.data(), 4096, 3, smh);
-  ASSERT_NE(sreq, nullptr);
-  int sres = 0, rres = 0, got[8] = {-1};
-  EXPECT_EQ(WaitBoth(sreq, nullptr, &sres, rreq, got, &rres), kOk);
-  EXPECT_EQ(got[0], 4096);
-  EXPECT_EQ(rbuf, sbuf);
-  DeregisterBoth(p, smh, rmh);
 }
 
 // Connections to the listener that never complete their Hello (a port

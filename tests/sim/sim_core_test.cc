@@ -846,30 +846,38 @@ constexpr char kTiny[] = R"({
   "workload": {"type": "permutation", "bytes": 200000}
 })";
 
+// The message ParseScenario refuses `text` with ("" when it accepts it, a
+// test failure then).
+std::string ParseError(const std::string& text) {
+  absl::StatusOr<json::Value> v = json::Parse(text);
+  if (!v.ok()) return std::string(v.status().message());
+  absl::StatusOr<ScenarioConfig> sc = ParseScenario(*v, "");
+  EXPECT_FALSE(sc.ok()) << text;
+  return sc.ok() ? "" : std::string(sc.status().message());
+}
+
 TEST(ScenarioTest, RejectsBadConfigsClearly) {
-  auto bad = [](const std::string& text) -> std::string {
-    absl::StatusOr<json::Value> v = json::Parse(text);
-    if (!v.ok()) return std::string(v.status().message());
-    absl::StatusOr<ScenarioConfig> sc = ParseScenario(*v, "");
-    EXPECT_FALSE(sc.ok()) << text;
-    return sc.ok() ? "" : std::string(sc.status().message());
-  };
   const std::string topo = R"("topology": {"kind": "clos2", "planes": 1})";
-  EXPECT_THAT(bad("{" + topo + R"(, "workload": {}, "transports": ["tcp"]})"),
-              HasSubstr("unknown transport"));
-  EXPECT_THAT(bad(R"({"workload": {}})"), HasSubstr("missing topology"));
-  EXPECT_THAT(bad("{" + topo + "}"), HasSubstr("missing workload"));
-  EXPECT_THAT(bad("{" + topo + R"(, "workload": {}, "duration_us": -1})"),
-              HasSubstr("duration_us"));
-  EXPECT_THAT(bad("{" + topo +
-                  R"(, "workload": {}, "fabric": {"forwarding": "ospf"}})"),
-              HasSubstr("forwarding"));
   EXPECT_THAT(
-      bad("{" + topo +
+      ParseError("{" + topo + R"(, "workload": {}, "transports": ["tcp"]})"),
+      HasSubstr("unknown transport"));
+  EXPECT_THAT(ParseError(R"({"workload": {}})"), HasSubstr("missing topology"));
+  EXPECT_THAT(ParseError("{" + topo + "}"), HasSubstr("missing workload"));
+  EXPECT_THAT(
+      ParseError("{" + topo + R"(, "workload": {}, "duration_us": -1})"),
+      HasSubstr("duration_us"));
+  EXPECT_THAT(
+      ParseError("{" + topo +
+                 R"(, "workload": {}, "fabric": {"forwarding": "ospf"}})"),
+      HasSubstr("forwarding"));
+  EXPECT_THAT(
+      ParseError(
+          "{" + topo +
           R"(, "workload": {}, "fabric": {"ecn": {"kmin_bytes": 10, "kmax_bytes": 5}}})"),
       HasSubstr("kmin"));
   EXPECT_THAT(
-      bad("{" + topo + R"(, "workload": {}, "transports": ["roce", "roce"]})"),
+      ParseError("{" + topo +
+                 R"(, "workload": {}, "transports": ["roce", "roce"]})"),
       HasSubstr("duplicate"));
   // Bad faults and workloads fail at Init with a clear error.
   ScenarioConfig sc = MustParse(kTiny);
@@ -887,25 +895,19 @@ TEST(ScenarioTest, RejectsBadConfigsClearly) {
 // tests/fuzz/scenario_parse_fuzz.cc), and fault entries that would loop
 // without end, are refused with the field's name.
 TEST(ScenarioTest, RejectsOutOfRangeTimes) {
-  auto bad = [](const std::string& text) -> std::string {
-    absl::StatusOr<json::Value> v = json::Parse(text);
-    if (!v.ok()) return std::string(v.status().message());
-    absl::StatusOr<ScenarioConfig> sc = ParseScenario(*v, "");
-    EXPECT_FALSE(sc.ok()) << text;
-    return sc.ok() ? "" : std::string(sc.status().message());
-  };
   const std::string head =
       R"({"topology": {"kind": "clos2", "planes": 1}, "workload": {}, )";
   for (const char* key : {"duration_us", "sample_interval_us", "warmup_us"}) {
-    EXPECT_THAT(bad(head + "\"" + key + "\": 5e101}"), HasSubstr(key));
+    EXPECT_THAT(ParseError(head + "\"" + key + "\": 5e101}"), HasSubstr(key));
   }
-  EXPECT_THAT(bad(head + R"("fabric": {"routing_convergence_us": 5e101}})"),
-              HasSubstr("routing_convergence_us"));
+  EXPECT_THAT(
+      ParseError(head + R"("fabric": {"routing_convergence_us": 5e101}})"),
+      HasSubstr("routing_convergence_us"));
   for (const char* key : {"rto_min_us", "probe_interval_us", "rto_us",
                           "oracle_reroute_after_us"}) {
-    EXPECT_THAT(
-        bad(head + R"("transport_defaults": {")" + key + R"(": 1e300}})"),
-        HasSubstr(key));
+    EXPECT_THAT(ParseError(head + R"("transport_defaults": {")" + key +
+                           R"(": 1e300}})"),
+                HasSubstr(key));
   }
   // Within range: accepted.
   ScenarioConfig ok = MustParse(kTiny);
