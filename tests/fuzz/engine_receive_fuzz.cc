@@ -11,11 +11,12 @@
 //
 // The input is a script of steps: pump legit packets A->B or B->A (whole
 // bursts, dropping or holding some), replay a held packet (duplicate,
-// reorder, delay; contiguous, split or read in place via RxDestination),
-// advance time, forge a packet from a held one (decode, overwrite chosen
-// fields from the input, re-encode so the header checksum verifies), craft
-// a SACK / NACK / PROBE / PLANE_STATUS / CONNECT from scratch, trim a held
-// DATA packet, or deliver held bytes mutated raw (resealed or not).
+// reorder, delay; contiguous, split or read in place via RxDestination,
+// alone or queued into a batch with others), advance time, forge a packet
+// from a held one (decode, overwrite chosen fields from the input, re-encode
+// so the header checksum verifies), craft a SACK / NACK / PROBE /
+// PLANE_STATUS / CONNECT from scratch, trim a held DATA packet, or deliver
+// held bytes mutated raw (resealed or not).
 //
 // Properties checked (abort on violation):
 // - No crash, no sanitizer report, every loop bounded (no hang).
@@ -104,6 +105,7 @@ constexpr uint8_t kCanary = 0xA5;
 constexpr size_t kRegion = 4096;  // receive and source regions
 constexpr size_t kBurst = 32;
 constexpr size_t kPool = 32;
+constexpr size_t kBatch = 16;
 constexpr int kMaxSteps = 256;
 
 // A region inside a buffer with guard bytes on both sides.
@@ -190,6 +192,7 @@ class Harness {
     }
     // Quiescence: legit pump with time jumps, bounded (a forged packet may
     // leave a connection retrying until connection_timeout: not waited for).
+    for (int i = 0; i < 2; ++i) DeliverBatch(i, false);
     const int rounds = forged_ ? 200 : 2000;
     for (int round = 0; round < rounds; ++round) {
       const size_t moved = Pump(0, 0, 0) + Pump(1, 0, 0);
@@ -242,7 +245,8 @@ class Harness {
   // Polls engine `from` and delivers its burst to the other one, except
   // packet indices in `drop_mask` (dropped) and `hold_mask` (held only).
   // Every packet is also kept in the pool.
-  size_t Pump(int from, uint32_t drop_mask, uint32_t hold_mask) {
+  size_t Pump(int from, uint32_t drop_mask, uint32_t hold_mask,
+              bool in_place = false) {
     TxPacket tx[kBurst];
     RxPacket rx[kBurst];
     const size_t n = e_[from]->PollTransmit(now_, tx, kBurst);
@@ -259,13 +263,63 @@ class Harness {
       rx[m].payload_len = tx[i].payload_len;
       ++m;
     }
+    if (in_place) {  // the burst read in place, after anything queued
+      for (size_t i = 0; i < m; ++i) {
+        if (batch_[1 - from].size() == kBatch) DeliverBatch(1 - from, true);
+        std::vector<uint8_t> b(rx[i].data, rx[i].data + rx[i].len);
+        if (rx[i].payload_len) {
+          b.insert(b.end(), rx[i].payload, rx[i].payload + rx[i].payload_len);
+        }
+        batch_[1 - from].push_back(std::move(b));
+      }
+      DeliverBatch(1 - from, true);
+      return n;
+    }
     if (m > 0) e_[1 - from]->OnReceive(now_, rx, m);
     Drain();
     return n;
   }
 
-  // Delivers `bytes` to engine `to` in one of several ways.
+  // Delivers the packets queued for engine `to` in one OnReceive batch,
+  // contiguous, or read in place: RxDestination for every packet of at
+  // least a DATA header's size first (as a datapath that peeks headers
+  // does), then the batch with those given a destination split there.
+  void DeliverBatch(int to, bool in_place) {
+    std::vector<std::vector<uint8_t>>& q = batch_[to];
+    RxPacket rx[kBatch];
+    const size_t n = q.size();
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<uint8_t>& b = q[i];
+      rx[i] = RxPacket();
+      rx[i].data = b.empty() ? nullptr : b.data();
+      rx[i].len = static_cast<uint32_t>(b.size());
+      if (!in_place || b.size() < wire::kDataHeaderSize) continue;
+      const size_t hdr = wire::kDataHeaderSize;
+      const size_t plen = b.size() - hdr;
+      uint8_t* dst = e_[to]->RxDestination(b.data(), hdr, plen);
+      if (dst == nullptr) continue;
+      uint8_t* lo = dst_[to].region();
+      if (plen == 0 || dst < lo || dst + plen > lo + kRegion) {
+        Fail("RxDestination outside the receive region");
+      }
+      std::memcpy(dst, b.data() + hdr, plen);
+      rx[i].len = static_cast<uint32_t>(hdr);
+      rx[i].payload = dst;
+      rx[i].payload_len = static_cast<uint32_t>(plen);
+    }
+    if (n > 0) e_[to]->OnReceive(now_, rx, n);
+    q.clear();
+    Drain();
+  }
+
+  // Delivers `bytes` to engine `to` in one of several ways, or queues it
+  // for the next batch (flushed when full or by a step).
   void Deliver(const std::vector<uint8_t>& bytes, int to, uint8_t how) {
+    if (how & 64) {
+      batch_[to].push_back(bytes);
+      if (batch_[to].size() == kBatch) DeliverBatch(to, how & 128);
+      return;
+    }
     RxPacket rx;
     rx.ecn_ce = (how & 8) != 0;
     rx.trimmed = (how & 16) != 0;
@@ -623,7 +677,11 @@ class Harness {
     switch (op % 10) {
       case 0:
       case 1:
-        Pump(op & 1, 0, 0);
+        if (op & 0x40) {  // flush the batch queued for one engine
+          DeliverBatch(op & 1, op & 0x80);
+        } else {
+          Pump(op & 1, 0, 0, op & 0x80);
+        }
         break;
       case 2: {  // drop / hold some of a burst
         const uint32_t drop = in.U8();
@@ -756,6 +814,7 @@ class Harness {
   MemoryRegion smr_[2], dmr_[2];
   std::vector<PostedWrite> writes_;
   Held pool_[kPool];
+  std::vector<std::vector<uint8_t>> batch_[2];  // queued for one OnReceive
   size_t pool_next_ = 0;
   size_t pool_size_ = 0;
   Time now_ = kMicrosecond;
