@@ -1201,6 +1201,48 @@ TEST(Engine, DuplicatesAreSuppressedAndReacked) {
   EXPECT_EQ(p.b->connection_stats(p.cb)->rx_data_bytes, 4096u);
 }
 
+// Found by tests/fuzz/engine_receive_fuzz.cc: a SACK echoing a send
+// timestamp this side never sent (above 2^63: a negative Time) made an RTT
+// sample of about 2^63 (signed overflow in now - echo_ts for some values,
+// then in 2 * srtt). Such a SACK still acks; its RTT sample is ignored and
+// counted, as is one older than connection_timeout.
+TEST(Engine, SackWithAnImpossibleEchoTimestampAcksButGivesNoRttSample) {
+  Pair p;
+  auto forged_sack = [&](Time at, uint64_t echo_ts) {
+    auto pk = Poll(*p.a, at);
+    for (auto& c : pk) Deliver(*p.b, at, c);
+    auto sacks = OfType(PollAcks(*p.b, at), wire::PacketType::kSack);
+    EXPECT_EQ(sacks.size(), 1u);
+    Cap f = sacks.at(0);
+    f.pkt.sack.echo_ts = echo_ts;
+    f.bytes.assign(wire::kSackHeaderSize, 0);
+    EXPECT_EQ(wire::EncodeSack(f.pkt.sack, f.bytes.data(), f.bytes.size()),
+              wire::kSackHeaderSize);
+    Deliver(*p.a, at + 4 * kMicrosecond, f);
+    auto cq = Drain(*p.a);
+    EXPECT_EQ(cq.size(), 1u);
+    if (!cq.empty()) {
+      EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+    }
+  };
+  ASSERT_TRUE(p.Write(0, 1, 0, 3 * 4096, 0).ok());
+  forged_sack(0, uint64_t{1} << 63 | 5);  // a "negative" send time
+  ASSERT_TRUE(p.Write(40 * kSecond, 2, 0, 4096, 0).ok());
+  forged_sack(40 * kSecond, 1);  // older than connection_timeout (30 s)
+  auto st = p.a->connection_stats(p.ca);
+  EXPECT_EQ(st->rtt_samples_rejected, 2u);
+  EXPECT_EQ(st->srtt, 0);
+  // A genuine echo still gives a sample.
+  const Time t = 41 * kSecond;
+  ASSERT_TRUE(p.Write(t, 3, 0, 4096, 0).ok());
+  for (auto& c : Poll(*p.a, t)) Deliver(*p.b, t, c);
+  for (auto& c : PollAcks(*p.b, t)) Deliver(*p.a, t + 5 * kMicrosecond, c);
+  EXPECT_EQ(Drain(*p.a).size(), 1u);
+  st = p.a->connection_stats(p.ca);
+  EXPECT_EQ(st->rtt_samples_rejected, 2u);
+  EXPECT_EQ(st->srtt, 5 * kMicrosecond);
+}
+
 TEST(Engine, CorruptPayloadIsDroppedNackedAndResent) {
   ConnectionOptions o = Pair::Defaults();
   o.payload_checksum = true;

@@ -1726,7 +1726,7 @@ class Engine::Impl {
           return;
         }
         ++c->st.probe_acks_received;
-        const Time rtt = now - static_cast<Time>(pkt_.probe.send_ts);
+        const Time rtt = EchoRtt(c, now, pkt_.probe.send_ts);
         const auto before = c->sel->state(p);
         c->sel->OnFeedback(p, routing::PathFeedback::kProbeOk, now,
                            rtt > 0 ? rtt : 0);
@@ -2627,8 +2627,7 @@ class Engine::Impl {
     ++c->st.sacks_received;
     congestion::AckEvent ev;
     ev.now = now;
-    Time rtt = now - static_cast<Time>(h.echo_ts);
-    if (rtt <= 0 || h.echo_ts == 0) rtt = 0;
+    const Time rtt = EchoRtt(c, now, h.echo_ts);
     const uint64_t trig = Ext(c->snd_una, h.trigger_psn);
     SackRun run{c->rack_sent, c->any_acked_sent, c->clean_acks_matter};
     const uint16_t echo_path = h.echo_path;
@@ -2822,6 +2821,22 @@ class Engine::Impl {
     }
     ev.rtt = rtt;
     FinishAckBatch(now, c, ev);
+  }
+
+  // The RTT sample of an echoed send timestamp (SACK echo_ts, PROBE_ACK
+  // send_ts), or 0 when there is none: 0 echoed, or a value this side
+  // cannot have sent (later than now, or older than connection_timeout:
+  // forged or corrupted; counted in rtt_samples_rejected). Computed without
+  // signed overflow for any 64-bit echo.
+  static Time EchoRtt(Conn* c, Time now, uint64_t echo_ts) {
+    if (echo_ts == 0) return 0;
+    if (now <= 0 || echo_ts > static_cast<uint64_t>(now) ||
+        static_cast<uint64_t>(now) - echo_ts >
+            static_cast<uint64_t>(c->opt.connection_timeout)) {
+      ++c->st.rtt_samples_rejected;
+      return 0;
+    }
+    return now - static_cast<Time>(echo_ts);
   }
 
   void UpdateRtt(Conn* c, Time rtt) {

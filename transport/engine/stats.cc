@@ -74,6 +74,7 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "trims_received", trims_received);
   Add(&s, "nacks_received", nacks_received);
   Add(&s, "sacks_received", sacks_received);
+  Add(&s, "rtt_samples_rejected", rtt_samples_rejected);
   Add(&s, "ecn_echoes", ecn_echoes);
   Add(&s, "rx_data_packets", rx_data_packets);
   Add(&s, "rx_data_bytes", rx_data_bytes);

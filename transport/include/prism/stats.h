@@ -55,6 +55,11 @@ struct ConnectionStats {
   uint64_t trims_received = 0;        // TRIMMED NACKs received (as sender)
   uint64_t nacks_received = 0;        // all NACKs received
   uint64_t sacks_received = 0;
+  // SACK / PROBE_ACK whose echoed send timestamp cannot be one this side
+  // sent (0, later than now, or older than connection_timeout): the packet
+  // is used, its RTT sample ignored (a forged or corrupted echo would
+  // otherwise set srtt, the RTO and the path timers to anything).
+  uint64_t rtt_samples_rejected = 0;
   uint64_t ecn_echoes = 0;       // ACKed packets that had ECN CE
   uint64_t rx_data_packets = 0;  // as receiver
   uint64_t rx_data_bytes = 0;    // payload bytes placed (first copies)
