@@ -4,7 +4,9 @@
 // (connection id, PSN window, MSN, rkey, remote address bounds, offsets,
 // SACK / NACK ranges, trims) are reached, not only the decoder.
 //
-// Setup per input: two engines A and B (fixed seeds), connected both ways
+// Setup per input (the first byte: MTU, planes, payload checksums, the
+// second WRITE's size, and bit 6 enabling the control-API steps): two
+// engines A and B (fixed seeds), connected both ways
 // on one connection pair. Each owns a remote-writable receive region and a
 // local source region, each placed inside a larger buffer with canary guard
 // bytes before and after it. A posts WRITEs into B's region, B one into A's.
@@ -15,8 +17,11 @@
 // alone or queued into a batch with others), advance time, forge a packet
 // from a held one (decode, overwrite chosen fields from the input, re-encode
 // so the header checksum verifies), craft a SACK / NACK / PROBE /
-// PLANE_STATUS / CONNECT from scratch, trim a held DATA packet, or deliver
-// held bytes mutated raw (resealed or not).
+// PLANE_STATUS / CONNECT from scratch, trim a held DATA packet, deliver
+// held bytes mutated raw (resealed or not), or drive the control API
+// between packets: close a connection, deregister a region, take a plane
+// down or up, open a second connection pair and WRITE on it, or post a
+// WRITE with fuzzed fields (API misuse).
 //
 // Properties checked (abort on violation):
 // - No crash, no sanitizer report, every loop bounded (no hang).
@@ -27,7 +32,10 @@
 // - PollCompletions reports only sane completions: known type and
 //   connection, kWrite for a posted wr_id at most once with its length,
 //   kRecvImmediate inside the receiver's region.
-// - Without any forged packet delivered, a bounded legit pump to quiescence
+// - A deregistered receive region never changes afterwards; PostWrite
+//   refuses a local range outside a registered local region.
+// - Without any forged packet, close, deregistration or bogus WRITE, every
+//   plane is brought back up and a bounded legit pump to quiescence
 //   completes every WRITE with kOk and the destinations are byte-exact.
 #include <algorithm>
 #include <cstdint>
@@ -135,8 +143,14 @@ struct PostedWrite {
   uint64_t length = 0;
   size_t dst_off = 0;
   int from = 0;
+  ConnId conn = 0;     // the sender's connection
+  bool bogus = false;  // fuzzed fields: may fail, no content check
   bool completed = false;
 };
+
+// The second connection pair's WRITEs land here (the first pair's legit
+// WRITEs stay below it).
+constexpr size_t kSecondOff = 3584;
 
 class Harness {
  public:
@@ -154,6 +168,8 @@ class Harness {
     co.congestion = "fixed";
     co.max_inflight_packets = 256;
     co.payload_checksum = (config & 4) != 0;
+    co_ = co;
+    lifecycle_ = (config & 0x40) != 0;
     for (int i = 0; i < 2; ++i) {
       auto c = e_[i]->CreateConnection(co);
       if (!c.ok()) Fail("CreateConnection");
@@ -192,8 +208,16 @@ class Harness {
     }
     // Quiescence: legit pump with time jumps, bounded (a forged packet may
     // leave a connection retrying until connection_timeout: not waited for).
+    // Every plane taken down comes back first.
     for (int i = 0; i < 2; ++i) DeliverBatch(i, false);
-    const int rounds = forged_ ? 200 : 2000;
+    for (int i = 0; i < 2; ++i) {
+      for (uint16_t pl = 0; pl < co_.num_planes; ++pl) {
+        for (const ConnId c : {conn_[i], conn2_[i]}) {
+          if (c != 0) (void)e_[i]->SetPlaneUp(c, pl, true, now_);
+        }
+      }
+    }
+    const int rounds = Disturbed() ? 200 : 2000;
     for (int round = 0; round < rounds; ++round) {
       const size_t moved = Pump(0, 0, 0) + Pump(1, 0, 0);
       CheckAll();
@@ -206,7 +230,7 @@ class Harness {
         now_ += 100 * prism::kNanosecond;
       }
     }
-    if (!forged_) {
+    if (!Disturbed()) {
       for (const PostedWrite& w : writes_) {
         if (!w.completed) Fail("legit WRITE did not complete");
         const uint8_t* got = dst_[1 - w.from].region() + w.dst_off;
@@ -219,7 +243,13 @@ class Harness {
   }
 
  private:
-  void Post(int from, uint64_t wr_id, size_t off, uint64_t len, bool imm) {
+  // Stops the harness's legit-completion checks: something was done to the
+  // engines that may fail WRITEs or connections.
+  bool Disturbed() const { return forged_ || disrupted_; }
+
+  void Post(int from, uint64_t wr_id, size_t off, uint64_t len, bool imm,
+            bool second = false) {
+    const ConnId conn = second ? conn2_[from] : conn_[from];
     prism::WriteRequest w;
     w.wr_id = wr_id;
     w.local_addr = src_[from].region() + off;
@@ -229,8 +259,109 @@ class Harness {
     w.rkey = dmr_[1 - from].rkey;
     w.has_immediate = imm;
     w.immediate = static_cast<uint32_t>(0xC0DE0000u + wr_id);
-    if (!e_[from]->PostWrite(now_, conn_[from], w).ok()) Fail("PostWrite");
-    writes_.push_back({wr_id, len, off, from, false});
+    const absl::Status st = e_[from]->PostWrite(now_, conn, w);
+    if (!st.ok()) {
+      // Only a connection this harness closed, or one failed by forged
+      // input, may refuse a legit WRITE.
+      if (!Disturbed()) Fail("PostWrite");
+      return;
+    }
+    writes_.push_back({wr_id, len, off, from, conn, false, false});
+  }
+
+  // Control-API steps between packets.
+  void Lifecycle(Input& in) {
+    const uint8_t op = in.U8();
+    const int e = op >> 7;
+    switch (op % 6) {
+      case 0:  // close a connection (its WRITEs complete kCancelled)
+        if (e_[e]
+                ->CloseConnection((op & 8) && conn2_[e] ? conn2_[e] : conn_[e])
+                .ok()) {
+          disrupted_ = true;
+        }
+        break;
+      case 1:  // deregister the receive region: it never changes again
+        if (!dereg_[e] && e_[e]->DeregisterMemory(dmr_[e].lkey).ok()) {
+          dereg_[e] = true;
+          dereg_copy_[e].assign(dst_[e].region(), dst_[e].region() + kRegion);
+          disrupted_ = true;
+        }
+        break;
+      case 2:  // deregister the source region (refused while WRITEs use it)
+        if (e_[e]->DeregisterMemory(smr_[e].lkey).ok()) disrupted_ = true;
+        break;
+      case 3: {  // a plane down or up (out of range: refused); any order
+        const uint16_t pl =
+            static_cast<uint16_t>(in.U8() % (co_.num_planes + 1));
+        const absl::Status st =
+            e_[e]->SetPlaneUp((op & 8) && conn2_[e] ? conn2_[e] : conn_[e], pl,
+                              (op & 16) != 0, now_);
+        if (pl >= co_.num_planes && st.ok()) Fail("SetPlaneUp: bad plane ok");
+        break;
+      }
+      case 4: {  // a second connection pair, then a WRITE on it
+        if (conn2_[0] == 0) {
+          ConnId c[2] = {};
+          for (int i = 0; i < 2; ++i) {
+            auto r = e_[i]->CreateConnection(co_);
+            if (!r.ok()) Fail("second CreateConnection");
+            c[i] = *r;
+          }
+          for (int i = 0; i < 2; ++i) {
+            if (!e_[i]->Connect(c[i], e_[1 - i]->LocalInfo(c[1 - i])).ok()) {
+              Fail("second Connect");
+            }
+          }
+          conn2_[0] = c[0];
+          conn2_[1] = c[1];
+        }
+        if (second_posted_ < 2) {
+          const uint64_t len = 1 + in.U16() % (kRegion - kSecondOff);
+          ++second_posted_;
+          Post(e, 100 + second_posted_, kSecondOff, len, (op & 8) != 0,
+               /*second=*/true);
+        }
+        break;
+      }
+      default: {  // a WRITE with fuzzed fields (API misuse or a bad target)
+        prism::WriteRequest w;
+        w.wr_id = 1000 + bogus_posted_;
+        const uint8_t c = in.U8();
+        const MemoryRegion& l = (c & 1) ? smr_[e] : dmr_[e];
+        w.local_addr = reinterpret_cast<void*>(
+            static_cast<uintptr_t>(AddrChoice(in, smr_[e].addr)));
+        w.length = (c & 2) ? in.U16() : in.U32();
+        w.lkey = (c & 4) ? in.U32() : l.lkey;
+        w.remote_addr = AddrChoice(in, dmr_[1 - e].addr);
+        w.rkey = (c & 8) ? in.Near32(dmr_[1 - e].rkey) : dmr_[1 - e].rkey;
+        w.has_immediate = (c & 16) != 0;
+        w.immediate = in.U32();
+        const ConnId conn = (c & 32) && conn2_[e] ? conn2_[e]
+                            : (c & 64)            ? in.U32()
+                                                  : conn_[e];
+        if (!e_[e]->PostWrite(now_, conn, w).ok()) break;
+        // Accepted: the local range must lie in a registered region this
+        // engine may read (its source region, or its receive region when
+        // the fuzzed key is that region's and it allows local access).
+        const uint64_t a = reinterpret_cast<uintptr_t>(w.local_addr);
+        bool in_local = false;
+        for (const MemoryRegion* r : {&smr_[e], &dmr_[e]}) {
+          if (w.lkey == r->lkey && (r->access & prism::kAccessLocal) &&
+              a >= r->addr && w.length <= r->length &&
+              a - r->addr <= r->length - w.length) {
+            in_local = true;
+          }
+        }
+        if (!in_local && w.length > 0) {
+          Fail("PostWrite accepted a local range outside its region");
+        }
+        ++bogus_posted_;
+        disrupted_ = true;
+        writes_.push_back({w.wr_id, w.length, 0, e, conn, true, false});
+        break;
+      }
+    }
   }
 
   void Hold(const uint8_t* hdr, size_t hlen, const uint8_t* payload,
@@ -674,7 +805,9 @@ class Harness {
 
   void Step(Input& in) {
     const uint8_t op = in.U8();
-    switch (op % 10) {
+    // Without the lifecycle bit in the config byte, the steps of the seeds
+    // written before the control-API steps existed keep their meaning.
+    switch (op % (lifecycle_ ? 11 : 10)) {
       case 0:
       case 1:
         if (op & 0x40) {  // flush the batch queued for one engine
@@ -716,7 +849,7 @@ class Harness {
         Deliver(b, h.to, in.U8() & ~32);
         break;
       }
-      default: {  // raw mutation of held bytes, resealed or not
+      case 9: {  // raw mutation of held bytes, resealed or not
         if (pool_size_ == 0) break;
         const Held& h = pool_[in.U8() % pool_size_];
         std::vector<uint8_t> b(h.bytes);
@@ -735,6 +868,9 @@ class Harness {
         Deliver(b, (c & 4) ? 1 - h.to : h.to, in.U8());
         break;
       }
+      case 10:
+        Lifecycle(in);
+        break;
     }
   }
 
@@ -751,7 +887,9 @@ class Harness {
   }
 
   void CheckCompletion(int e, const Completion& c) {
-    if (c.conn != conn_[e]) Fail("completion for an unknown connection");
+    if (c.conn != conn_[e] && (conn2_[e] == 0 || c.conn != conn2_[e])) {
+      Fail("completion for an unknown connection");
+    }
     switch (c.type) {
       case CompletionType::kWrite: {
         PostedWrite* w = nullptr;
@@ -760,12 +898,11 @@ class Harness {
         }
         if (w == nullptr) Fail("kWrite completion for an unknown wr_id");
         if (w->completed) Fail("kWrite completed twice");
+        if (c.conn != w->conn) Fail("kWrite completion on another connection");
         if (c.byte_len != w->length) Fail("kWrite byte_len");
-        if (c.status == absl::StatusCode::kOk) {
-          w->completed = true;
-        } else {
-          w->completed = true;
-          if (!forged_) Fail("legit WRITE failed");
+        w->completed = true;
+        if (c.status != absl::StatusCode::kOk && !Disturbed()) {
+          Fail("legit WRITE failed");
         }
         break;
       }
@@ -776,7 +913,7 @@ class Harness {
             c.remote_addr - r.addr > r.length - c.byte_len) {
           Fail("kRecvImmediate outside the receive region");
         }
-        if (!forged_) {
+        if (!Disturbed()) {
           bool found = false;
           for (const PostedWrite& p : writes_) {
             if (p.from == 1 - e && c.immediate == 0xC0DE0000u + p.wr_id &&
@@ -790,7 +927,7 @@ class Harness {
       }
       case CompletionType::kConnectionError:
         if (c.status == absl::StatusCode::kOk) Fail("kConnectionError ok");
-        if (!forged_) Fail("legit connection failed");
+        if (!Disturbed()) Fail("legit connection failed");
         break;
       default:
         Fail("unknown completion type");
@@ -803,6 +940,10 @@ class Harness {
       dst_[i].Check();
       if (std::memcmp(src_[i].region(), src_copy_[i].data(), kRegion) != 0) {
         Fail("a local-only source region was written");
+      }
+      if (dereg_[i] &&
+          std::memcmp(dst_[i].region(), dereg_copy_[i].data(), kRegion) != 0) {
+        Fail("a deregistered region was written");
       }
     }
   }
@@ -819,6 +960,14 @@ class Harness {
   size_t pool_size_ = 0;
   Time now_ = kMicrosecond;
   bool forged_ = false;
+  bool disrupted_ = false;  // closed, deregistered, bogus WRITE posted
+  bool lifecycle_ = false;  // config bit 6: control-API steps enabled
+  prism::ConnectionOptions co_;
+  ConnId conn2_[2] = {};  // the second pair (0: not opened)
+  int second_posted_ = 0;
+  int bogus_posted_ = 0;
+  bool dereg_[2] = {};
+  std::vector<uint8_t> dereg_copy_[2];
 };
 
 }  // namespace
