@@ -102,8 +102,29 @@
 // window; it grows when a message starts further ahead than it reaches) and
 // the control ring (16 first, at most min(1024, window)). So a connection
 // allocates at most log2(window) times on that path in its whole life and
-// never in steady state. The completion queue also grows (amortised, only
-// when the application does not poll).
+// never in steady state. The completion queue (a ring) also grows by
+// doubling, only as far as it is filled: at most log2(cq_capacity) + 1
+// times in the engine's life (beyond the capacity only kConnectionError
+// completions go); holding a connection's delivery uses a slot of held_,
+// sized with the connections.
+//
+// Completion queue (bounded by EngineOptions::cq_capacity; contract in
+// prism/engine.h). cq_reserved_ counts the WRITEs posted and not completed:
+// each holds a slot for its kWrite completion, taken at PostWrite (refused
+// while queued + reserved >= capacity) and turned into the queued
+// completion when it completes (PushWriteCompletion), so a WRITE's
+// completion always fits, failures included. DeliverInOrder queues a
+// kRecvImmediate only while queued + reserved < capacity (CqRoom); else the
+// connection is held (cq_held, on held_ once, in hold order) at that
+// complete message. Its later packets are placed and acknowledged as usual
+// (rcv_nxt moves on; the message ring keeps the complete messages with
+// their immediates) until a message would be win messages past the held
+// one: then AcceptData answers kNoBuffer (NACK NO_BUFFER, nothing placed
+// or acked) and the sender pauses (Conn::rnr_until). Only PollCompletions
+// frees room (a WRITE completing turns a reserved slot into a queued one),
+// and it gives that room to held_ first (ResumeHeld), so a connection
+// never overtakes one held before it. kConnectionError is pushed without a
+// check (one per connection in its life).
 //
 // NextEventTime cache. Every entry point that can change a connection's
 // timers, queues or sender state marks it dirty (Touch); NextEventTime
@@ -155,7 +176,7 @@ constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
 // The longest NO_BUFFER pause is rto_min << kMaxRnrShift (Conn::rnr_until).
 constexpr uint8_t kMaxRnrShift = 4;
-// EngineOptions::cq_capacity's upper bound (48 bytes a completion: 768 MiB).
+// EngineOptions::cq_capacity's upper bound (56 bytes a completion: 896 MiB).
 constexpr uint32_t kMaxCqCapacity = 1u << 24;
 // AckEvent::stranded_bytes looks at most this many of the oldest
 // transmissions in flight.

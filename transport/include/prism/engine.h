@@ -140,9 +140,10 @@ struct EngineOptions {
   // PollCompletions, counting a slot reserved for every outstanding WRITE
   // (see "Completion queue" in the contract above). In [1, 2^24];
   // CreateConnection refuses (InvalidArgument, counted in
-  // EngineStats::config_errors) otherwise. The queue's memory grows on
-  // demand up to this many entries (48 bytes each), never beyond (plus one
-  // kConnectionError per failed connection).
+  // EngineStats::config_errors) otherwise. The queue's memory (56 bytes an
+  // entry) grows on demand, by doubling, to the power of two at or above
+  // the most entries it held: at most this many plus the kConnectionError
+  // completions (one per failed connection).
   uint32_t cq_capacity = 65536;
   // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
   Placer* placer = nullptr;
