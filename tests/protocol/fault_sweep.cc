@@ -5,7 +5,13 @@
 // small) in both directions. Every seed must end with every message
 // completed exactly once, byte-exact, immediates in order, no connection
 // error, within a virtual-time budget. A failing seed prints a one-line
-// replay command.
+// replay command. About a quarter of the seeds also give one or both
+// engines a small completion queue (EngineOptions::cq_capacity 1 .. 64)
+// whose application polls only every 1 .. 300 us, a few completions at a
+// time: PostWrite is refused at times, delivery held, NACK NO_BUFFER sent,
+// and still nothing may be lost. That part of the plan is drawn from a
+// generator of its own (CqPlan), so the other seeds' plans and runs are
+// what they were before it.
 //
 // Usage: prism_fault_sweep [--seeds=A:B] [--seed=N] [--cc=fixed|nscc]
 //                          [--max_mib=M] [--mtu=BYTES] [--verbose]
@@ -159,20 +165,74 @@ Plan MakePlan(Rng& r) {
   return p;
 }
 
+// The completion-queue part of a seed's plan, from its own generator.
+struct CqPlan {
+  uint32_t capacity[2] = {0, 0};  // 0: the default, polled every step
+  // Tiny WRITE-with-immediate messages added to the seed's (drawn from
+  // `extra_seed`), towards an engine with a small queue, and a 256-packet
+  // window (a 256-message receive ring): enough messages to fill a held
+  // receiver's ring (NACK NO_BUFFER).
+  int extra_msgs = 0;
+  uint64_t extra_seed = 0;
+  Time poll_every[2] = {0, 0};
+  size_t poll_batch[2] = {0, 0};
+  std::string Describe() const {
+    std::string s;
+    for (int e = 0; e < 2; ++e) {
+      if (capacity[e] == 0) continue;
+      absl::StrAppend(&s, " cq", e, "=", capacity[e], "/every ",
+                      poll_every[e] / kNanosecond, "ns/batch ", poll_batch[e]);
+    }
+    if (extra_msgs > 0) {
+      absl::StrAppend(&s, " extra_msgs=", extra_msgs, " window=256");
+    }
+    return s;
+  }
+};
+
+CqPlan MakeCqPlan(uint64_t seed) {
+  Rng r(seed * 0xD1B54A32D192ED03ull + 777);
+  CqPlan p;
+  if (!r.Bernoulli(0.25)) return p;
+  const int which = static_cast<int>(r.Uniform(3));  // 0, 1 or both
+  for (int e = 0; e < 2; ++e) {
+    if (which != 2 && which != e) continue;
+    static const uint32_t kCaps[] = {1, 2, 3, 8, 16, 64};
+    p.capacity[e] = kCaps[r.Uniform(6)];
+    p.poll_every[e] = r.Range(1, 300) * kMicrosecond;
+    p.poll_batch[e] = r.Bernoulli(0.5) ? 0 : r.Range(1, 8);
+  }
+  if (r.Bernoulli(0.5)) p.extra_msgs = static_cast<int>(r.Range(300, 1000));
+  p.extra_seed = r.Next();
+  return p;
+}
+
 // Runs one seed; returns "" on success or a description of the failure.
 std::string RunSeed(uint64_t seed) {
   Rng r(seed * 0x9E3779B97F4A7C15ull + 12345);
   const Plan plan = MakePlan(r);
+  const CqPlan cqp = MakeCqPlan(seed);
   EngineOptions eo;
   eo.seed = seed + 1;
   eo.mtu_payload = plan.mtu;
-  testing::LoopbackHarness h(2, eo, plan.link, plan.faults);
+  testing::LoopbackHarness h(2, eo, plan.link, plan.faults,
+                             [&](int i, EngineOptions* o) {
+                               if (cqp.capacity[i] != 0) {
+                                 o->cq_capacity = cqp.capacity[i];
+                               }
+                             });
+  for (int e = 0; e < 2; ++e) {
+    if (cqp.capacity[e] != 0) {
+      h.SetPolling(e, cqp.poll_every[e], cqp.poll_batch[e]);
+    }
+  }
   ConnectionOptions co;
   co.num_paths = plan.paths;
   co.num_planes = plan.planes;
   co.congestion = g_cc;
   co.payload_checksum = plan.crc;
   co.max_outstanding_messages = plan.max_outstanding;
+  if (cqp.extra_msgs > 0) co.max_inflight_packets = 256;
   const auto [c0, c1] = h.Connect(0, 1, co, co);
   if (c0 == kInvalidConn) return "connect failed";
   const ConnId conn[2] = {c0, c1};
@@ -206,6 +266,25 @@ std::string RunSeed(uint64_t seed) {
     m.imm = m.len == 0 || r.Bernoulli(0.5);
     m.imm_val = r.Next32();
     m.post_at = r.Bernoulli(0.5) ? 0 : r.Range(0, 2000) * kMicrosecond;
+    msgs.push_back(m);
+  }
+  Rng xr(cqp.extra_seed);
+  for (int i = 0; i < cqp.extra_msgs; ++i) {
+    Msg m;
+    // Towards an engine with a small queue (direction d writes into
+    // engine 1 - d).
+    m.dir = cqp.capacity[0] == 0   ? 0
+            : cqp.capacity[1] == 0 ? 1
+                                   : static_cast<int>(xr.Uniform(2));
+    m.wr_id = 1000 + static_cast<uint64_t>(count + i);
+    m.len = xr.Uniform(65);
+    m.src_off = xr.Uniform(kPatternBytes - m.len + 1);
+    m.dst_off = total[m.dir];
+    total[m.dir] += m.len + 64;
+    all += m.len;
+    m.imm = true;
+    m.imm_val = xr.Next32();
+    m.post_at = xr.Range(0, 200) * kMicrosecond;
     msgs.push_back(m);
   }
   // Posting order = time order, stable.
@@ -384,10 +463,12 @@ std::string RunSeed(uint64_t seed) {
   }
   if (g_verbose) {
     std::printf("seed %" PRIu64 ": ok msgs=%zu bytes=%" PRIu64
-                " t=%.3fms %s\n  net: %s\n  conn0: %s\n  eng1: %s\n",
+                " t=%.3fms %s%s\n  net: %s\n  conn0: %s\n  eng0: %s\n"
+                "  eng1: %s\n",
                 seed, msgs.size(), all, h.now() / 1e9, plan.Describe().c_str(),
-                h.net().stats().ToString().c_str(),
+                cqp.Describe().c_str(), h.net().stats().ToString().c_str(),
                 h.engine(0).connection_stats(c0)->ToString().c_str(),
+                h.engine(0).stats().ToString().c_str(),
                 h.engine(1).stats().ToString().c_str());
   }
   return "";
@@ -402,6 +483,7 @@ TEST(FaultSweep, SeedsCompleteExactlyOnceByteExactInOrder) {
       Rng r(s * 0x9E3779B97F4A7C15ull + 12345);
       ADD_FAILURE()
           << "seed " << s << ": " << e << "\n  plan: " << MakePlan(r).Describe()
+          << MakeCqPlan(s).Describe()
           << "\n  replay: build/bin/prism_fault_sweep --seed=" << s
           << (std::strcmp(g_cc, "fixed") != 0 ? std::string(" --cc=") + g_cc
                                               : std::string())

@@ -102,8 +102,29 @@
 // window; it grows when a message starts further ahead than it reaches) and
 // the control ring (16 first, at most min(1024, window)). So a connection
 // allocates at most log2(window) times on that path in its whole life and
-// never in steady state. The completion queue also grows (amortised, only
-// when the application does not poll).
+// never in steady state. The completion queue (a ring) also grows by
+// doubling, only as far as it is filled: at most log2(cq_capacity) + 1
+// times in the engine's life (beyond the capacity only kConnectionError
+// completions go); holding a connection's delivery uses a slot of held_,
+// sized with the connections.
+//
+// Completion queue (bounded by EngineOptions::cq_capacity; contract in
+// prism/engine.h). cq_reserved_ counts the WRITEs posted and not completed:
+// each holds a slot for its kWrite completion, taken at PostWrite (refused
+// while queued + reserved >= capacity) and turned into the queued
+// completion when it completes (PushWriteCompletion), so a WRITE's
+// completion always fits, failures included. DeliverInOrder queues a
+// kRecvImmediate only while queued + reserved < capacity (CqRoom); else the
+// connection is held (cq_held, on held_ once, in hold order) at that
+// complete message. Its later packets are placed and acknowledged as usual
+// (rcv_nxt moves on; the message ring keeps the complete messages with
+// their immediates) until a message would be win messages past the held
+// one: then AcceptData answers kNoBuffer (NACK NO_BUFFER, nothing placed
+// or acked) and the sender pauses (Conn::rnr_until). Only PollCompletions
+// frees room (a WRITE completing turns a reserved slot into a queued one),
+// and it gives that room to held_ first (ResumeHeld), so a connection
+// never overtakes one held before it. kConnectionError is pushed without a
+// check (one per connection in its life).
 //
 // NextEventTime cache. Every entry point that can change a connection's
 // timers, queues or sender state marks it dirty (Touch); NextEventTime
@@ -153,6 +174,10 @@ constexpr uint8_t kMaxTlp = 2;        // tail-loss probes per stall
 constexpr uint32_t kTlpPackets = 1;   // transmissions resent per probe
 constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
+// The longest NO_BUFFER pause is rto_min << kMaxRnrShift (Conn::rnr_until).
+constexpr uint8_t kMaxRnrShift = 4;
+// EngineOptions::cq_capacity's upper bound (56 bytes a completion: 896 MiB).
+constexpr uint32_t kMaxCqCapacity = 1u << 24;
 // AckEvent::stranded_bytes looks at most this many of the oldest
 // transmissions in flight.
 constexpr uint32_t kStrandedScan = 64;
@@ -425,6 +450,12 @@ struct Conn {
   Time plane_rack_sent[kInlinePlanes] = {};
   std::unique_ptr<Time[]> plane_rack_more;
   Time next_send_time = 0;
+  // NACK NO_BUFFER (the receiver's completion queue is full): data waits
+  // until rnr_until, rto_min << rnr_streak from the first such NACK after
+  // the previous pause (at most rto_min << kMaxRnrShift and rto_max); the
+  // streak ends with the next ack of new data.
+  Time rnr_until = 0;
+  uint8_t rnr_streak = 0;
   bool no_path = false;
   Time last_heard = 0;
   uint32_t probe_seq = 0;
@@ -437,6 +468,10 @@ struct Conn {
   uint64_t rcv_nxt = 0;
   uint64_t rcv_high = 0;  // one past the highest PSN received
   uint32_t rcv_msn_next = 0;
+  // In-order delivery stopped at message rcv_msn_next (complete, with an
+  // immediate) because the completion queue had no room; the connection is
+  // on Impl::held_ (once).
+  bool cq_held = false;
   uint64_t rx_bytes_total = 0;
   uint32_t ooo_count = 0;
   uint32_t ack_pending = 0;
@@ -746,6 +781,11 @@ class Engine::Impl {
               : 0,
           " payload bytes fit"));
     }
+    if (opt_.cq_capacity == 0 || opt_.cq_capacity > kMaxCqCapacity) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EngineOptions::cq_capacity must be in [1, ",
+                       kMaxCqCapacity, "], got ", opt_.cq_capacity));
+    }
     if (stats_.connections >= opt_.max_connections) {
       return absl::ResourceExhaustedError(
           absl::StrCat("max_connections (", opt_.max_connections, ") reached"));
@@ -800,6 +840,7 @@ class Engine::Impl {
     // One slot per connection (a connection is on dirty_ at most once), so
     // Touch() neither allocates nor checks capacity.
     dirty_.resize(order_.size());
+    held_.resize(order_.size());
     ++stats_.connections;
     return raw->id;
   }
@@ -888,6 +929,12 @@ class Engine::Impl {
     Conn* c = it->second.get();
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
                 0);
+    if (c->cq_held) {  // its held messages are discarded with it
+      Conn** const end = held_.data() + held_n_;
+      Conn** const at = std::find(held_.data(), end, c);
+      std::copy(at + 1, end, at);
+      --held_n_;
+    }
     if (sched_[c->pos].dirty != kClean) {
       Conn** const end = dirty_.data() + dirty_n_;
       Conn** const at = std::find(dirty_.data(), end, c);
@@ -946,6 +993,16 @@ class Engine::Impl {
       return absl::ResourceExhaustedError(absl::StrCat(
           "max_outstanding_messages (", c->max_msgs, ") WRITEs outstanding"));
     }
+    if (!CqRoom()) {
+      ++stats_.writes_refused_cq_full;
+      ++c->st.writes_refused_cq_full;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("completion queue full: ", cq_tail_ - cq_head_,
+                       " completions not polled + ", cq_reserved_,
+                       " WRITEs outstanding >= cq_capacity ", opt_.cq_capacity,
+                       "; poll completions"));
+    }
+    ++cq_reserved_;  // this WRITE's completion slot
     c->EnsureSender();
     if (c->post_msn - c->msg_una >= c->msgs.size()) c->GrowMsgs();
     if (!c->Outstanding()) c->last_heard = std::max(c->last_heard, now);
@@ -1298,14 +1355,45 @@ class Engine::Impl {
   }
 
   size_t PollCompletions(Completion* out, size_t max) {
-    size_t n = std::min(max, cq_.size() - cq_head_);
-    for (size_t i = 0; i < n; ++i) out[i] = cq_[cq_head_ + i];
-    cq_head_ += n;
-    if (cq_head_ == cq_.size()) {
-      cq_.clear();
-      cq_head_ = 0;
+    size_t n = 0;
+    for (;;) {
+      const size_t k =
+          static_cast<size_t>(std::min<uint64_t>(max - n, cq_tail_ - cq_head_));
+      const uint64_t mask = cq_.size() - 1;
+      for (size_t i = 0; i < k; ++i) out[n + i] = cq_[(cq_head_ + i) & mask];
+      cq_head_ += k;
+      n += k;
+      // The room just freed goes first to the connections held by a full
+      // queue; what they deliver is returned too while `max` allows.
+      if (held_n_ == 0 || !ResumeHeld() || n == max) return n;
     }
-    return n;
+  }
+
+  // Whether one more completion other than kConnectionError may be queued
+  // (or a slot reserved): the queued ones and the reserved ones stay below
+  // the capacity.
+  bool CqRoom() const {
+    return cq_tail_ - cq_head_ + cq_reserved_ < opt_.cq_capacity;
+  }
+
+  // Re-runs in-order delivery for the held connections, oldest hold first,
+  // while the completion queue has room. A connection that runs out of room
+  // again stays first. Returns whether anything was queued.
+  bool ResumeHeld() {
+    const uint64_t before = cq_tail_;
+    size_t i = 0;
+    while (i < held_n_ && CqRoom()) {
+      Conn* c = held_[i];
+      c->cq_held = false;
+      if (!Deliver(c)) {
+        c->cq_held = true;
+        break;
+      }
+      ++i;
+    }
+    std::copy(held_.data() + i, held_.data() + held_n_, held_.data());
+    held_n_ -= i;
+    return cq_tail_ != before;
   }
 
   EngineStats stats() const { return stats_; }
@@ -1509,7 +1597,29 @@ class Engine::Impl {
     cc.loss_is_congestion = o.loss_is_congestion;
     return congestion::MakeController(cc);
   }
-  void PushCompletion(const Completion& cpl) { cq_.push_back(cpl); }
+  // Queues a completion. The caller checked the room (CqRoom) or holds a
+  // reserved slot, except for kConnectionError (see prism/engine.h).
+  void PushCompletion(const Completion& cpl) {
+    if (cq_tail_ - cq_head_ == cq_.size()) GrowCq();
+    cq_[cq_tail_++ & (cq_.size() - 1)] = cpl;
+    stats_.cq_peak = std::max<uint64_t>(stats_.cq_peak, cq_tail_ - cq_head_);
+  }
+  // Doubles the completion ring (16 entries first), keeping the queued
+  // completions at their positions modulo the new size.
+  __attribute__((noinline)) void GrowCq() {
+    const size_t n = std::max<size_t>(16, 2 * cq_.size());
+    std::vector<Completion> grown(n);
+    for (uint64_t i = cq_head_; i != cq_tail_; ++i) {
+      grown[i & (n - 1)] = cq_[i & (cq_.size() - 1)];
+    }
+    cq_.swap(grown);
+  }
+  // A WRITE completes (OK or not): its reserved slot becomes the queued
+  // completion.
+  void PushWriteCompletion(const Completion& cpl) {
+    --cq_reserved_;
+    PushCompletion(cpl);
+  }
 
   // The controller's outputs that the sender reads, cached in the
   // connection: read again after each of its events (OnAck, OnTimeout), the
@@ -1825,6 +1935,7 @@ class Engine::Impl {
     kCorrupt,      // NACK CORRUPT
     kDuplicate,    // re-acknowledged
     kOutOfWindow,  // NACK OUT_OF_WINDOW
+    kNoBuffer,     // beyond the message ring of a held connection: NO_BUFFER
     kMsgMismatch,  // message fields disagree or too many bytes: dropped
   };
   struct RxAccept {
@@ -1883,7 +1994,8 @@ class Engine::Impl {
     a->base_addr = h.remote_addr - h.msg_offset;
     a->has_imm = (h.flags & wire::kFlagHasImmediate) != 0;
     if (md < 0 || md >= static_cast<int32_t>(c->win))
-      return RxVerdict::kOutOfWindow;
+      return md >= 0 && c->cq_held ? RxVerdict::kNoBuffer
+                                   : RxVerdict::kOutOfWindow;
     uint64_t received = 0;
     a->has_slot = static_cast<uint64_t>(md) < c->rx_msgs.size();
     if (a->has_slot) {
@@ -1946,6 +2058,10 @@ class Engine::Impl {
       case RxVerdict::kOutOfWindow:
         ++stats_.rx_drop_out_of_window;
         QueueNack(c, h, psn, wire::NackReason::kOutOfWindow, rx.ecn_ce);
+        return;
+      case RxVerdict::kNoBuffer:
+        ++stats_.rx_drop_no_buffer;
+        QueueNack(c, h, psn, wire::NackReason::kNoBuffer, rx.ecn_ce);
         return;
       case RxVerdict::kMsgMismatch:
       case RxVerdict::kMalformed:
@@ -2378,11 +2494,24 @@ class Engine::Impl {
     }
   }
 
+  // Retires the connection's complete messages in MSN order; one with an
+  // immediate only while the completion queue has room, else the
+  // connection is held (Impl::held_) until PollCompletions frees room.
   void DeliverInOrder(Conn* c) {
+    if (!Deliver(c) && !c->cq_held) {
+      c->cq_held = true;
+      held_[held_n_++] = c;
+      ++stats_.cq_delivery_holds;
+      ++c->st.cq_delivery_holds;
+    }
+  }
+  // DeliverInOrder's loop; false when it stopped for want of room.
+  bool Deliver(Conn* c) {
     for (;;) {
       RxMsg& m = c->rx_msgs[c->rcv_msn_next & c->rx_msg_mask];
-      if (!m.active || m.msn != c->rcv_msn_next || !m.complete) return;
+      if (!m.active || m.msn != c->rcv_msn_next || !m.complete) return true;
       if (m.has_imm) {
+        if (!CqRoom()) return false;
         Completion cpl;
         cpl.type = CompletionType::kRecvImmediate;
         cpl.conn = c->id;
@@ -2787,6 +2916,7 @@ class Engine::Impl {
     c->any_acked_sent = run.any_acked_sent;
     if (ev.acked_packets > 0) {
       c->last_progress = now;
+      c->rnr_streak = 0;
       c->tlp_fired = 0;
       c->tlp_credit = 0;
       c->st.bytes_acked += ev.acked_bytes;
@@ -3072,7 +3202,7 @@ class Engine::Impl {
       cpl.byte_len = m.len;
       cpl.remote_addr = m.remote_addr;
       cpl.msn = c->msg_una;
-      PushCompletion(cpl);
+      PushWriteCompletion(cpl);
       ++c->st.messages_completed;
       if (regions_[m.region].refs > 0) --regions_[m.region].refs;
       ++c->msg_una;
@@ -3103,8 +3233,21 @@ class Engine::Impl {
         ev.lost = 1;
         break;
       case wire::NackReason::kOutOfWindow:
-      case wire::NackReason::kNoBuffer:
         MarkLost(c, psn, /*front=*/false);
+        break;
+      case wire::NackReason::kNoBuffer:
+        // The receiver holds completions its application has not polled
+        // (RNR-like): resend after a pause, longer each time in a row (the
+        // other NACKs of the burst that met the full queue arrive within
+        // the pause and do not extend it).
+        ++c->st.rnr_nacks_received;
+        MarkLost(c, psn, /*front=*/false);
+        if (now >= c->rnr_until) {
+          c->rnr_until =
+              now + std::min(c->opt.rto_max, c->opt.rto_min << c->rnr_streak);
+          if (c->rnr_streak < kMaxRnrShift) ++c->rnr_streak;
+        }
+        c->next_send_time = std::max(c->next_send_time, c->rnr_until);
         break;
       case wire::NackReason::kBadKey:
       case wire::NackReason::kBadRange: {
@@ -3151,7 +3294,7 @@ class Engine::Impl {
       cpl.status = (culprit_plus1 != 0 && c->msg_una == culprit_plus1 - 1)
                        ? culprit
                        : code;
-      PushCompletion(cpl);
+      PushWriteCompletion(cpl);
       if (regions_[m.region].refs > 0) --regions_[m.region].refs;
       ++c->msg_una;
     }
@@ -3806,8 +3949,18 @@ class Engine::Impl {
   size_t cursor_ = 0;
   ConnId next_conn_id_ = 1;
 
+  // Completion queue: a ring (a power of two, grown by doubling as the
+  // queue needs, so to about cq_capacity at most, plus kConnectionError
+  // completions) holding completions [cq_head_, cq_tail_); cq_reserved_
+  // slots are reserved for the kWrite completions of outstanding WRITEs.
   std::vector<Completion> cq_;
-  size_t cq_head_ = 0;
+  uint64_t cq_head_ = 0, cq_tail_ = 0;
+  uint64_t cq_reserved_ = 0;
+  // Connections whose delivery a full completion queue holds (cq_held), in
+  // the order they were held: the first held_n_ of held_, which has one
+  // slot per connection (so holding one never allocates).
+  std::vector<Conn*> held_;
+  size_t held_n_ = 0;
 
   // NextEventTime cache: connections touched since the last call (the
   // first dirty_n_ of dirty_, which has one slot per connection), and the

@@ -53,9 +53,13 @@ std::string EngineStats::ToString() const {
   Add(&s, "rx_drop_bad_range", rx_drop_bad_range);
   Add(&s, "rx_drop_out_of_window", rx_drop_out_of_window);
   Add(&s, "rx_drop_placement", rx_drop_placement);
+  Add(&s, "rx_drop_no_buffer", rx_drop_no_buffer);
   Add(&s, "rx_duplicates", rx_duplicates);
   Add(&s, "rx_drop_inband_setup", rx_drop_inband_setup);
   Add(&s, "config_errors", config_errors);
+  Add(&s, "writes_refused_cq_full", writes_refused_cq_full);
+  Add(&s, "cq_delivery_holds", cq_delivery_holds);
+  Add(&s, "cq_peak", cq_peak);
   Add(&s, "connections", connections);
   Add(&s, "memory_regions", memory_regions);
   return s;
@@ -88,6 +92,9 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "group_resends", group_resends);
   Add(&s, "messages_completed", messages_completed);
   Add(&s, "messages_received", messages_received);
+  Add(&s, "writes_refused_cq_full", writes_refused_cq_full);
+  Add(&s, "cq_delivery_holds", cq_delivery_holds);
+  Add(&s, "rnr_nacks_received", rnr_nacks_received);
   Add(&s, "bytes_acked", bytes_acked);
   Add(&s, "inflight_bytes", inflight_bytes);
   Add(&s, "cwnd_bytes", cwnd_bytes);

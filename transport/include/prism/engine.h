@@ -31,6 +31,32 @@
 // - kWrite completions are reported in posting order; kRecvImmediate in
 //   message (MSN) order, each only after that message and all earlier ones of
 //   the connection fully arrived.
+// - Completion queue (bounded: EngineOptions::cq_capacity = C). Nothing is
+//   ever dropped for want of room; work waits instead. Let Q be the
+//   completions not yet polled and R the WRITEs posted and not yet
+//   completed (each holds a reserved slot for its kWrite completion, OK or
+//   failed). PostWrite refuses with ResourceExhausted (counted:
+//   EngineStats::writes_refused_cq_full) while Q + R >= C; so every posted
+//   WRITE's completion always fits. A WRITE-with-immediate message that
+//   fully arrived is delivered (kRecvImmediate) only while Q + R < C;
+//   otherwise the connection's in-order delivery holds at it (RNR-like;
+//   EngineStats::cq_delivery_holds, ConnectionStats::cq_delivery_holds):
+//   its bytes stay placed and acknowledged, later messages keep arriving
+//   into the receive message ring (up to max_inflight_packets messages past
+//   the held one), and a packet of a message beyond that is answered with
+//   NACK NO_BUFFER (EngineStats::rx_drop_no_buffer) and not acknowledged:
+//   the sender pauses the connection's data (rto_min, doubling while the
+//   NACKs go on without an ack in between, at most min(16 rto_min,
+//   rto_max)) and resends it (ConnectionStats::rnr_nacks_received).
+//   PollCompletions resumes held connections, oldest hold first, as far as the
+//   room it freed allows (before any later arrival can take that room).
+//   Messages without an immediate need no slot but retire in MSN order behind a
+//   held one. kConnectionError is the one completion that does not wait: posted
+//   at once, beyond C if need be (at most one per connection in its life), so
+//   the queue holds at most C completions plus the kConnectionError ones.
+//   A connection that fails still delivers the messages it held (they were
+//   acknowledged to the peer) as room appears, after its kConnectionError;
+//   CloseConnection discards them.
 // - A NACK BAD_KEY / BAD_RANGE (remote access error, e.g. a deregistered or
 //   too small target region) fails the connection as on an RDMA RC QP: that
 //   WRITE completes with kPermissionDenied / kOutOfRange, the others with
@@ -110,6 +136,15 @@ struct EngineOptions {
   size_t max_packet_bytes = 0;
   // Upper bound on connections.
   uint32_t max_connections = 1024;
+  // Completion queue capacity: the most completions the engine holds for
+  // PollCompletions, counting a slot reserved for every outstanding WRITE
+  // (see "Completion queue" in the contract above). In [1, 2^24];
+  // CreateConnection refuses (InvalidArgument, counted in
+  // EngineStats::config_errors) otherwise. The queue's memory (56 bytes an
+  // entry) grows on demand, by doubling, to the power of two at or above
+  // the most entries it held: at most this many plus the kConnectionError
+  // completions (one per failed connection).
+  uint32_t cq_capacity = 65536;
   // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
   Placer* placer = nullptr;
 };
@@ -279,7 +314,10 @@ class Engine {
 
   // --- operations ---------------------------------------------------------
   // Queues a WRITE (or WRITE-with-immediate). Validates the local range and
-  // key; never blocks. ResourceExhausted when the queue is full.
+  // key; never blocks. ResourceExhausted when the queue is full
+  // (max_outstanding_messages) or when the completion queue has no slot to
+  // reserve for its completion (EngineOptions::cq_capacity: poll
+  // completions, then post again).
   absl::Status PostWrite(Time now, ConnId conn, const WriteRequest& req);
 
   // --- packet I/O ---------------------------------------------------------
@@ -332,6 +370,10 @@ class Engine {
   Time NextEventTime() const;
 
   // --- completions and stats ----------------------------------------------
+  // Takes up to `max` completions, oldest first. The room it frees first
+  // resumes the in-order delivery of connections held by a full completion
+  // queue (oldest hold first); what they deliver is returned by the same
+  // call while `max` allows. A return value < max means the queue is empty.
   size_t PollCompletions(Completion* out, size_t max);
   EngineStats stats() const;
   // Per-connection and per-path counters; NotFound for an unknown id.

@@ -28,6 +28,9 @@ struct EngineStats {
   uint64_t rx_drop_bad_range = 0;      // address range outside the region
   uint64_t rx_drop_out_of_window = 0;  // PSN outside the receive window
   uint64_t rx_drop_placement = 0;      // Placer::Place failed
+  // DATA of a message beyond the receive message ring while delivery is
+  // held by a full completion queue: NACK NO_BUFFER, the sender resends.
+  uint64_t rx_drop_no_buffer = 0;
   uint64_t rx_duplicates = 0;  // already received (suppressed, re-acked)
   // Well-formed in-band CONNECT / CONNECT_ACK: the engine does not run the
   // wire setup exchange (connections are set up with Connect() from a
@@ -37,6 +40,14 @@ struct EngineStats {
   // CreateConnection / Connect calls refused with InvalidArgument (a bad
   // option, e.g. an mtu_payload the datapath cannot carry).
   uint64_t config_errors = 0;
+  // Completion queue (EngineOptions::cq_capacity; prism/engine.h):
+  // PostWrite calls refused because no completion slot could be reserved;
+  // times a connection's in-order delivery was held at a complete
+  // WRITE-with-immediate message by a full queue (once per hold, not per
+  // packet); the most completions the queue has held at once.
+  uint64_t writes_refused_cq_full = 0;
+  uint64_t cq_delivery_holds = 0;
+  uint64_t cq_peak = 0;
   uint32_t connections = 0;
   uint32_t memory_regions = 0;
 
@@ -76,6 +87,14 @@ struct ConnectionStats {
   uint64_t group_resends = 0;
   uint64_t messages_completed = 0;  // sender side
   uint64_t messages_received = 0;   // receiver side (all WRITEs)
+  // Completion queue backpressure (EngineOptions::cq_capacity): as
+  // EngineStats' counters of the same names, for this connection; NO_BUFFER
+  // NACKs received as sender (the connection's data pauses, rto_min and
+  // longer while they go on: prism/engine.h, before the packets are
+  // resent).
+  uint64_t writes_refused_cq_full = 0;
+  uint64_t cq_delivery_holds = 0;
+  uint64_t rnr_nacks_received = 0;
   uint64_t bytes_acked = 0;
   uint64_t inflight_bytes = 0;
   uint64_t cwnd_bytes = 0;
