@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "prism/endpoint.h"
 #include "tests/nccl/mini_nccl.h"
+#include "transport/nccl/wire.h"
 
 namespace prism::nccl_test {
 namespace {
@@ -29,39 +31,25 @@ namespace {
 constexpr int kOk = kPrismNcclSuccess;
 using Clock = std::chrono::steady_clock;
 
-// Wire layouts (comm.cc): the listen handle and HelloMsg (Hello and Ack).
-constexpr size_t kHandlePortOffset = 8;
-constexpr size_t kHandleNonceOffset = 16;
-constexpr size_t kHandleModeOffset = 12;
-constexpr size_t kHandleAddrOffset = 24;
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t nonce;
-  uint32_t mode;
-  uint32_t status;
-  uint8_t info[256];
-  uint64_t cts_addr;
-  uint32_t cts_rkey;
-  uint32_t cts_slots;
-};
-static_assert(sizeof(Hello) == 296);
-constexpr uint32_t kHelloMagic = 0x434d5250;
-constexpr uint32_t kProtoVersion = 3;
-// The CTS frame: {seq, n, (addr, size, rkey, tag) x n}.
-struct CtsEntry {
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  int32_t tag;
-};
+// Wire layouts: the plugin's own (transport/nccl/wire.h).
+using Hello = nccl::HelloMsg;
+using nccl::CtsEntry;
+using nccl::CtsLen;
+using nccl::kHelloMagic;
+using nccl::kProtoVersion;
+constexpr size_t kHandlePortOffset = offsetof(nccl::WireHandle, port);
+constexpr size_t kHandleNonceOffset = offsetof(nccl::WireHandle, nonce);
+constexpr size_t kHandleModeOffset = offsetof(nccl::WireHandle, mode);
+constexpr size_t kHandleAddrOffset = offsetof(nccl::WireHandle, addr);
+// A CTS frame {seq, n, (addr, size, rkey, tag) x n} with room for more
+// entries than the protocol allows (crafted frames with n = 9).
 struct Cts {
   uint32_t seq;
   uint32_t n;
-  CtsEntry e[10];
+  CtsEntry e[nccl::kMaxRecvs + 2];
 };
-constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
-constexpr uint64_t kSlotBytes = 256;
+static_assert(offsetof(Cts, e) == offsetof(nccl::CtsBody, e));
+constexpr uint64_t kSlotBytes = nccl::kCtsSlotBytes;
 
 Net g_net;
 void* g_ctx = nullptr;

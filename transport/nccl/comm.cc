@@ -27,98 +27,15 @@
 namespace prism::nccl {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x484d5250;  // "PRMH"
-constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
-constexpr uint32_t kProtoVersion = 3;          // 3: Hello carries the CTS ring
 constexpr uint32_t kCommMagic = 0x4d4d4f43;
 constexpr uint32_t kReqMagic = 0x51455250;
 constexpr uint32_t kMrMagic = 0x4745524d;
 constexpr uint32_t kDeadMagic = 0xdeadbeef;
 
-// The listener's address in NCCL's 128-byte handle buffer. `connect_state`
-// is 0 as written by listen(); connect() keeps its in-progress state there
-// between the repeated calls NCCL makes with the same buffer.
-struct WireHandle {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t family;
-  uint16_t port;  // network byte order
-  uint16_t dev;
-  uint32_t mode;
-  uint64_t nonce;
-  uint8_t addr[16];
-  uint64_t connect_state;
-};
-static_assert(sizeof(WireHandle) <= kPrismNcclHandleMaxSize);
-
-struct HelloMsg {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t nonce;
-  uint32_t mode;
-  uint32_t status;  // ack: 0 = accepted
-  // Datapath connection info: length byte + ConnectionBlob bytes.
-  uint8_t info[256];
-  // Prism data paths, connect -> accept: the sender's CTS ring (cts_slots
-  // slots of kCtsSlotBytes at cts_addr, remote-writable with cts_rkey).
-  uint64_t cts_addr;
-  uint32_t cts_rkey;
-  uint32_t cts_slots;
-};
-static_assert(sizeof(HelloMsg) == 296);
+// The wire layouts (WireHandle, HelloMsg, the frames) are in wire.h.
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 static_assert(1 + ConnectionBlob::kMaxBytes <= sizeof(HelloMsg::info));
 #endif
-
-enum FrameType : uint32_t {
-  kFrameCts = 1,
-  kFrameData = 2,
-  kFrameSendError = 3,
-};
-struct FrameHeader {
-  uint32_t type;
-  uint32_t aux;
-  uint64_t len;  // bytes after this header
-};
-struct CtsEntry {
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  int32_t tag;
-};
-struct CtsBody {
-  uint32_t seq;
-  uint32_t n;
-  CtsEntry e[kMaxRecvs];  // only n are on the wire
-};
-struct DataHeader {
-  uint32_t seq;
-  uint32_t idx;
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  uint32_t pad;
-};
-struct SendErrorBody {
-  uint32_t seq;
-  uint32_t idx;
-  uint64_t size;
-};
-static_assert(sizeof(FrameHeader) == 16 && sizeof(CtsEntry) == 24 &&
-              sizeof(DataHeader) == 32 && sizeof(SendErrorBody) == 16);
-constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
-// One slot of the sender's CTS ring (Prism data paths): the receiver WRITEs
-// CtsBody (CtsLen(n) bytes) with immediate = seq into slot seq % kMaxRequests.
-constexpr size_t kCtsSlotBytes = 256;
-constexpr size_t kCtsRingBytes = kCtsSlotBytes * kMaxRequests;
-static_assert(sizeof(CtsBody) <= kCtsSlotBytes);
-
-// Prism WRITE-with-immediate: immediate = (seq mod 2^29) << 3 | slot index.
-constexpr uint32_t kImmSeqMask = (1u << 29) - 1;
-static_assert(kMaxRecvs <= 8);
-constexpr uint32_t MakeImmediate(uint32_t seq, uint32_t idx) {
-  return ((seq & kImmSeqMask) << 3) | idx;
-}
 
 enum class CommKind : uint32_t { kListen, kSend, kRecv };
 
