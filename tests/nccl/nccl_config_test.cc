@@ -1,7 +1,11 @@
 // Unit tests of the plugin's environment configuration (transport/nccl/
 // config.h), linked directly against the plugin's core library.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "transport/nccl/config.h"
@@ -73,6 +77,43 @@ TEST(NcclConfig, BadValuesNameTheVariable) {
       {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"},
       {"PRISM_NCCL_CALL_LOG", "-1"}};
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
+}
+
+// ParseConfig takes the host's interfaces as an argument (what the fuzz
+// target uses): the first non-loopback interface that is up, its sysfs
+// speed, and (udp) its global IPv6 address as the plane address.
+TEST(NcclConfig, ParseConfigUsesTheGivenHost) {
+  HostInfo host;
+  for (const char* name : {"lo", "eth0"}) {
+    HostInterface i;
+    i.name = name;
+    auto* a = reinterpret_cast<sockaddr_in*>(&i.addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr =
+        htonl(std::string(name) == "lo" ? 0x7f000001 : 0x0a000001);
+    i.addr_len = sizeof(sockaddr_in);
+    i.loopback = std::string(name) == "lo";
+    i.ipv6 = i.loopback ? "::1" : "fd00::1";
+    i.speed_mbps = i.loopback ? 0 : 25000;
+    host.interfaces.push_back(i);
+  }
+  std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "tcp"}};
+  auto c = ParseConfig(Env(&e), host);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->devices[0].name, "prism_eth0");
+  EXPECT_EQ(AddrToString(c->devices[0].addr), "10.0.0.1");
+  EXPECT_EQ(c->devices[0].speed_mbps, 25000);
+  if (PrismDataPathAvailable()) {
+    e["PRISM_DATAPATH"] = "udp";
+    e["PRISM_PLANES"] = "2";
+    c = ParseConfig(Env(&e), host);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->devices[0].plane_addrs,
+              (std::vector<std::string>{"fd00::1", "fd00::1"}));
+  }
+  e = {{"PRISM_IFNAME", "=wlan0"}};
+  EXPECT_TRUE(absl::IsNotFound(ParseConfig(Env(&e), host).status()));
 }
 
 // Device memory is staged (and advertised) only when asked for (gpu.h).
