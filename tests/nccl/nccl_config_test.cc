@@ -79,6 +79,26 @@ TEST(NcclConfig, BadValuesNameTheVariable) {
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
 }
 
+// PRISM_ADDRS with only blanks and commas lists no device: refused, naming
+// the variable, on every data path. Before 2026-12-05 it gave a
+// configuration without devices, whose first device the udp data path then
+// read out of bounds (found by tests/fuzz/nccl_config_parse_fuzz.cc; its
+// corpus keeps the input, regress_blank_addrs_udp).
+TEST(NcclConfig, BlankAddressListIsRefused) {
+  std::vector<std::string> paths = {"tcp"};
+  if (PrismDataPathAvailable()) paths.push_back("udp");
+  for (const std::string& dp : paths) {
+    for (const char* addrs : {" ", "\t", ",", " , ,"}) {
+      std::map<std::string, std::string> e = {{"PRISM_DATAPATH", dp},
+                                              {"PRISM_ADDRS", addrs}};
+      auto c = LoadConfig(Env(&e));
+      ASSERT_FALSE(c.ok()) << dp << " '" << addrs << "'";
+      EXPECT_NE(c.status().message().find("PRISM_ADDRS"), std::string::npos)
+          << c.status();
+    }
+  }
+}
+
 // ParseConfig takes the host's interfaces as an argument (what the fuzz
 // target uses): the first non-loopback interface that is up, its sysfs
 // speed, and (udp) its global IPv6 address as the plane address.

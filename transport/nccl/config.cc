@@ -446,6 +446,15 @@ absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& env,
       d.name = absl::StrCat("prism", index++, ":", a);
       cfg.devices.push_back(d);
     }
+    // Only separators and blanks: no device. Before 2026-12-05 this was
+    // taken as a configuration with no devices (the udp data path then read
+    // the first of them: out of bounds; found by nccl_config_parse_fuzz).
+    if (cfg.devices.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PRISM_ADDRS='", addrs,
+                       "' lists no address (unset it to use "
+                       "PRISM_IFNAME)"));
+    }
   } else {
     const std::vector<HostInterface>& ifaces = host.interfaces;
     std::vector<std::string> wanted;
