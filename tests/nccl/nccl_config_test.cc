@@ -99,6 +99,37 @@ TEST(NcclConfig, BlankAddressListIsRefused) {
   }
 }
 
+// PRISM_UDP_ADDRS with a device group of only commas and blanks, and
+// more planes than paths, are refused naming the variables. Before
+// 2026-12-05 the first gave its device zero planes and the second failed
+// only at connect (the engine refuses num_planes > num_paths); found by
+// tests/fuzz/nccl_config_parse_fuzz.cc (corpus: regress_empty_plane_group).
+TEST(NcclConfig, PlaneAddressesAreChecked) {
+  if (!PrismDataPathAvailable()) GTEST_SKIP() << "no udp data path";
+  const std::map<std::string, std::string> base = {
+      {"PRISM_DATAPATH", "udp"}, {"PRISM_ADDRS", "127.0.0.1,127.0.0.2"}};
+  for (const char* udp : {"fd00::1; ,", " , ;fd00::2", "fd00::1;,"}) {
+    std::map<std::string, std::string> e = base;
+    e["PRISM_UDP_ADDRS"] = udp;
+    auto c = LoadConfig(Env(&e));
+    ASSERT_FALSE(c.ok()) << udp;
+    EXPECT_NE(c.status().message().find("lists no plane address"),
+              std::string::npos)
+        << c.status();
+  }
+  std::map<std::string, std::string> e = base;
+  e["PRISM_PLANES"] = "4";
+  e["PRISM_PATHS"] = "3";
+  auto c = LoadConfig(Env(&e));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("PRISM_PATHS=3"), std::string::npos)
+      << c.status();
+  e["PRISM_PATHS"] = "4";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planes, 4);
+}
+
 // ParseConfig takes the host's interfaces as an argument (what the fuzz
 // target uses): the first non-loopback interface that is up, its sysfs
 // speed, and (udp) its global IPv6 address as the plane address.

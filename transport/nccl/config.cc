@@ -272,6 +272,14 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
         return absl::InvalidArgumentError(
             "PRISM_UDP_ADDRS: at most 15 planes per device");
       }
+      // A group of only commas and blanks ("fd00::1; ,"). Before
+      // 2026-12-05 it gave its device zero planes (found by
+      // nccl_config_parse_fuzz).
+      if (addrs.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PRISM_UDP_ADDRS: device ", groups.size(), " ('", g,
+                         "') lists no plane address"));
+      }
       groups.push_back(addrs);
     }
     if (groups.size() != cfg->devices.size()) {
@@ -305,6 +313,16 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
                        " has no IPv6 address; set PRISM_UDP_ADDRS"));
     }
     d.plane_addrs.assign(cfg->planes, a);
+  }
+  // Every plane needs a path (the engine refuses a connection with more
+  // planes than paths; before 2026-12-05 that surfaced only at connect).
+  for (const DeviceConfig& d : cfg->devices) {
+    if (d.plane_addrs.size() > cfg->paths) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_PATHS=", cfg->paths, " is fewer than the ",
+          d.plane_addrs.size(), " planes of device ", d.name,
+          " (PRISM_PLANES / PRISM_UDP_ADDRS): every plane needs a path"));
+    }
   }
   // Connections span every plane of the device.
   cfg->planes = static_cast<uint16_t>(cfg->devices[0].plane_addrs.size());
