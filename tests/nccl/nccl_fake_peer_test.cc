@@ -22,6 +22,7 @@
 
 #include "gtest/gtest.h"
 #include "prism/endpoint.h"
+#include "tests/nccl/fake_peer.h"
 #include "tests/nccl/mini_nccl.h"
 #include "transport/nccl/wire.h"
 
@@ -30,26 +31,6 @@ namespace {
 
 constexpr int kOk = kPrismNcclSuccess;
 using Clock = std::chrono::steady_clock;
-
-// Wire layouts: the plugin's own (transport/nccl/wire.h).
-using Hello = nccl::HelloMsg;
-using nccl::CtsEntry;
-using nccl::CtsLen;
-using nccl::kHelloMagic;
-using nccl::kProtoVersion;
-constexpr size_t kHandlePortOffset = offsetof(nccl::WireHandle, port);
-constexpr size_t kHandleNonceOffset = offsetof(nccl::WireHandle, nonce);
-constexpr size_t kHandleModeOffset = offsetof(nccl::WireHandle, mode);
-constexpr size_t kHandleAddrOffset = offsetof(nccl::WireHandle, addr);
-// A CTS frame {seq, n, (addr, size, rkey, tag) x n} with room for more
-// entries than the protocol allows (crafted frames with n = 9).
-struct Cts {
-  uint32_t seq;
-  uint32_t n;
-  CtsEntry e[nccl::kMaxRecvs + 2];
-};
-static_assert(offsetof(Cts, e) == offsetof(nccl::CtsBody, e));
-constexpr uint64_t kSlotBytes = nccl::kCtsSlotBytes;
 
 Net g_net;
 void* g_ctx = nullptr;
@@ -82,170 +63,53 @@ int WarningsSince(size_t from, const char* text) {
   return n;
 }
 
-// The fake peer's endpoint, its side-channel socket and the Prism
-// connection to the plugin's comm.
-struct FakePeer {
-  std::unique_ptr<Endpoint> ep;
-  ConnId conn = kInvalidConn;
-  int fd = -1;
-  // The peer's own CTS ring (peer as sender) and a buffer the plugin
-  // writes into (peer as receiver), both remote-writable.
-  std::vector<uint8_t> ring = std::vector<uint8_t>(32 * kSlotBytes);
-  MemoryRegion ring_mr;
-  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
-  MemoryRegion buf_mr;
-  // Where crafted frames and payloads are WRITTEN from.
-  std::vector<uint8_t> src = std::vector<uint8_t>(1 << 16, 0xab);
-  MemoryRegion src_mr;
-  // The plugin's CTS ring (peer as receiver: from its Hello).
-  uint64_t cts_addr = 0;
-  uint32_t cts_rkey = 0;
-
-  void Setup() {
-    EndpointOptions o;
-    o.datapath = "udp";
-    auto e = Endpoint::Create(o);
-    ASSERT_TRUE(e.ok()) << e.status();
-    ep = std::move(*e);
-    auto c = ep->CreateConnection();
-    ASSERT_TRUE(c.ok()) << c.status();
-    conn = *c;
-    auto r = ep->RegisterMemory(ring.data(), ring.size(),
-                                kAccessLocal | kAccessRemoteWrite);
-    ASSERT_TRUE(r.ok());
-    ring_mr = *r;
-    r = ep->RegisterMemory(buf.data(), buf.size(),
-                           kAccessLocal | kAccessRemoteWrite);
-    ASSERT_TRUE(r.ok());
-    buf_mr = *r;
-    r = ep->RegisterMemory(src.data(), src.size(), kAccessLocal);
-    ASSERT_TRUE(r.ok());
-    src_mr = *r;
-  }
-  ~FakePeer() {
-    // The endpoint first: its loop thread may still read src or write the
-    // buffers.
-    ep.reset();
-    if (fd >= 0) close(fd);
-  }
-  void FillBlob(Hello* h) {
-    auto blob = ep->LocalInfo(conn);
-    ASSERT_TRUE(blob.ok());
-    h->info[0] = blob->size;
-    memcpy(h->info + 1, blob->bytes, blob->size);
-  }
-  void ConnectTo(const Hello& h) {
-    auto blob = ConnectionBlob::FromBytes(absl::string_view(
-        reinterpret_cast<const char*>(h.info + 1), h.info[0]));
-    ASSERT_TRUE(blob.ok());
-    ASSERT_TRUE(ep->Connect(conn, *blob).ok());
-  }
-  // WRITE-with-immediate of src[0, len) to (addr, rkey).
-  void Write(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm) {
-    WriteRequest wr;
-    wr.wr_id = 1;
-    wr.local_addr = src.data();
-    wr.length = len;
-    wr.lkey = src_mr.lkey;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr.has_immediate = true;
-    wr.immediate = imm;
-    ASSERT_TRUE(ep->PostWrite(conn, wr).ok());
-  }
-  // `count` WRITE-with-immediates of src[0, len) to (addr, rkey), posted as
-  // fast as the endpoint takes them; true once all completed.
-  bool Flood(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm,
-             int count) {
-    WriteRequest wr;
-    wr.local_addr = src.data();
-    wr.length = len;
-    wr.lkey = src_mr.lkey;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr.has_immediate = true;
-    wr.immediate = imm;
-    int posted = 0, done = 0;
-    const auto start = Clock::now();
-    while (done < count && Clock::now() - start < std::chrono::seconds(20)) {
-      if (posted < count) {
-        wr.wr_id = static_cast<uint64_t>(posted);
-        const absl::Status st = ep->PostWrite(conn, wr);
-        if (st.ok()) ++posted;
-        if (!st.ok() && !absl::IsResourceExhausted(st)) return false;
-      }
-      Completion c;
-      while (ep->PollCompletions(&c, 1) == 1) {
-        if (c.type == CompletionType::kWrite) ++done;
-      }
-    }
-    return done == count;
-  }
-  // Waits for the next WRITE-with-immediate from the plugin.
-  bool WaitImmediate(Completion* out) {
-    const auto start = Clock::now();
-    while (Clock::now() - start < std::chrono::seconds(10)) {
-      Completion c;
-      if (ep->PollCompletions(&c, 1) == 1 &&
-          c.type == CompletionType::kRecvImmediate) {
-        *out = c;
-        return true;
-      }
-    }
-    return false;
-  }
-};
-
-// The peer as the receiver: the plugin connects to a fake listener (a
-// handle of the plugin's with the fake's port), which answers its Hello
-// with an Ack carrying the fake endpoint's blob.
+// The peer as the receiver: the plugin connects to a fake listener.
 void ConnectPluginTo(FakePeer* peer, void** send) {
   char handle[kPrismNcclHandleMaxSize];
   void* lc = nullptr;
   ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
   ASSERT_EQ(N()->close_listen(lc), kOk);
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(lfd, 0);
+  ASSERT_NO_FATAL_FAILURE(prism::nccl_test::ConnectPluginTo(
+      peer, handle,
+      [](char* h, void** comm) {
+        PrismNcclDeviceHandle* dh = nullptr;
+        return N()->connect(g_ctx, 0, h, comm, &dh);
+      },
+      send));
+}
+
+// The peer as the sender: it connects to the plugin's listener with a
+// well-formed Hello; the plugin accepts (*recv) and the peer takes its Ack.
+void AcceptPluginFrom(FakePeer* p, void** recv) {
+  FakePeer& peer = *p;
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  Hello h{};
+  h.magic = kHelloMagic;
+  h.version = kProtoVersion;
+  memcpy(&h.nonce, handle + kHandleNonceOffset, sizeof(h.nonce));
+  memcpy(&h.mode, handle + kHandleModeOffset, sizeof(h.mode));
+  ASSERT_NO_FATAL_FAILURE(peer.FillBlob(&h));
+  h.cts_addr = reinterpret_cast<uintptr_t>(peer.ring.data());
+  h.cts_rkey = peer.ring_mr.rkey;
+  h.cts_slots = 32;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof(a);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(lfd, 1), 0);
-  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
-  memcpy(handle + kHandlePortOffset, &a.sin_port, sizeof(a.sin_port));
-  memcpy(handle + kHandleAddrOffset, &a.sin_addr, 4);
-  bool ok = false;
-  std::thread fake([&] {
-    peer->fd = accept(lfd, nullptr, nullptr);
-    Hello h;
-    if (peer->fd < 0 || !ReadAll(peer->fd, &h, sizeof(h))) return;
-    peer->cts_addr = h.cts_addr;
-    peer->cts_rkey = h.cts_rkey;
-    auto blob = ConnectionBlob::FromBytes(absl::string_view(
-        reinterpret_cast<const char*>(h.info + 1), h.info[0]));
-    if (!blob.ok() || !peer->ep->Connect(peer->conn, *blob).ok()) return;
-    Hello ack = h;
-    ack.status = 0;
-    memset(ack.info, 0, sizeof(ack.info));
-    auto mine = peer->ep->LocalInfo(peer->conn);
-    if (!mine.ok()) return;
-    ack.info[0] = mine->size;
-    memcpy(ack.info + 1, mine->bytes, mine->size);
-    ok = WriteAll(peer->fd, &ack, sizeof(ack));
-  });
-  PrismNcclDeviceHandle* dh = nullptr;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  peer.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(peer.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_TRUE(WriteAll(peer.fd, &h, sizeof(h)));
   const auto start = Clock::now();
-  int r = kOk;
-  while (r == kOk && *send == nullptr &&
-         Clock::now() - start < std::chrono::seconds(10)) {
-    r = N()->connect(g_ctx, 0, handle, send, &dh);
+  while (*recv == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_EQ(N()->accept(lc, recv, nullptr), kOk);
   }
-  fake.join();
-  close(lfd);
-  ASSERT_TRUE(ok);
-  ASSERT_EQ(r, kOk);
-  ASSERT_NE(*send, nullptr);
+  ASSERT_NE(*recv, nullptr);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  Hello ack;
+  ASSERT_TRUE(ReadAll(peer.fd, &ack, sizeof(ack)));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
 }
 
 // isend until it returns a request or an error; the result.
@@ -433,35 +297,8 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     const bool good = std::string(c.what) == "good";
     FakePeer peer;
     ASSERT_NO_FATAL_FAILURE(peer.Setup());
-    char handle[kPrismNcclHandleMaxSize];
-    void* lc = nullptr;
-    ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
-    Hello h{};
-    h.magic = kHelloMagic;
-    h.version = kProtoVersion;
-    memcpy(&h.nonce, handle + kHandleNonceOffset, sizeof(h.nonce));
-    memcpy(&h.mode, handle + kHandleModeOffset, sizeof(h.mode));
-    ASSERT_NO_FATAL_FAILURE(peer.FillBlob(&h));
-    h.cts_addr = reinterpret_cast<uintptr_t>(peer.ring.data());
-    h.cts_rkey = peer.ring_mr.rkey;
-    h.cts_slots = 32;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
-    memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
-    peer.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_EQ(connect(peer.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    ASSERT_TRUE(WriteAll(peer.fd, &h, sizeof(h)));
     void* recv = nullptr;
-    const auto start = Clock::now();
-    while (recv == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
-      ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
-    }
-    ASSERT_NE(recv, nullptr);
-    ASSERT_EQ(N()->close_listen(lc), kOk);
-    Hello ack;
-    ASSERT_TRUE(ReadAll(peer.fd, &ack, sizeof(ack)));
-    ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
+    ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
 
     // One 4 KiB receive at the start of a 64 KiB registration (guard
     // bytes after it).
