@@ -238,8 +238,15 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
 
 // A peer that WRITEs with immediates far beyond what it may have
 // outstanding (here 600 CTS WRITEs into the ring before the plugin polls)
-// overflows the comm's bounded completion inbox: the send comm fails with
-// ncclRemoteError and a warning, without a crash or a hang.
+// overflows the comm's bounded completion inbox (512; an honest peer can
+// have at most 288 completions there): the send comm fails with
+// ncclRemoteError -- the peer broke the protocol -- and one warning saying
+// what overflowed and its capacity, without a crash, a hang or a WRITE of
+// the plugin's (the CTS it got names peer.buf, which stays untouched).
+// Before 2026-12-05 the overflow was an ncclInternalError "completion inbox
+// overflow" (without its capacity), hidden by the protocol errors of the
+// completions after it because the last failure won (the flood test of the
+// receive side below shows the same).
 TEST(NcclFakePeer, ImmediateFloodFailsTheSendComm) {
   if (!UdpPath()) GTEST_SKIP() << "udp data path only";
   ASSERT_NO_FATAL_FAILURE(Init());
@@ -266,8 +273,61 @@ TEST(NcclFakePeer, ImmediateFloodFailsTheSendComm) {
   SetLogEcho(true);
   EXPECT_EQ(req, nullptr);
   EXPECT_EQ(WarningsSince(log_from, "inbox overflow"), 1);
+  EXPECT_EQ(WarningsSince(log_from,
+                          "send comm: completion inbox overflow: more than "
+                          "512 Prism completions (its capacity)"),
+            1);
+  // The comm keeps reporting it.
+  EXPECT_EQ(N()->isend(send, sbuf.data(), 4096, 7, mh, nullptr, &req),
+            kPrismNcclRemoteError);
+  EXPECT_EQ(req, nullptr);
   EXPECT_EQ(N()->dereg_mr(send, mh), kOk);
   EXPECT_EQ(N()->close_send(send), kOk);
+  for (uint8_t b : peer.buf) ASSERT_EQ(b, 0) << "the plugin wrote peer.buf";
+}
+
+// The same against a receive: the peer floods 600 WRITE-with-immediates
+// (slot index 5 of a one-buffer receive, 16 bytes at the posted buffer)
+// before the plugin polls. The recv comm fails with ncclRemoteError and one
+// warning naming the inbox overflow and its capacity (the first failure;
+// the protocol errors of the completions drained after it are only logged
+// at INFO); the registration past the bytes the peer wrote is untouched.
+TEST(NcclFakePeer, DataFloodFailsTheReceive) {
+  if (!UdpPath()) GTEST_SKIP() << "udp data path only";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  FakePeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Setup());
+  void* recv = nullptr;
+  ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
+  std::vector<uint8_t> rbuf(1 << 16, 0x5c);
+  void* mh = nullptr;
+  ASSERT_EQ(N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
+            kOk);
+  void* data = rbuf.data();
+  size_t size = 4096;
+  int tag = 7;
+  void* req = nullptr;
+  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
+  ASSERT_NE(req, nullptr);
+  Completion cts;
+  ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
+  Cts f{};
+  memcpy(&f, peer.ring.data(), CtsLen(1));
+  ASSERT_EQ(f.n, 1u);
+  ASSERT_TRUE(peer.Flood(f.e[0].addr, f.e[0].rkey, 16, 5, 600));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  int got = -1;
+  EXPECT_EQ(TestUntil(req, &got), kPrismNcclRemoteError);
+  SetLogEcho(true);
+  EXPECT_EQ(WarningsSince(log_from, "recv comm: "), 1);
+  EXPECT_EQ(WarningsSince(log_from,
+                          "recv comm: completion inbox overflow: more than "
+                          "512 Prism completions (its capacity)"),
+            1);
+  for (size_t i = 16; i < rbuf.size(); ++i) ASSERT_EQ(rbuf[i], 0x5c) << i;
+  EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+  EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
 struct DataCase {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -246,9 +247,22 @@ struct CommBase : SinkBase {
         std::lock_guard<std::mutex> lock(inbox_mu);
         if (inbox_count == 0 && !inbox_overflow) return;
         if (inbox_overflow) {
+          // An honest peer cannot cause this: a comm has at most
+          // kMaxRequests CTS and kMaxRequests * kMaxRecvs data WRITEs
+          // outstanding, each with one completion here until it is
+          // drained (288 of kInboxCap). So the peer WROTE with immediate
+          // more than the protocol lets it: a remote error, counted and
+          // warned about like any protocol violation. The completions that
+          // did not fit are dropped (their data was placed by Prism inside
+          // the registered region their rkey names, as for any WRITE).
           inbox_overflow = false;
-          ++g_protocol_errors;
-          Fail(kPrismNcclInternalError, "completion inbox overflow", 0);
+          char what[192];
+          snprintf(what, sizeof(what),
+                   "completion inbox overflow: more than %d Prism completions "
+                   "(its capacity) waiting for this comm; the peer wrote "
+                   "with immediate more than the protocol allows",
+                   kInboxCap);
+          ProtocolError(what);
         }
         while (n < 64 && inbox_count > 0) {
           batch[n++] = inbox[inbox_head];
