@@ -304,17 +304,34 @@ struct CommBase : SinkBase {
   // True while some request of this comm is not complete.
   virtual bool HasOutstanding() const { return false; }
 
+  // Fails the comm: every later call reports `r`. The first failure is the
+  // root cause and stays what the comm reports; later ones (often its
+  // consequences, e.g. the protocol errors of the completions that follow
+  // an inbox overflow) are only logged, at INFO, the first
+  // kLaterFailuresLogged of them. (Before 2026-12-05 the last one won.)
   // `loud`: a warning also when nothing is outstanding.
+  static constexpr int kLaterFailuresLogged = 3;
+  int later_failures = 0;
   void Fail(PrismNcclResult r, const char* what, int err, bool loud = false) {
-    if (!failed) {
-      // A peer that closes after all traffic completed is a normal teardown.
-      const bool quiet =
-          !loud && r == kPrismNcclRemoteError && !HasOutstanding();
-      PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
-                     kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev,
-                     kind == CommKind::kSend ? "send" : "recv", what,
-                     err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+    const char* const kind_name = kind == CommKind::kSend ? "send" : "recv";
+    if (failed) {
+      if (++later_failures <= kLaterFailuresLogged) {
+        PRISM_NCCL_INFO(
+            "dev %d %s comm: also %s%s%s (result %d), after the first failure "
+            "(result %d, which the comm keeps reporting)%s",
+            dev, kind_name, what, err != 0 ? ": " : "",
+            err != 0 ? strerror(err) : "", static_cast<int>(r),
+            static_cast<int>(failure),
+            later_failures == kLaterFailuresLogged ? "; further ones not logged"
+                                                   : "");
+      }
+      return;
     }
+    // A peer that closes after all traffic completed is a normal teardown.
+    const bool quiet = !loud && r == kPrismNcclRemoteError && !HasOutstanding();
+    PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
+                   kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev, kind_name,
+                   what, err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
     failed = true;
     failure = r;
   }
