@@ -8,7 +8,7 @@
 // message. Checked beyond that, for every configuration it accepts:
 // - at least one device; names unique and non-empty; an IPv4 or IPv6
 //   address with port 0 and the matching length; speed > 0, latency >= 0;
-// - paths 1..65535, planes >= 1;
+// - paths 1..65535, planes >= 1, connect timeout 1..3600000 ms;
 // - udp data path: every device has 1..16 plane addresses, each an IPv6
 //   literal, and the connection's planes fit its paths (the engine refuses
 //   num_planes > num_paths);
@@ -115,6 +115,7 @@ void CheckConfig(const PluginConfig& c) {
   }
   Check(c.paths >= 1);
   Check(c.planes >= 1);
+  Check(c.connect_timeout_ms >= 1 && c.connect_timeout_ms <= 3600000);
   Check(c.sock_buf_bytes >= 0);
   Check(c.udp_tx_mode == "auto" || c.udp_tx_mode == "raw" ||
         c.udp_tx_mode == "sockets");

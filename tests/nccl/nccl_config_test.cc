@@ -71,12 +71,31 @@ TEST(NcclConfig, LoopbackInterfaceByName) {
 
 TEST(NcclConfig, BadValuesNameTheVariable) {
   const std::pair<const char*, const char*> bad[] = {
-      {"PRISM_PATHS", "0"},          {"PRISM_PATHS", "70000"},
-      {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
-      {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
-      {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"},
-      {"PRISM_NCCL_CALL_LOG", "-1"}};
+      {"PRISM_PATHS", "0"},
+      {"PRISM_PATHS", "70000"},
+      {"PRISM_PLANES", "x"},
+      {"PRISM_PORT", "-1"},
+      {"PRISM_DATAPATH", "carrier"},
+      {"PRISM_ADDRS", "300.1.1.1"},
+      {"PRISM_LATENCY_US", "1e3"},
+      {"PRISM_NCCL_GPU_STAGING", "2"},
+      {"PRISM_NCCL_CALL_LOG", "-1"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "0"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "3600001"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "1s"}};
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
+}
+
+// The handshake's bound: 30 s unless PRISM_CONNECT_TIMEOUT_MS says otherwise.
+TEST(NcclConfig, ConnectTimeout) {
+  std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connect_timeout_ms, 30000u);
+  e["PRISM_CONNECT_TIMEOUT_MS"] = "250";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connect_timeout_ms, 250u);
 }
 
 // PRISM_ADDRS with only blanks and commas lists no device: refused, naming

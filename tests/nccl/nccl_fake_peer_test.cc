@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
@@ -394,6 +396,186 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
     EXPECT_EQ(N()->close_recv(recv), kOk);
   }
+}
+
+// --- The side-channel handshake's bound (PRISM_CONNECT_TIMEOUT_MS). ---
+// These run as their own ctest entry, nccl_handshake_timeout_test, with
+// PRISM_CONNECT_TIMEOUT_MS=300 (the plugin reads its configuration once per
+// process); without the variable they are skipped.
+int HandshakeTimeoutMs() {
+  const char* v = std::getenv("PRISM_CONNECT_TIMEOUT_MS");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
+// The count "handshake timeouts in this process: N" of the last warning
+// containing `text`, or -1 when there is none.
+int64_t LastTimeoutCount(const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  const std::string key = "handshake timeouts in this process: ";
+  for (size_t i = log.size(); i-- > 0;) {
+    if (log[i].level != kPrismNcclLogWarn ||
+        log[i].text.find(text) == std::string::npos) {
+      continue;
+    }
+    const size_t at = log[i].text.find(key);
+    if (at == std::string::npos) return -1;
+    return std::atoll(log[i].text.c_str() + at + key.size());
+  }
+  return -1;
+}
+
+// True when the peer of `fd` closed it within `ms` (recv gives 0).
+bool SeesEof(int fd, int ms) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
+    char b[512];
+    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return errno == ECONNRESET;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// A listener that accepts the TCP connection and never answers the Hello:
+// connect() returns success with a NULL comm (never blocking) until
+// PRISM_CONNECT_TIMEOUT_MS after its first call, then ncclRemoteError with
+// a warning that names the variable and counts the timeout; the handle's
+// connect state is cleared and the socket closed (the listener sees EOF),
+// so nothing is left behind (the ASan build checks for leaks). Twice: the
+// count goes up by one. Before 2026-12-05 connect returned success forever
+// and NCCL polled it forever.
+TEST(NcclHandshakeTimeout, ConnectToSilentListenerTimesOut) {
+  const int timeout_ms = HandshakeTimeoutMs();
+  if (timeout_ms <= 0) GTEST_SKIP() << "needs PRISM_CONNECT_TIMEOUT_MS";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  int64_t last = -1;
+  for (int round = 0; round < 2; ++round) {
+    char handle[kPrismNcclHandleMaxSize];
+    void* lc = nullptr;
+    ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+    ASSERT_EQ(N()->close_listen(lc), kOk);
+    FakeListener l;
+    ASSERT_NO_FATAL_FAILURE(l.Open(handle));
+    const size_t log_from = LogSnapshot().size();
+    SetLogEcho(false);
+    void* send = nullptr;
+    int r = kOk;
+    int polls = 0;
+    auto slowest = Clock::duration::zero();
+    const auto start = Clock::now();
+    while (r == kOk && send == nullptr &&
+           Clock::now() - start < std::chrono::seconds(20)) {
+      PrismNcclDeviceHandle* dh = nullptr;
+      const auto t0 = Clock::now();
+      r = N()->connect(g_ctx, 0, handle, &send, &dh);
+      slowest = std::max(slowest, Clock::now() - t0);
+      ++polls;
+    }
+    const auto waited = Clock::now() - start;
+    SetLogEcho(true);
+    EXPECT_EQ(r, kPrismNcclRemoteError);
+    EXPECT_EQ(send, nullptr);
+    EXPECT_GE(waited, std::chrono::milliseconds(timeout_ms));
+    EXPECT_LT(waited,
+              std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(5));
+    EXPECT_GT(polls, 1);
+    EXPECT_LT(slowest, std::chrono::milliseconds(200)) << "connect blocked";
+    EXPECT_EQ(WarningsSince(log_from, "PRISM_CONNECT_TIMEOUT_MS"), 1);
+    EXPECT_EQ(WarningsSince(log_from, "waiting for the ack (0 of 296 ack"), 1);
+    const int64_t count = LastTimeoutCount("waiting for the ack");
+    ASSERT_GE(count, 1);
+    if (last >= 0) {
+      EXPECT_EQ(count, last + 1);
+    }
+    last = count;
+    uint64_t state = 1;
+    memcpy(&state, handle + offsetof(nccl::WireHandle, connect_state),
+           sizeof(state));
+    EXPECT_EQ(state, 0u);
+    // The listener's side: accepted, then closed by the plugin.
+    const int peer = accept(l.fd, nullptr, nullptr);
+    ASSERT_GE(peer, 0);
+    Hello hello;
+    EXPECT_TRUE(ReadAll(peer, &hello, sizeof(hello)));
+    EXPECT_TRUE(SeesEof(peer, 2000));
+    close(peer);
+  }
+}
+
+// Clients that connect to the plugin's listener and stall in the handshake
+// (one sends 100 bytes of its Hello, one nothing): accept() keeps returning
+// at once with a NULL comm, drops each with a warning naming
+// PRISM_CONNECT_TIMEOUT_MS and counting it once the bound has passed
+// (closing its socket: the client sees EOF), and a real connect on the same
+// listener still completes. Before 2026-12-05 such a client held its slot
+// (and socket) until eight newer connections evicted it.
+TEST(NcclHandshakeTimeout, StalledHelloIsDroppedAndAcceptGoesOn) {
+  const int timeout_ms = HandshakeTimeoutMs();
+  if (timeout_ms <= 0) GTEST_SKIP() << "needs PRISM_CONNECT_TIMEOUT_MS";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  int raw[2];
+  for (int& fd : raw) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  Hello partial{};
+  partial.magic = kHelloMagic;
+  ASSERT_TRUE(WriteAll(raw[0], &partial, 100));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* recv = nullptr;
+  auto slowest = Clock::duration::zero();
+  const auto start = Clock::now();
+  // Polled past the bound, as NCCL would while waiting for its real peer.
+  while (Clock::now() - start <
+         std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(1)) {
+    const auto t0 = Clock::now();
+    ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
+    slowest = std::max(slowest, Clock::now() - t0);
+    ASSERT_EQ(recv, nullptr);
+    if (WarningsSince(log_from, "PRISM_CONNECT_TIMEOUT_MS") == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  SetLogEcho(true);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(timeout_ms));
+  EXPECT_LT(slowest, std::chrono::milliseconds(200)) << "accept blocked";
+  EXPECT_EQ(WarningsSince(log_from, "handshake timed out after"), 2);
+  EXPECT_EQ(WarningsSince(log_from, "(100 of 296 hello bytes received"), 1);
+  EXPECT_EQ(WarningsSince(log_from, "(0 of 296 hello bytes received"), 1);
+  EXPECT_GE(LastTimeoutCount("hello bytes received"), 2);
+  for (int fd : raw) {
+    EXPECT_TRUE(SeesEof(fd, 2000));
+    close(fd);
+  }
+  // The listener still works: a real connect completes.
+  void* send = nullptr;
+  const auto t1 = Clock::now();
+  while ((send == nullptr || recv == nullptr) &&
+         Clock::now() - t1 < std::chrono::seconds(10)) {
+    PrismNcclDeviceHandle* dh = nullptr;
+    if (send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh), kOk);
+    }
+    if (recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
+    }
+  }
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(recv, nullptr);
+  EXPECT_EQ(N()->close_listen(lc), kOk);
+  EXPECT_EQ(N()->close_send(send), kOk);
+  EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ std::atomic<uint64_t> g_protocol_errors{0};
 std::atomic<uint64_t> g_api_errors{0};
 // Staged GPU copies reported as stalled (CommBase::StagingStalled).
 std::atomic<uint64_t> g_staging_stalls{0};
+// Side-channel handshakes given up after PRISM_CONNECT_TIMEOUT_MS: a
+// connect() whose Ack did not come, a connection accept() dropped because
+// its Hello did not.
+std::atomic<uint64_t> g_handshake_timeouts{0};
 constexpr std::chrono::milliseconds kStagingStallWarn{1000};
 
 // PRISM_NCCL_CALL_LOG=N (PluginConfig::call_log, set by SetCallLog at the
@@ -1068,6 +1072,9 @@ struct RecvComm : CommBase {
 struct PendingAccept {
   int fd = -1;
   uint64_t order = 0;  // ListenComm::accepted when it was accepted
+  // When it was accepted: its Hello must arrive (and its Ack go out) within
+  // PluginConfig::connect_timeout_ms.
+  std::chrono::steady_clock::time_point since{};
   HelloMsg hello{};
   size_t got = 0;
   bool ack_ready = false;  // Hello checked, Ack built (Prism connection made)
@@ -1101,6 +1108,10 @@ struct ConnectState {
     kSendHello,
     kRecvAck
   } stage = Stage::kConnecting;
+  // The first connect() call of this handle: the handshake must complete
+  // within PluginConfig::connect_timeout_ms of it.
+  std::chrono::steady_clock::time_point started =
+      std::chrono::steady_clock::now();
   HelloMsg hello{};
   size_t sent = 0;
   HelloMsg ack{};
@@ -1218,10 +1229,11 @@ void SetCallLog(int64_t calls) {
 
 void ReleaseIdleResources() {
   PRISM_NCCL_INFO(
-      "rejected so far: %llu protocol errors, %llu API misuses; %llu staged "
-      "GPU copies reported stalled",
+      "rejected so far: %llu protocol errors, %llu API misuses, %llu "
+      "handshake timeouts; %llu staged GPU copies reported stalled",
       static_cast<unsigned long long>(g_protocol_errors.load()),
       static_cast<unsigned long long>(g_api_errors.load()),
+      static_cast<unsigned long long>(g_handshake_timeouts.load()),
       static_cast<unsigned long long>(g_staging_stalls.load()));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
@@ -1421,10 +1433,35 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     return kPrismNcclInvalidArgument;
   }
 
+  // Nothing more to do now: success with a NULL comm, NCCL calls again --
+  // unless the handshake has taken longer than PRISM_CONNECT_TIMEOUT_MS
+  // (a listener that accepted the TCP connection but never answers, or a
+  // TCP connect nobody answers): then connect fails instead of letting
+  // NCCL poll forever. Before 2026-12-05 there was no bound.
+  auto again = [&]() -> PrismNcclResult {
+    const auto waited = std::chrono::steady_clock::now() - st->started;
+    const auto limit =
+        std::chrono::milliseconds(dev.config->connect_timeout_ms);
+    if (waited < limit) return kPrismNcclSuccess;
+    const uint64_t n = ++g_handshake_timeouts;
+    const char* stage =
+        st->stage == ConnectState::Stage::kConnecting  ? "the TCP connect"
+        : st->stage == ConnectState::Stage::kSendHello ? "sending the hello"
+                                                       : "the ack";
+    char what[256];
+    snprintf(what, sizeof(what),
+             "timed out after %u ms waiting for %s (%zu of %zu ack bytes "
+             "received) from the listener at port %u "
+             "(PRISM_CONNECT_TIMEOUT_MS); handshake timeouts in this "
+             "process: %llu",
+             dev.config->connect_timeout_ms, stage, st->got, sizeof(HelloMsg),
+             ntohs(h.port), static_cast<unsigned long long>(n));
+    return fail(what, 0);
+  };
   int err = 0;
   if (st->stage == ConnectState::Stage::kConnecting) {
     const Io io = TcpConnectPoll(st->fd, &err);
-    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io == Io::kAgain) return again();
     if (io != Io::kOk) return fail("TCP connect failed", err);
     st->stage = ConnectState::Stage::kSendHello;
   }
@@ -1434,7 +1471,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       const Io io =
           SendSome(st->fd, reinterpret_cast<uint8_t*>(&st->hello) + st->sent,
                    sizeof(HelloMsg) - st->sent, &moved, &err);
-      if (io == Io::kAgain) return kPrismNcclSuccess;
+      if (io == Io::kAgain) return again();
       if (io != Io::kOk) return fail("sending hello failed", err);
       st->sent += moved;
     }
@@ -1445,7 +1482,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     const Io io =
         RecvSome(st->fd, reinterpret_cast<uint8_t*>(&st->ack) + st->got,
                  sizeof(HelloMsg) - st->got, &moved, &err);
-    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io == Io::kAgain) return again();
     if (io != Io::kOk) {
       return fail(io == Io::kClosed ? "listener closed the connection"
                                     : "receiving ack failed",
@@ -1523,6 +1560,26 @@ void DropPending(ListenComm* l, PendingAccept* p, const char* what) {
   ++g_protocol_errors;
   PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
   ResetPending(p);
+}
+
+// Drops p when its handshake has taken longer than PRISM_CONNECT_TIMEOUT_MS
+// (a client that connected and stalled before finishing its Hello, or that
+// does not read its Ack): its socket and Prism connection are released
+// instead of being held until eight newer connections evict it. True when
+// dropped.
+bool ExpirePending(ListenComm* l, PendingAccept* p,
+                   std::chrono::steady_clock::time_point now) {
+  const uint32_t limit_ms = l->dev_ctx.config->connect_timeout_ms;
+  if (now - p->since < std::chrono::milliseconds(limit_ms)) return false;
+  const uint64_t n = ++g_handshake_timeouts;
+  PRISM_NCCL_WARN(
+      "accept dev %d: dropped a connection: handshake timed out after %u ms "
+      "(%zu of %zu hello bytes received, %zu of %zu ack bytes sent; "
+      "PRISM_CONNECT_TIMEOUT_MS); handshake timeouts in this process: %llu",
+      l->dev, limit_ms, p->got, sizeof(HelloMsg), p->sent, sizeof(HelloMsg),
+      static_cast<unsigned long long>(n));
+  ResetPending(p);
+  return true;
 }
 
 enum class AcceptStep { kWaiting, kDropped, kReady, kError };
@@ -1649,6 +1706,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
   auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
   if (l == nullptr) return kPrismNcclInvalidArgument;
   std::lock_guard<std::mutex> lock(l->mu);
+  const auto now = std::chrono::steady_clock::now();
   for (;;) {
     for (PendingAccept& p : l->pending) {
       if (p.fd < 0) continue;
@@ -1656,6 +1714,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
       const AcceptStep step = AdvancePending(l, &p, &result);
       if (step == AcceptStep::kError) return result;
       if (step == AcceptStep::kReady) return FinishAccept(l, &p, recv_comm);
+      if (step == AcceptStep::kWaiting) ExpirePending(l, &p, now);
     }
     Io io;
     int err = 0;
@@ -1682,6 +1741,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
     }
     slot->fd = fd;
     slot->order = ++l->accepted;
+    slot->since = now;
   }
 }
 

@@ -432,6 +432,13 @@ absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& env,
       !s.ok()) {
     return s;
   }
+  int64_t connect_timeout = cfg.connect_timeout_ms;
+  if (auto s = ParseInt(env, "PRISM_CONNECT_TIMEOUT_MS", 1, 3600000,
+                        &connect_timeout);
+      !s.ok()) {
+    return s;
+  }
+  cfg.connect_timeout_ms = static_cast<uint32_t>(connect_timeout);
   int64_t gpu_staging = 0;
   if (auto s = ParseInt(env, "PRISM_NCCL_GPU_STAGING", 0, 1, &gpu_staging);
       !s.ok()) {

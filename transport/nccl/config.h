@@ -13,6 +13,9 @@
 //   PRISM_SPEED_MBPS    advertised speed (default /sys speed or 100000)
 //   PRISM_LATENCY_US    advertised latency (default 10)
 //   PRISM_SOCK_BUF      side-channel socket buffer bytes (default 4 MiB)
+//   PRISM_CONNECT_TIMEOUT_MS  how long connect waits for the listener's Ack
+//                       and accept for a connection's Hello (1..3600000,
+//                       default 30000)
 // Prism data path (PRISM_DATAPATH=udp) only:
 //   PRISM_UDP_ADDRS     IPv6 plane addresses: planes of one device separated
 //                       by ',', devices by ';' (default: the device's own
@@ -101,6 +104,10 @@ struct PluginConfig {
   uint16_t planes = 1;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
+  // PRISM_CONNECT_TIMEOUT_MS: the side-channel handshake's bound. connect()
+  // fails (ncclRemoteError) when its Ack has not arrived this long after
+  // its first call; accept() drops a connection whose Hello has not.
+  uint32_t connect_timeout_ms = 30000;
   // PRISM_NCCL_GPU_STAGING=1: advertise NCCL_PTR_CUDA|DMABUF and stage
   // device memory through pinned host mirrors (gpu.h); off by default.
   bool gpu_staging = false;
