@@ -1,7 +1,11 @@
 // Unit tests of the plugin's environment configuration (transport/nccl/
 // config.h), linked directly against the plugin's core library.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "transport/nccl/config.h"
@@ -67,12 +71,119 @@ TEST(NcclConfig, LoopbackInterfaceByName) {
 
 TEST(NcclConfig, BadValuesNameTheVariable) {
   const std::pair<const char*, const char*> bad[] = {
-      {"PRISM_PATHS", "0"},          {"PRISM_PATHS", "70000"},
-      {"PRISM_PLANES", "x"},         {"PRISM_PORT", "-1"},
-      {"PRISM_DATAPATH", "carrier"}, {"PRISM_ADDRS", "300.1.1.1"},
-      {"PRISM_LATENCY_US", "1e3"},   {"PRISM_NCCL_GPU_STAGING", "2"},
-      {"PRISM_NCCL_CALL_LOG", "-1"}};
+      {"PRISM_PATHS", "0"},
+      {"PRISM_PATHS", "70000"},
+      {"PRISM_PLANES", "x"},
+      {"PRISM_PORT", "-1"},
+      {"PRISM_DATAPATH", "carrier"},
+      {"PRISM_ADDRS", "300.1.1.1"},
+      {"PRISM_LATENCY_US", "1e3"},
+      {"PRISM_NCCL_GPU_STAGING", "2"},
+      {"PRISM_NCCL_CALL_LOG", "-1"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "0"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "3600001"},
+      {"PRISM_CONNECT_TIMEOUT_MS", "1s"}};
   ExpectEachRejectedByName({{"PRISM_ADDRS", "127.0.0.1"}}, bad);
+}
+
+// The handshake's bound: 30 s unless PRISM_CONNECT_TIMEOUT_MS says otherwise.
+TEST(NcclConfig, ConnectTimeout) {
+  std::map<std::string, std::string> e = {{"PRISM_ADDRS", "127.0.0.1"}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connect_timeout_ms, 30000u);
+  e["PRISM_CONNECT_TIMEOUT_MS"] = "250";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->connect_timeout_ms, 250u);
+}
+
+// PRISM_ADDRS with only blanks and commas lists no device: refused, naming
+// the variable, on every data path. Before 2026-12-05 it gave a
+// configuration without devices, whose first device the udp data path then
+// read out of bounds (found by tests/fuzz/nccl_config_parse_fuzz.cc; its
+// corpus keeps the input, regress_blank_addrs_udp).
+TEST(NcclConfig, BlankAddressListIsRefused) {
+  std::vector<std::string> paths = {"tcp"};
+  if (PrismDataPathAvailable()) paths.push_back("udp");
+  for (const std::string& dp : paths) {
+    for (const char* addrs : {" ", "\t", ",", " , ,"}) {
+      std::map<std::string, std::string> e = {{"PRISM_DATAPATH", dp},
+                                              {"PRISM_ADDRS", addrs}};
+      auto c = LoadConfig(Env(&e));
+      ASSERT_FALSE(c.ok()) << dp << " '" << addrs << "'";
+      EXPECT_NE(c.status().message().find("PRISM_ADDRS"), std::string::npos)
+          << c.status();
+    }
+  }
+}
+
+// PRISM_UDP_ADDRS with a device group of only commas and blanks, and
+// more planes than paths, are refused naming the variables. Before
+// 2026-12-05 the first gave its device zero planes and the second failed
+// only at connect (the engine refuses num_planes > num_paths); found by
+// tests/fuzz/nccl_config_parse_fuzz.cc (corpus: regress_empty_plane_group).
+TEST(NcclConfig, PlaneAddressesAreChecked) {
+  if (!PrismDataPathAvailable()) GTEST_SKIP() << "no udp data path";
+  const std::map<std::string, std::string> base = {
+      {"PRISM_DATAPATH", "udp"}, {"PRISM_ADDRS", "127.0.0.1,127.0.0.2"}};
+  for (const char* udp : {"fd00::1; ,", " , ;fd00::2", "fd00::1;,"}) {
+    std::map<std::string, std::string> e = base;
+    e["PRISM_UDP_ADDRS"] = udp;
+    auto c = LoadConfig(Env(&e));
+    ASSERT_FALSE(c.ok()) << udp;
+    EXPECT_NE(c.status().message().find("lists no plane address"),
+              std::string::npos)
+        << c.status();
+  }
+  std::map<std::string, std::string> e = base;
+  e["PRISM_PLANES"] = "4";
+  e["PRISM_PATHS"] = "3";
+  auto c = LoadConfig(Env(&e));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("PRISM_PATHS=3"), std::string::npos)
+      << c.status();
+  e["PRISM_PATHS"] = "4";
+  c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planes, 4);
+}
+
+// ParseConfig takes the host's interfaces as an argument (what the fuzz
+// target uses): the first non-loopback interface that is up, its sysfs
+// speed, and (udp) its global IPv6 address as the plane address.
+TEST(NcclConfig, ParseConfigUsesTheGivenHost) {
+  HostInfo host;
+  for (const char* name : {"lo", "eth0"}) {
+    HostInterface i;
+    i.name = name;
+    auto* a = reinterpret_cast<sockaddr_in*>(&i.addr);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr =
+        htonl(std::string(name) == "lo" ? 0x7f000001 : 0x0a000001);
+    i.addr_len = sizeof(sockaddr_in);
+    i.loopback = std::string(name) == "lo";
+    i.ipv6 = i.loopback ? "::1" : "fd00::1";
+    i.speed_mbps = i.loopback ? 0 : 25000;
+    host.interfaces.push_back(i);
+  }
+  std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "tcp"}};
+  auto c = ParseConfig(Env(&e), host);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->devices[0].name, "prism_eth0");
+  EXPECT_EQ(AddrToString(c->devices[0].addr), "10.0.0.1");
+  EXPECT_EQ(c->devices[0].speed_mbps, 25000);
+  if (PrismDataPathAvailable()) {
+    e["PRISM_DATAPATH"] = "udp";
+    e["PRISM_PLANES"] = "2";
+    c = ParseConfig(Env(&e), host);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->devices[0].plane_addrs,
+              (std::vector<std::string>{"fd00::1", "fd00::1"}));
+  }
+  e = {{"PRISM_IFNAME", "=wlan0"}};
+  EXPECT_TRUE(absl::IsNotFound(ParseConfig(Env(&e), host).status()));
 }
 
 // Device memory is staged (and advertised) only when asked for (gpu.h).

@@ -11,7 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -21,47 +24,15 @@
 
 #include "gtest/gtest.h"
 #include "prism/endpoint.h"
+#include "tests/nccl/fake_peer.h"
 #include "tests/nccl/mini_nccl.h"
+#include "transport/nccl/wire.h"
 
 namespace prism::nccl_test {
 namespace {
 
 constexpr int kOk = kPrismNcclSuccess;
 using Clock = std::chrono::steady_clock;
-
-// Wire layouts (comm.cc): the listen handle and HelloMsg (Hello and Ack).
-constexpr size_t kHandlePortOffset = 8;
-constexpr size_t kHandleNonceOffset = 16;
-constexpr size_t kHandleModeOffset = 12;
-constexpr size_t kHandleAddrOffset = 24;
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t nonce;
-  uint32_t mode;
-  uint32_t status;
-  uint8_t info[256];
-  uint64_t cts_addr;
-  uint32_t cts_rkey;
-  uint32_t cts_slots;
-};
-static_assert(sizeof(Hello) == 296);
-constexpr uint32_t kHelloMagic = 0x434d5250;
-constexpr uint32_t kProtoVersion = 3;
-// The CTS frame: {seq, n, (addr, size, rkey, tag) x n}.
-struct CtsEntry {
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  int32_t tag;
-};
-struct Cts {
-  uint32_t seq;
-  uint32_t n;
-  CtsEntry e[10];
-};
-constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
-constexpr uint64_t kSlotBytes = 256;
 
 Net g_net;
 void* g_ctx = nullptr;
@@ -94,170 +65,53 @@ int WarningsSince(size_t from, const char* text) {
   return n;
 }
 
-// The fake peer's endpoint, its side-channel socket and the Prism
-// connection to the plugin's comm.
-struct FakePeer {
-  std::unique_ptr<Endpoint> ep;
-  ConnId conn = kInvalidConn;
-  int fd = -1;
-  // The peer's own CTS ring (peer as sender) and a buffer the plugin
-  // writes into (peer as receiver), both remote-writable.
-  std::vector<uint8_t> ring = std::vector<uint8_t>(32 * kSlotBytes);
-  MemoryRegion ring_mr;
-  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
-  MemoryRegion buf_mr;
-  // Where crafted frames and payloads are WRITTEN from.
-  std::vector<uint8_t> src = std::vector<uint8_t>(1 << 16, 0xab);
-  MemoryRegion src_mr;
-  // The plugin's CTS ring (peer as receiver: from its Hello).
-  uint64_t cts_addr = 0;
-  uint32_t cts_rkey = 0;
-
-  void Setup() {
-    EndpointOptions o;
-    o.datapath = "udp";
-    auto e = Endpoint::Create(o);
-    ASSERT_TRUE(e.ok()) << e.status();
-    ep = std::move(*e);
-    auto c = ep->CreateConnection();
-    ASSERT_TRUE(c.ok()) << c.status();
-    conn = *c;
-    auto r = ep->RegisterMemory(ring.data(), ring.size(),
-                                kAccessLocal | kAccessRemoteWrite);
-    ASSERT_TRUE(r.ok());
-    ring_mr = *r;
-    r = ep->RegisterMemory(buf.data(), buf.size(),
-                           kAccessLocal | kAccessRemoteWrite);
-    ASSERT_TRUE(r.ok());
-    buf_mr = *r;
-    r = ep->RegisterMemory(src.data(), src.size(), kAccessLocal);
-    ASSERT_TRUE(r.ok());
-    src_mr = *r;
-  }
-  ~FakePeer() {
-    // The endpoint first: its loop thread may still read src or write the
-    // buffers.
-    ep.reset();
-    if (fd >= 0) close(fd);
-  }
-  void FillBlob(Hello* h) {
-    auto blob = ep->LocalInfo(conn);
-    ASSERT_TRUE(blob.ok());
-    h->info[0] = blob->size;
-    memcpy(h->info + 1, blob->bytes, blob->size);
-  }
-  void ConnectTo(const Hello& h) {
-    auto blob = ConnectionBlob::FromBytes(absl::string_view(
-        reinterpret_cast<const char*>(h.info + 1), h.info[0]));
-    ASSERT_TRUE(blob.ok());
-    ASSERT_TRUE(ep->Connect(conn, *blob).ok());
-  }
-  // WRITE-with-immediate of src[0, len) to (addr, rkey).
-  void Write(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm) {
-    WriteRequest wr;
-    wr.wr_id = 1;
-    wr.local_addr = src.data();
-    wr.length = len;
-    wr.lkey = src_mr.lkey;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr.has_immediate = true;
-    wr.immediate = imm;
-    ASSERT_TRUE(ep->PostWrite(conn, wr).ok());
-  }
-  // `count` WRITE-with-immediates of src[0, len) to (addr, rkey), posted as
-  // fast as the endpoint takes them; true once all completed.
-  bool Flood(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm,
-             int count) {
-    WriteRequest wr;
-    wr.local_addr = src.data();
-    wr.length = len;
-    wr.lkey = src_mr.lkey;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr.has_immediate = true;
-    wr.immediate = imm;
-    int posted = 0, done = 0;
-    const auto start = Clock::now();
-    while (done < count && Clock::now() - start < std::chrono::seconds(20)) {
-      if (posted < count) {
-        wr.wr_id = static_cast<uint64_t>(posted);
-        const absl::Status st = ep->PostWrite(conn, wr);
-        if (st.ok()) ++posted;
-        if (!st.ok() && !absl::IsResourceExhausted(st)) return false;
-      }
-      Completion c;
-      while (ep->PollCompletions(&c, 1) == 1) {
-        if (c.type == CompletionType::kWrite) ++done;
-      }
-    }
-    return done == count;
-  }
-  // Waits for the next WRITE-with-immediate from the plugin.
-  bool WaitImmediate(Completion* out) {
-    const auto start = Clock::now();
-    while (Clock::now() - start < std::chrono::seconds(10)) {
-      Completion c;
-      if (ep->PollCompletions(&c, 1) == 1 &&
-          c.type == CompletionType::kRecvImmediate) {
-        *out = c;
-        return true;
-      }
-    }
-    return false;
-  }
-};
-
-// The peer as the receiver: the plugin connects to a fake listener (a
-// handle of the plugin's with the fake's port), which answers its Hello
-// with an Ack carrying the fake endpoint's blob.
+// The peer as the receiver: the plugin connects to a fake listener.
 void ConnectPluginTo(FakePeer* peer, void** send) {
   char handle[kPrismNcclHandleMaxSize];
   void* lc = nullptr;
   ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
   ASSERT_EQ(N()->close_listen(lc), kOk);
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(lfd, 0);
+  ASSERT_NO_FATAL_FAILURE(prism::nccl_test::ConnectPluginTo(
+      peer, handle,
+      [](char* h, void** comm) {
+        PrismNcclDeviceHandle* dh = nullptr;
+        return N()->connect(g_ctx, 0, h, comm, &dh);
+      },
+      send));
+}
+
+// The peer as the sender: it connects to the plugin's listener with a
+// well-formed Hello; the plugin accepts (*recv) and the peer takes its Ack.
+void AcceptPluginFrom(FakePeer* p, void** recv) {
+  FakePeer& peer = *p;
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  Hello h{};
+  h.magic = kHelloMagic;
+  h.version = kProtoVersion;
+  memcpy(&h.nonce, handle + kHandleNonceOffset, sizeof(h.nonce));
+  memcpy(&h.mode, handle + kHandleModeOffset, sizeof(h.mode));
+  ASSERT_NO_FATAL_FAILURE(peer.FillBlob(&h));
+  h.cts_addr = reinterpret_cast<uintptr_t>(peer.ring.data());
+  h.cts_rkey = peer.ring_mr.rkey;
+  h.cts_slots = 32;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof(a);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(lfd, 1), 0);
-  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &alen), 0);
-  memcpy(handle + kHandlePortOffset, &a.sin_port, sizeof(a.sin_port));
-  memcpy(handle + kHandleAddrOffset, &a.sin_addr, 4);
-  bool ok = false;
-  std::thread fake([&] {
-    peer->fd = accept(lfd, nullptr, nullptr);
-    Hello h;
-    if (peer->fd < 0 || !ReadAll(peer->fd, &h, sizeof(h))) return;
-    peer->cts_addr = h.cts_addr;
-    peer->cts_rkey = h.cts_rkey;
-    auto blob = ConnectionBlob::FromBytes(absl::string_view(
-        reinterpret_cast<const char*>(h.info + 1), h.info[0]));
-    if (!blob.ok() || !peer->ep->Connect(peer->conn, *blob).ok()) return;
-    Hello ack = h;
-    ack.status = 0;
-    memset(ack.info, 0, sizeof(ack.info));
-    auto mine = peer->ep->LocalInfo(peer->conn);
-    if (!mine.ok()) return;
-    ack.info[0] = mine->size;
-    memcpy(ack.info + 1, mine->bytes, mine->size);
-    ok = WriteAll(peer->fd, &ack, sizeof(ack));
-  });
-  PrismNcclDeviceHandle* dh = nullptr;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  peer.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(peer.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_TRUE(WriteAll(peer.fd, &h, sizeof(h)));
   const auto start = Clock::now();
-  int r = kOk;
-  while (r == kOk && *send == nullptr &&
-         Clock::now() - start < std::chrono::seconds(10)) {
-    r = N()->connect(g_ctx, 0, handle, send, &dh);
+  while (*recv == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_EQ(N()->accept(lc, recv, nullptr), kOk);
   }
-  fake.join();
-  close(lfd);
-  ASSERT_TRUE(ok);
-  ASSERT_EQ(r, kOk);
-  ASSERT_NE(*send, nullptr);
+  ASSERT_NE(*recv, nullptr);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  Hello ack;
+  ASSERT_TRUE(ReadAll(peer.fd, &ack, sizeof(ack)));
+  ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
 }
 
 // isend until it returns a request or an error; the result.
@@ -386,8 +240,15 @@ TEST(NcclFakePeer, CraftedCtsFailsTheSendComm) {
 
 // A peer that WRITEs with immediates far beyond what it may have
 // outstanding (here 600 CTS WRITEs into the ring before the plugin polls)
-// overflows the comm's bounded completion inbox: the send comm fails with
-// ncclRemoteError and a warning, without a crash or a hang.
+// overflows the comm's bounded completion inbox (512; an honest peer can
+// have at most 288 completions there): the send comm fails with
+// ncclRemoteError -- the peer broke the protocol -- and one warning saying
+// what overflowed and its capacity, without a crash, a hang or a WRITE of
+// the plugin's (the CTS it got names peer.buf, which stays untouched).
+// Before 2026-12-05 the overflow was an ncclInternalError "completion inbox
+// overflow" (without its capacity), hidden by the protocol errors of the
+// completions after it because the last failure won (the flood test of the
+// receive side below shows the same).
 TEST(NcclFakePeer, ImmediateFloodFailsTheSendComm) {
   if (!UdpPath()) GTEST_SKIP() << "udp data path only";
   ASSERT_NO_FATAL_FAILURE(Init());
@@ -414,8 +275,61 @@ TEST(NcclFakePeer, ImmediateFloodFailsTheSendComm) {
   SetLogEcho(true);
   EXPECT_EQ(req, nullptr);
   EXPECT_EQ(WarningsSince(log_from, "inbox overflow"), 1);
+  EXPECT_EQ(WarningsSince(log_from,
+                          "send comm: completion inbox overflow: more than "
+                          "512 Prism completions (its capacity)"),
+            1);
+  // The comm keeps reporting it.
+  EXPECT_EQ(N()->isend(send, sbuf.data(), 4096, 7, mh, nullptr, &req),
+            kPrismNcclRemoteError);
+  EXPECT_EQ(req, nullptr);
   EXPECT_EQ(N()->dereg_mr(send, mh), kOk);
   EXPECT_EQ(N()->close_send(send), kOk);
+  for (uint8_t b : peer.buf) ASSERT_EQ(b, 0) << "the plugin wrote peer.buf";
+}
+
+// The same against a receive: the peer floods 600 WRITE-with-immediates
+// (slot index 5 of a one-buffer receive, 16 bytes at the posted buffer)
+// before the plugin polls. The recv comm fails with ncclRemoteError and one
+// warning naming the inbox overflow and its capacity (the first failure;
+// the protocol errors of the completions drained after it are only logged
+// at INFO); the registration past the bytes the peer wrote is untouched.
+TEST(NcclFakePeer, DataFloodFailsTheReceive) {
+  if (!UdpPath()) GTEST_SKIP() << "udp data path only";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  FakePeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Setup());
+  void* recv = nullptr;
+  ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
+  std::vector<uint8_t> rbuf(1 << 16, 0x5c);
+  void* mh = nullptr;
+  ASSERT_EQ(N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
+            kOk);
+  void* data = rbuf.data();
+  size_t size = 4096;
+  int tag = 7;
+  void* req = nullptr;
+  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
+  ASSERT_NE(req, nullptr);
+  Completion cts;
+  ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
+  Cts f{};
+  memcpy(&f, peer.ring.data(), CtsLen(1));
+  ASSERT_EQ(f.n, 1u);
+  ASSERT_TRUE(peer.Flood(f.e[0].addr, f.e[0].rkey, 16, 5, 600));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  int got = -1;
+  EXPECT_EQ(TestUntil(req, &got), kPrismNcclRemoteError);
+  SetLogEcho(true);
+  EXPECT_EQ(WarningsSince(log_from, "recv comm: "), 1);
+  EXPECT_EQ(WarningsSince(log_from,
+                          "recv comm: completion inbox overflow: more than "
+                          "512 Prism completions (its capacity)"),
+            1);
+  for (size_t i = 16; i < rbuf.size(); ++i) ASSERT_EQ(rbuf[i], 0x5c) << i;
+  EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+  EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
 struct DataCase {
@@ -445,35 +359,8 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     const bool good = std::string(c.what) == "good";
     FakePeer peer;
     ASSERT_NO_FATAL_FAILURE(peer.Setup());
-    char handle[kPrismNcclHandleMaxSize];
-    void* lc = nullptr;
-    ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
-    Hello h{};
-    h.magic = kHelloMagic;
-    h.version = kProtoVersion;
-    memcpy(&h.nonce, handle + kHandleNonceOffset, sizeof(h.nonce));
-    memcpy(&h.mode, handle + kHandleModeOffset, sizeof(h.mode));
-    ASSERT_NO_FATAL_FAILURE(peer.FillBlob(&h));
-    h.cts_addr = reinterpret_cast<uintptr_t>(peer.ring.data());
-    h.cts_rkey = peer.ring_mr.rkey;
-    h.cts_slots = 32;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
-    memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
-    peer.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_EQ(connect(peer.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    ASSERT_TRUE(WriteAll(peer.fd, &h, sizeof(h)));
     void* recv = nullptr;
-    const auto start = Clock::now();
-    while (recv == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
-      ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
-    }
-    ASSERT_NE(recv, nullptr);
-    ASSERT_EQ(N()->close_listen(lc), kOk);
-    Hello ack;
-    ASSERT_TRUE(ReadAll(peer.fd, &ack, sizeof(ack)));
-    ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
+    ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
 
     // One 4 KiB receive at the start of a 64 KiB registration (guard
     // bytes after it).
@@ -509,6 +396,190 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
     EXPECT_EQ(N()->close_recv(recv), kOk);
   }
+}
+
+// --- The side-channel handshake's bound (PRISM_CONNECT_TIMEOUT_MS). ---
+// These run as their own ctest entry, nccl_handshake_timeout_test, with
+// PRISM_CONNECT_TIMEOUT_MS=300 (the plugin reads its configuration once per
+// process); without the variable they are skipped.
+int HandshakeTimeoutMs() {
+  const char* v = std::getenv("PRISM_CONNECT_TIMEOUT_MS");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
+// The count "handshake timeouts in this process: N" of the last warning
+// containing `text`, or -1 when there is none.
+int64_t LastTimeoutCount(const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  const std::string key = "handshake timeouts in this process: ";
+  for (size_t i = log.size(); i-- > 0;) {
+    if (log[i].level != kPrismNcclLogWarn ||
+        log[i].text.find(text) == std::string::npos) {
+      continue;
+    }
+    const size_t at = log[i].text.find(key);
+    if (at == std::string::npos) return -1;
+    return std::atoll(log[i].text.c_str() + at + key.size());
+  }
+  return -1;
+}
+
+// True when the peer of `fd` closed it within `ms` (recv gives 0).
+bool SeesEof(int fd, int ms) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
+    char b[512];
+    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return errno == ECONNRESET;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// A listener that accepts the TCP connection and never answers the Hello:
+// connect() returns success with a NULL comm (never blocking) until
+// PRISM_CONNECT_TIMEOUT_MS after its first call, then ncclRemoteError with
+// a warning that names the variable and counts the timeout; the handle's
+// connect state is cleared and the socket closed (the listener sees EOF),
+// so nothing is left behind (the ASan build checks for leaks). Twice: the
+// count goes up by one. Before 2026-12-05 connect returned success forever
+// and NCCL polled it forever.
+TEST(NcclHandshakeTimeout, ConnectToSilentListenerTimesOut) {
+  const int timeout_ms = HandshakeTimeoutMs();
+  if (timeout_ms <= 0) GTEST_SKIP() << "needs PRISM_CONNECT_TIMEOUT_MS";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  int64_t last = -1;
+  for (int round = 0; round < 2; ++round) {
+    char handle[kPrismNcclHandleMaxSize];
+    void* lc = nullptr;
+    ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+    ASSERT_EQ(N()->close_listen(lc), kOk);
+    FakeListener l;
+    ASSERT_NO_FATAL_FAILURE(l.Open(handle));
+    const size_t log_from = LogSnapshot().size();
+    SetLogEcho(false);
+    void* send = nullptr;
+    int r = kOk;
+    int polls = 0;
+    auto slowest = Clock::duration::zero();
+    const auto start = Clock::now();
+    while (r == kOk && send == nullptr &&
+           Clock::now() - start < std::chrono::seconds(20)) {
+      PrismNcclDeviceHandle* dh = nullptr;
+      const auto t0 = Clock::now();
+      r = N()->connect(g_ctx, 0, handle, &send, &dh);
+      // The first call also creates the device's endpoint (slow under
+      // the sanitizers); the others only poll.
+      if (polls > 0) slowest = std::max(slowest, Clock::now() - t0);
+      ++polls;
+    }
+    const auto waited = Clock::now() - start;
+    SetLogEcho(true);
+    EXPECT_EQ(r, kPrismNcclRemoteError);
+    EXPECT_EQ(send, nullptr);
+    EXPECT_GE(waited, std::chrono::milliseconds(timeout_ms));
+    EXPECT_LT(waited,
+              std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(5));
+    // Never blocking: many calls, none of them waiting out the bound.
+    EXPECT_GE(polls, 10);
+    EXPECT_LT(slowest, std::chrono::milliseconds(timeout_ms))
+        << "connect blocked";
+    EXPECT_EQ(WarningsSince(log_from, "PRISM_CONNECT_TIMEOUT_MS"), 1);
+    EXPECT_EQ(WarningsSince(log_from, "waiting for the ack (0 of 296 ack"), 1);
+    const int64_t count = LastTimeoutCount("waiting for the ack");
+    ASSERT_GE(count, 1);
+    if (last >= 0) {
+      EXPECT_EQ(count, last + 1);
+    }
+    last = count;
+    uint64_t state = 1;
+    memcpy(&state, handle + offsetof(nccl::WireHandle, connect_state),
+           sizeof(state));
+    EXPECT_EQ(state, 0u);
+    // The listener's side: accepted, then closed by the plugin.
+    const int peer = accept(l.fd, nullptr, nullptr);
+    ASSERT_GE(peer, 0);
+    Hello hello;
+    EXPECT_TRUE(ReadAll(peer, &hello, sizeof(hello)));
+    EXPECT_TRUE(SeesEof(peer, 2000));
+    close(peer);
+  }
+}
+
+// Clients that connect to the plugin's listener and stall in the handshake
+// (one sends 100 bytes of its Hello, one nothing): accept() keeps returning
+// at once with a NULL comm, drops each with a warning naming
+// PRISM_CONNECT_TIMEOUT_MS and counting it once the bound has passed
+// (closing its socket: the client sees EOF), and a real connect on the same
+// listener still completes. Before 2026-12-05 such a client held its slot
+// (and socket) until eight newer connections evicted it.
+TEST(NcclHandshakeTimeout, StalledHelloIsDroppedAndAcceptGoesOn) {
+  const int timeout_ms = HandshakeTimeoutMs();
+  if (timeout_ms <= 0) GTEST_SKIP() << "needs PRISM_CONNECT_TIMEOUT_MS";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_port, handle + kHandlePortOffset, sizeof(a.sin_port));
+  memcpy(&a.sin_addr, handle + kHandleAddrOffset, 4);
+  int raw[2];
+  for (int& fd : raw) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  }
+  Hello partial{};
+  partial.magic = kHelloMagic;
+  ASSERT_TRUE(WriteAll(raw[0], &partial, 100));
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* recv = nullptr;
+  auto slowest = Clock::duration::zero();
+  const auto start = Clock::now();
+  // Polled past the bound, as NCCL would while waiting for its real peer.
+  while (Clock::now() - start <
+         std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(1)) {
+    const auto t0 = Clock::now();
+    ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
+    slowest = std::max(slowest, Clock::now() - t0);
+    ASSERT_EQ(recv, nullptr);
+    if (WarningsSince(log_from, "PRISM_CONNECT_TIMEOUT_MS") == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  SetLogEcho(true);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(timeout_ms));
+  EXPECT_LT(slowest, std::chrono::milliseconds(timeout_ms)) << "accept blocked";
+  EXPECT_EQ(WarningsSince(log_from, "handshake timed out after"), 2);
+  EXPECT_EQ(WarningsSince(log_from, "(100 of 296 hello bytes received"), 1);
+  EXPECT_EQ(WarningsSince(log_from, "(0 of 296 hello bytes received"), 1);
+  EXPECT_GE(LastTimeoutCount("hello bytes received"), 2);
+  for (int fd : raw) {
+    EXPECT_TRUE(SeesEof(fd, 2000));
+    close(fd);
+  }
+  // The listener still works: a real connect completes.
+  void* send = nullptr;
+  const auto t1 = Clock::now();
+  while ((send == nullptr || recv == nullptr) &&
+         Clock::now() - t1 < std::chrono::seconds(10)) {
+    PrismNcclDeviceHandle* dh = nullptr;
+    if (send == nullptr) {
+      ASSERT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh), kOk);
+    }
+    if (recv == nullptr) {
+      ASSERT_EQ(N()->accept(lc, &recv, nullptr), kOk);
+    }
+  }
+  ASSERT_NE(send, nullptr);
+  ASSERT_NE(recv, nullptr);
+  EXPECT_EQ(N()->close_listen(lc), kOk);
+  EXPECT_EQ(N()->close_send(send), kOk);
+  EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
 }  // namespace

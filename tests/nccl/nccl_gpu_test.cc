@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+#include "tests/nccl/fake_peer.h"
+#endif
 #include "tests/nccl/mini_nccl.h"
 #include "transport/base/random.h"
 #include "transport/nccl/comm.h"
@@ -554,6 +557,104 @@ TEST_P(NcclGpu, StalledCopyIsReportedOnce) {
   EXPECT_EQ(p.rhost[3000], 0);
   p.Close(&gpu_);
 }
+
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+// A comm keeps reporting its FIRST failure, the root cause; later ones are
+// only logged (INFO). The plugin's send comm (udp data path) against a fake
+// receiver: the device -> host copy of its first send fails
+// (ncclUnhandledCudaError), then the peer WRITEs an out-of-order CTS (a
+// protocol error, ncclRemoteError). isend goes on returning
+// ncclUnhandledCudaError, and the protocol error is logged as a later
+// failure. Before 2026-12-05 the last failure won: isend switched to
+// ncclRemoteError, hiding the GPU failure.
+TEST(NcclFailure, FirstFailureIsWhatTheCommReports) {
+  using prism::nccl_test::Cts;
+  using prism::nccl_test::CtsEntry;
+  using prism::nccl_test::FakePeer;
+  using prism::nccl_test::kSlotBytes;
+  using prism::nccl_test::LogSnapshot;
+  FakeGpu gpu;
+  SetGpuRuntimeForTesting(&gpu);
+  SetLogger(prism::nccl_test::TestLogger);
+  std::map<std::string, std::string> env = {{"PRISM_ADDRS", "127.0.0.1"},
+                                            {"PRISM_DATAPATH", "udp"},
+                                            {"PRISM_PATHS", "16"},
+                                            {"PRISM_UDP_TX_MODE", "sockets"},
+                                            {"PRISM_SEED", "7"}};
+  auto cfg = LoadConfig(Env(&env));
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const DeviceContext dev{0, &cfg->devices[0], &*cfg};
+  FakePeer peer;
+  ASSERT_NO_FATAL_FAILURE(peer.Setup());
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(Listen(dev, handle, &lc), kPrismNcclSuccess);
+  ASSERT_EQ(CloseListen(lc), kPrismNcclSuccess);
+  void* send = nullptr;
+  ASSERT_NO_FATAL_FAILURE(prism::nccl_test::ConnectPluginTo(
+      &peer, handle,
+      [&](char* h, void** comm) {
+        return static_cast<int>(Connect(dev, h, comm));
+      },
+      &send));
+  uint8_t* d = gpu.AllocDevice(4096);
+  void* mh = nullptr;
+  ASSERT_EQ(RegMr(send, d, 4096, kPrismNcclPtrCuda, &mh), kPrismNcclSuccess);
+  Cts f{};
+  f.seq = 0;
+  f.n = 1;
+  f.e[0] = CtsEntry{reinterpret_cast<uintptr_t>(peer.buf.data()), 4096,
+                    peer.buf_mr.rkey, 7};
+  memcpy(peer.src.data(), &f, prism::nccl_test::CtsLen(1));
+  ASSERT_NO_FATAL_FAILURE(
+      peer.Write(peer.cts_addr, peer.cts_rkey, prism::nccl_test::CtsLen(1), 0));
+  gpu.FailNextCopies(1);
+  prism::nccl_test::SetLogEcho(false);
+  void* req = nullptr;
+  int r = kPrismNcclSuccess;
+  auto start = Clock::now();
+  while (req == nullptr && r == kPrismNcclSuccess &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    r = Isend(send, d, 1000, 7, mh, &req);
+  }
+  EXPECT_EQ(r, kPrismNcclUnhandledCudaError);
+  EXPECT_EQ(req, nullptr);
+  // Now the peer breaks the protocol too: CTS 5 while 1 is expected.
+  const size_t log_from = LogSnapshot().size();
+  f.seq = 5;
+  memcpy(peer.src.data(), &f, prism::nccl_test::CtsLen(1));
+  ASSERT_NO_FATAL_FAILURE(peer.Write(peer.cts_addr + 5 * kSlotBytes,
+                                     peer.cts_rkey, prism::nccl_test::CtsLen(1),
+                                     5));
+  auto later_logged = [&] {
+    const auto log = LogSnapshot();
+    int n = 0;
+    for (size_t i = log_from; i < log.size(); ++i) {
+      n += log[i].level == kPrismNcclLogInfo &&
+           log[i].text.find("send comm: also malformed or out-of-order CTS") !=
+               std::string::npos &&
+           log[i].text.find("after the first failure (result 1") !=
+               std::string::npos;
+    }
+    return n;
+  };
+  start = Clock::now();
+  while (later_logged() == 0 &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    r = Isend(send, d, 1000, 7, mh, &req);
+    ASSERT_EQ(r, kPrismNcclUnhandledCudaError);
+  }
+  prism::nccl_test::SetLogEcho(true);
+  EXPECT_EQ(later_logged(), 1);
+  EXPECT_EQ(Isend(send, d, 1000, 7, mh, &req), kPrismNcclUnhandledCudaError);
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(DeregMr(send, mh), kPrismNcclSuccess);
+  EXPECT_EQ(CloseSend(send), kPrismNcclSuccess);
+  ReleaseIdleResources();
+  gpu.FreeDevice(d);
+  SetGpuRuntimeForTesting(nullptr);
+}
+#endif  // PRISM_NCCL_HAVE_ENDPOINT
 
 std::vector<const char*> DataPaths() {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT

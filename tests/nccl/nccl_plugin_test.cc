@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "tests/nccl/mini_nccl.h"
 #include "transport/base/random.h"
+#include "transport/nccl/wire.h"
 
 namespace prism::nccl_test {
 namespace {
@@ -827,7 +829,7 @@ void TransferOnce(const Pair& p) {
 // still connects.
 TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
   InitCtx();
-  constexpr size_t kStateOffset = 40;  // WireHandle::connect_state (comm.cc)
+  constexpr size_t kStateOffset = offsetof(nccl::WireHandle, connect_state);
   char handle[kPrismNcclHandleMaxSize];
   void* lc = nullptr;
   ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
@@ -890,13 +892,14 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
   ClosePair(&p);
 }
 
-// Handle layout (WireHandle, comm.cc) as a peer process sees it.
-constexpr size_t kHandleFamilyOffset = 6;
-constexpr size_t kHandlePortOffset = 8;    // network byte order
-constexpr size_t kHandleStateOffset = 40;  // connect_state
-constexpr size_t kHandleAddrOffset = 24;
-// HelloMsg (comm.cc): the Hello and the Ack on the side channel.
-constexpr size_t kHelloBytes = 296;
+// Handle layout (WireHandle, transport/nccl/wire.h) as a peer process sees
+// it.
+constexpr size_t kHandleFamilyOffset = offsetof(nccl::WireHandle, family);
+constexpr size_t kHandlePortOffset = offsetof(nccl::WireHandle, port);
+constexpr size_t kHandleStateOffset = offsetof(nccl::WireHandle, connect_state);
+constexpr size_t kHandleAddrOffset = offsetof(nccl::WireHandle, addr);
+// HelloMsg (wire.h): the Hello and the Ack on the side channel.
+constexpr size_t kHelloBytes = sizeof(nccl::HelloMsg);
 
 // A plain blocking TCP client of the listener named by `handle` (IPv4, as
 // the tests listen on 127.0.0.1); -1 on failure.
@@ -1086,7 +1089,7 @@ TEST(NcclConn, HandleWithUnknownAddressFamilyIsRefused) {
 // runs this under TSan too.
 TEST(NcclConn, ConcurrentCopiesOfAHandleDoNotShareItsState) {
   InitCtx();
-  constexpr size_t kStateOffset = 40;  // WireHandle::connect_state (comm.cc)
+  constexpr size_t kStateOffset = offsetof(nccl::WireHandle, connect_state);
   char handle[kPrismNcclHandleMaxSize];
   void* lc = nullptr;
   ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);

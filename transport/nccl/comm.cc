@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -27,98 +28,15 @@
 namespace prism::nccl {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x484d5250;  // "PRMH"
-constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
-constexpr uint32_t kProtoVersion = 3;          // 3: Hello carries the CTS ring
 constexpr uint32_t kCommMagic = 0x4d4d4f43;
 constexpr uint32_t kReqMagic = 0x51455250;
 constexpr uint32_t kMrMagic = 0x4745524d;
 constexpr uint32_t kDeadMagic = 0xdeadbeef;
 
-// The listener's address in NCCL's 128-byte handle buffer. `connect_state`
-// is 0 as written by listen(); connect() keeps its in-progress state there
-// between the repeated calls NCCL makes with the same buffer.
-struct WireHandle {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t family;
-  uint16_t port;  // network byte order
-  uint16_t dev;
-  uint32_t mode;
-  uint64_t nonce;
-  uint8_t addr[16];
-  uint64_t connect_state;
-};
-static_assert(sizeof(WireHandle) <= kPrismNcclHandleMaxSize);
-
-struct HelloMsg {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t nonce;
-  uint32_t mode;
-  uint32_t status;  // ack: 0 = accepted
-  // Datapath connection info: length byte + ConnectionBlob bytes.
-  uint8_t info[256];
-  // Prism data paths, connect -> accept: the sender's CTS ring (cts_slots
-  // slots of kCtsSlotBytes at cts_addr, remote-writable with cts_rkey).
-  uint64_t cts_addr;
-  uint32_t cts_rkey;
-  uint32_t cts_slots;
-};
-static_assert(sizeof(HelloMsg) == 296);
+// The wire layouts (WireHandle, HelloMsg, the frames) are in wire.h.
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 static_assert(1 + ConnectionBlob::kMaxBytes <= sizeof(HelloMsg::info));
 #endif
-
-enum FrameType : uint32_t {
-  kFrameCts = 1,
-  kFrameData = 2,
-  kFrameSendError = 3,
-};
-struct FrameHeader {
-  uint32_t type;
-  uint32_t aux;
-  uint64_t len;  // bytes after this header
-};
-struct CtsEntry {
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  int32_t tag;
-};
-struct CtsBody {
-  uint32_t seq;
-  uint32_t n;
-  CtsEntry e[kMaxRecvs];  // only n are on the wire
-};
-struct DataHeader {
-  uint32_t seq;
-  uint32_t idx;
-  uint64_t addr;
-  uint64_t size;
-  uint32_t rkey;
-  uint32_t pad;
-};
-struct SendErrorBody {
-  uint32_t seq;
-  uint32_t idx;
-  uint64_t size;
-};
-static_assert(sizeof(FrameHeader) == 16 && sizeof(CtsEntry) == 24 &&
-              sizeof(DataHeader) == 32 && sizeof(SendErrorBody) == 16);
-constexpr size_t CtsLen(int n) { return 8 + static_cast<size_t>(n) * 24; }
-// One slot of the sender's CTS ring (Prism data paths): the receiver WRITEs
-// CtsBody (CtsLen(n) bytes) with immediate = seq into slot seq % kMaxRequests.
-constexpr size_t kCtsSlotBytes = 256;
-constexpr size_t kCtsRingBytes = kCtsSlotBytes * kMaxRequests;
-static_assert(sizeof(CtsBody) <= kCtsSlotBytes);
-
-// Prism WRITE-with-immediate: immediate = (seq mod 2^29) << 3 | slot index.
-constexpr uint32_t kImmSeqMask = (1u << 29) - 1;
-static_assert(kMaxRecvs <= 8);
-constexpr uint32_t MakeImmediate(uint32_t seq, uint32_t idx) {
-  return ((seq & kImmSeqMask) << 3) | idx;
-}
 
 enum class CommKind : uint32_t { kListen, kSend, kRecv };
 
@@ -127,6 +45,10 @@ std::atomic<uint64_t> g_protocol_errors{0};
 std::atomic<uint64_t> g_api_errors{0};
 // Staged GPU copies reported as stalled (CommBase::StagingStalled).
 std::atomic<uint64_t> g_staging_stalls{0};
+// Side-channel handshakes given up after PRISM_CONNECT_TIMEOUT_MS: a
+// connect() whose Ack did not come, a connection accept() dropped because
+// its Hello did not.
+std::atomic<uint64_t> g_handshake_timeouts{0};
 constexpr std::chrono::milliseconds kStagingStallWarn{1000};
 
 // PRISM_NCCL_CALL_LOG=N (PluginConfig::call_log, set by SetCallLog at the
@@ -329,9 +251,22 @@ struct CommBase : SinkBase {
         std::lock_guard<std::mutex> lock(inbox_mu);
         if (inbox_count == 0 && !inbox_overflow) return;
         if (inbox_overflow) {
+          // An honest peer cannot cause this: a comm has at most
+          // kMaxRequests CTS and kMaxRequests * kMaxRecvs data WRITEs
+          // outstanding, each with one completion here until it is
+          // drained (288 of kInboxCap). So the peer WROTE with immediate
+          // more than the protocol lets it: a remote error, counted and
+          // warned about like any protocol violation. The completions that
+          // did not fit are dropped (their data was placed by Prism inside
+          // the registered region their rkey names, as for any WRITE).
           inbox_overflow = false;
-          ++g_protocol_errors;
-          Fail(kPrismNcclInternalError, "completion inbox overflow", 0);
+          char what[192];
+          snprintf(what, sizeof(what),
+                   "completion inbox overflow: more than %d Prism completions "
+                   "(its capacity) waiting for this comm; the peer wrote "
+                   "with immediate more than the protocol allows",
+                   kInboxCap);
+          ProtocolError(what);
         }
         while (n < 64 && inbox_count > 0) {
           batch[n++] = inbox[inbox_head];
@@ -373,17 +308,34 @@ struct CommBase : SinkBase {
   // True while some request of this comm is not complete.
   virtual bool HasOutstanding() const { return false; }
 
+  // Fails the comm: every later call reports `r`. The first failure is the
+  // root cause and stays what the comm reports; later ones (often its
+  // consequences, e.g. the protocol errors of the completions that follow
+  // an inbox overflow) are only logged, at INFO, the first
+  // kLaterFailuresLogged of them. (Before 2026-12-05 the last one won.)
   // `loud`: a warning also when nothing is outstanding.
+  static constexpr int kLaterFailuresLogged = 3;
+  int later_failures = 0;
   void Fail(PrismNcclResult r, const char* what, int err, bool loud = false) {
-    if (!failed) {
-      // A peer that closes after all traffic completed is a normal teardown.
-      const bool quiet =
-          !loud && r == kPrismNcclRemoteError && !HasOutstanding();
-      PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
-                     kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev,
-                     kind == CommKind::kSend ? "send" : "recv", what,
-                     err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
+    const char* const kind_name = kind == CommKind::kSend ? "send" : "recv";
+    if (failed) {
+      if (++later_failures <= kLaterFailuresLogged) {
+        PRISM_NCCL_INFO(
+            "dev %d %s comm: also %s%s%s (result %d), after the first failure "
+            "(result %d, which the comm keeps reporting)%s",
+            dev, kind_name, what, err != 0 ? ": " : "",
+            err != 0 ? strerror(err) : "", static_cast<int>(r),
+            static_cast<int>(failure),
+            later_failures == kLaterFailuresLogged ? "; further ones not logged"
+                                                   : "");
+      }
+      return;
     }
+    // A peer that closes after all traffic completed is a normal teardown.
+    const bool quiet = !loud && r == kPrismNcclRemoteError && !HasOutstanding();
+    PRISM_NCCL_LOG(quiet ? kPrismNcclLogInfo : kPrismNcclLogWarn,
+                   kPrismNcclFlagNet, "dev %d %s comm: %s%s%s", dev, kind_name,
+                   what, err != 0 ? ": " : "", err != 0 ? strerror(err) : "");
     failed = true;
     failure = r;
   }
@@ -1120,6 +1072,9 @@ struct RecvComm : CommBase {
 struct PendingAccept {
   int fd = -1;
   uint64_t order = 0;  // ListenComm::accepted when it was accepted
+  // When it was accepted: its Hello must arrive (and its Ack go out) within
+  // PluginConfig::connect_timeout_ms.
+  std::chrono::steady_clock::time_point since{};
   HelloMsg hello{};
   size_t got = 0;
   bool ack_ready = false;  // Hello checked, Ack built (Prism connection made)
@@ -1153,6 +1108,10 @@ struct ConnectState {
     kSendHello,
     kRecvAck
   } stage = Stage::kConnecting;
+  // The first connect() call of this handle: the handshake must complete
+  // within PluginConfig::connect_timeout_ms of it.
+  std::chrono::steady_clock::time_point started =
+      std::chrono::steady_clock::now();
   HelloMsg hello{};
   size_t sent = 0;
   HelloMsg ack{};
@@ -1270,10 +1229,11 @@ void SetCallLog(int64_t calls) {
 
 void ReleaseIdleResources() {
   PRISM_NCCL_INFO(
-      "rejected so far: %llu protocol errors, %llu API misuses; %llu staged "
-      "GPU copies reported stalled",
+      "rejected so far: %llu protocol errors, %llu API misuses, %llu "
+      "handshake timeouts; %llu staged GPU copies reported stalled",
       static_cast<unsigned long long>(g_protocol_errors.load()),
       static_cast<unsigned long long>(g_api_errors.load()),
+      static_cast<unsigned long long>(g_handshake_timeouts.load()),
       static_cast<unsigned long long>(g_staging_stalls.load()));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
@@ -1473,10 +1433,35 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     return kPrismNcclInvalidArgument;
   }
 
+  // Nothing more to do now: success with a NULL comm, NCCL calls again --
+  // unless the handshake has taken longer than PRISM_CONNECT_TIMEOUT_MS
+  // (a listener that accepted the TCP connection but never answers, or a
+  // TCP connect nobody answers): then connect fails instead of letting
+  // NCCL poll forever. Before 2026-12-05 there was no bound.
+  auto again = [&]() -> PrismNcclResult {
+    const auto waited = std::chrono::steady_clock::now() - st->started;
+    const auto limit =
+        std::chrono::milliseconds(dev.config->connect_timeout_ms);
+    if (waited < limit) return kPrismNcclSuccess;
+    const uint64_t n = ++g_handshake_timeouts;
+    const char* stage =
+        st->stage == ConnectState::Stage::kConnecting  ? "the TCP connect"
+        : st->stage == ConnectState::Stage::kSendHello ? "sending the hello"
+                                                       : "the ack";
+    char what[256];
+    snprintf(what, sizeof(what),
+             "timed out after %u ms waiting for %s (%zu of %zu ack bytes "
+             "received) from the listener at port %u "
+             "(PRISM_CONNECT_TIMEOUT_MS); handshake timeouts in this "
+             "process: %llu",
+             dev.config->connect_timeout_ms, stage, st->got, sizeof(HelloMsg),
+             ntohs(h.port), static_cast<unsigned long long>(n));
+    return fail(what, 0);
+  };
   int err = 0;
   if (st->stage == ConnectState::Stage::kConnecting) {
     const Io io = TcpConnectPoll(st->fd, &err);
-    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io == Io::kAgain) return again();
     if (io != Io::kOk) return fail("TCP connect failed", err);
     st->stage = ConnectState::Stage::kSendHello;
   }
@@ -1486,7 +1471,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       const Io io =
           SendSome(st->fd, reinterpret_cast<uint8_t*>(&st->hello) + st->sent,
                    sizeof(HelloMsg) - st->sent, &moved, &err);
-      if (io == Io::kAgain) return kPrismNcclSuccess;
+      if (io == Io::kAgain) return again();
       if (io != Io::kOk) return fail("sending hello failed", err);
       st->sent += moved;
     }
@@ -1497,7 +1482,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     const Io io =
         RecvSome(st->fd, reinterpret_cast<uint8_t*>(&st->ack) + st->got,
                  sizeof(HelloMsg) - st->got, &moved, &err);
-    if (io == Io::kAgain) return kPrismNcclSuccess;
+    if (io == Io::kAgain) return again();
     if (io != Io::kOk) {
       return fail(io == Io::kClosed ? "listener closed the connection"
                                     : "receiving ack failed",
@@ -1575,6 +1560,26 @@ void DropPending(ListenComm* l, PendingAccept* p, const char* what) {
   ++g_protocol_errors;
   PRISM_NCCL_WARN("accept dev %d: dropped a connection: %s", l->dev, what);
   ResetPending(p);
+}
+
+// Drops p when its handshake has taken longer than PRISM_CONNECT_TIMEOUT_MS
+// (a client that connected and stalled before finishing its Hello, or that
+// does not read its Ack): its socket and Prism connection are released
+// instead of being held until eight newer connections evict it. True when
+// dropped.
+bool ExpirePending(ListenComm* l, PendingAccept* p,
+                   std::chrono::steady_clock::time_point now) {
+  const uint32_t limit_ms = l->dev_ctx.config->connect_timeout_ms;
+  if (now - p->since < std::chrono::milliseconds(limit_ms)) return false;
+  const uint64_t n = ++g_handshake_timeouts;
+  PRISM_NCCL_WARN(
+      "accept dev %d: dropped a connection: handshake timed out after %u ms "
+      "(%zu of %zu hello bytes received, %zu of %zu ack bytes sent; "
+      "PRISM_CONNECT_TIMEOUT_MS); handshake timeouts in this process: %llu",
+      l->dev, limit_ms, p->got, sizeof(HelloMsg), p->sent, sizeof(HelloMsg),
+      static_cast<unsigned long long>(n));
+  ResetPending(p);
+  return true;
 }
 
 enum class AcceptStep { kWaiting, kDropped, kReady, kError };
@@ -1701,6 +1706,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
   auto* l = AsComm<ListenComm>(listen_comm, CommKind::kListen);
   if (l == nullptr) return kPrismNcclInvalidArgument;
   std::lock_guard<std::mutex> lock(l->mu);
+  const auto now = std::chrono::steady_clock::now();
   for (;;) {
     for (PendingAccept& p : l->pending) {
       if (p.fd < 0) continue;
@@ -1708,6 +1714,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
       const AcceptStep step = AdvancePending(l, &p, &result);
       if (step == AcceptStep::kError) return result;
       if (step == AcceptStep::kReady) return FinishAccept(l, &p, recv_comm);
+      if (step == AcceptStep::kWaiting) ExpirePending(l, &p, now);
     }
     Io io;
     int err = 0;
@@ -1734,6 +1741,7 @@ PrismNcclResult Accept(void* listen_comm, void** recv_comm) {
     }
     slot->fd = fd;
     slot->order = ++l->accepted;
+    slot->since = now;
   }
 }
 

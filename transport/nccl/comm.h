@@ -44,11 +44,9 @@
 
 #include "transport/nccl/config.h"
 #include "transport/nccl/net_abi.h"
+#include "transport/nccl/wire.h"
 
 namespace prism::nccl {
-
-inline constexpr int kMaxRecvs = 8;
-inline constexpr int kMaxRequests = kPrismNcclMaxRequests;
 
 // What the plugin needs of a device to create connections.
 struct DeviceContext {

@@ -81,17 +81,11 @@ bool ParseAddr(absl::string_view text, sockaddr_storage* out, socklen_t* len) {
   return false;
 }
 
-struct Iface {
-  std::string name;
-  sockaddr_storage addr;
-  socklen_t len;
-  bool loopback;
-};
-
 // Up interfaces with an IPv4 (preferred) or global IPv6 address, in the
-// order the kernel lists them, one entry per interface.
-std::vector<Iface> ListInterfaces() {
-  std::vector<Iface> out;
+// order the kernel lists them, one entry per interface, with their global
+// IPv6 address and sysfs facts.
+HostInfo ListInterfaces() {
+  HostInfo out;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return out;
   for (int pass = 0; pass < 2; ++pass) {
@@ -106,16 +100,36 @@ std::vector<Iface> ListInterfaces() {
         if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
       }
       bool seen = false;
-      for (const Iface& i : out) seen |= (i.name == it->ifa_name);
+      for (const HostInterface& i : out.interfaces) {
+        seen |= (i.name == it->ifa_name);
+      }
       if (seen) continue;
-      Iface i;
+      HostInterface i;
       i.name = it->ifa_name;
       memset(&i.addr, 0, sizeof(i.addr));
-      i.len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      memcpy(&i.addr, it->ifa_addr, i.len);
+      i.addr_len =
+          family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      memcpy(&i.addr, it->ifa_addr, i.addr_len);
       i.loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
-      out.push_back(i);
+      out.interfaces.push_back(i);
     }
+  }
+  // The global IPv6 address of each (the udp data path's default plane).
+  for (HostInterface& i : out.interfaces) {
+    for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+      if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET6 ||
+          i.name != it->ifa_name) {
+        continue;
+      }
+      auto* a6 = reinterpret_cast<sockaddr_in6*>(it->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
+      sockaddr_storage ss{};
+      memcpy(&ss, a6, sizeof(*a6));
+      i.ipv6 = AddrToString(ss);
+      break;
+    }
+    i.pci_path = SysfsPciPath(i.name);
+    i.speed_mbps = SysfsSpeedMbps(i.name);
   }
   freeifaddrs(list);
   return out;
@@ -124,27 +138,6 @@ std::vector<Iface> ListInterfaces() {
 bool IsIpv6Literal(const std::string& s) {
   in6_addr a;
   return inet_pton(AF_INET6, s.c_str(), &a) == 1;
-}
-
-// The IPv6 address of `ifname` (global scope), or "" when it has none.
-std::string InterfaceIpv6(const std::string& ifname) {
-  std::string out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET6 ||
-        ifname != it->ifa_name) {
-      continue;
-    }
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(it->ifa_addr);
-    if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;
-    sockaddr_storage ss{};
-    memcpy(&ss, a6, sizeof(*a6));
-    out = AddrToString(ss);
-    break;
-  }
-  freeifaddrs(list);
-  return out;
 }
 
 bool IsLoopback(const sockaddr_storage& a) {
@@ -247,7 +240,16 @@ absl::Status ParseEngineOptions(const EnvGetter& env, PluginConfig* cfg) {
   return absl::OkStatus();
 }
 
-absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
+// The global IPv6 address of interface `ifname`, or "" when it has none.
+std::string InterfaceIpv6(const HostInfo& host, const std::string& ifname) {
+  for (const HostInterface& i : host.interfaces) {
+    if (i.name == ifname) return i.ipv6;
+  }
+  return "";
+}
+
+absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
+                               PluginConfig* cfg) {
   if (auto s = ParseEngineOptions(env, cfg); !s.ok()) return s;
   const char* planes_env = env("PRISM_PLANES");
   const bool planes_set = planes_env != nullptr && *planes_env != '\0';
@@ -269,6 +271,14 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
       if (addrs.size() > 15) {
         return absl::InvalidArgumentError(
             "PRISM_UDP_ADDRS: at most 15 planes per device");
+      }
+      // A group of only commas and blanks ("fd00::1; ,"). Before
+      // 2026-12-05 it gave its device zero planes (found by
+      // nccl_config_parse_fuzz).
+      if (addrs.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("PRISM_UDP_ADDRS: device ", groups.size(), " ('", g,
+                         "') lists no plane address"));
       }
       groups.push_back(addrs);
     }
@@ -295,7 +305,7 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
     } else if (d.addr.ss_family == AF_INET6) {
       a = AddrToString(d.addr);
     } else if (!d.ifname.empty()) {
-      a = InterfaceIpv6(d.ifname);
+      a = InterfaceIpv6(host, d.ifname);
     }
     if (a.empty()) {
       return absl::InvalidArgumentError(
@@ -303,6 +313,16 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, PluginConfig* cfg) {
                        " has no IPv6 address; set PRISM_UDP_ADDRS"));
     }
     d.plane_addrs.assign(cfg->planes, a);
+  }
+  // Every plane needs a path (the engine refuses a connection with more
+  // planes than paths; before 2026-12-05 that surfaced only at connect).
+  for (const DeviceConfig& d : cfg->devices) {
+    if (d.plane_addrs.size() > cfg->paths) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_PATHS=", cfg->paths, " is fewer than the ",
+          d.plane_addrs.size(), " planes of device ", d.name,
+          " (PRISM_PLANES / PRISM_UDP_ADDRS): every plane needs a path"));
+    }
   }
   // Connections span every plane of the device.
   cfg->planes = static_cast<uint16_t>(cfg->devices[0].plane_addrs.size());
@@ -355,6 +375,11 @@ std::string AddrToString(const sockaddr_storage& addr) {
 }
 
 absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
+  return ParseConfig(env, ListInterfaces());
+}
+
+absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& env,
+                                         const HostInfo& host) {
   PluginConfig cfg;
 
   // Data path.
@@ -407,6 +432,13 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
       !s.ok()) {
     return s;
   }
+  int64_t connect_timeout = cfg.connect_timeout_ms;
+  if (auto s = ParseInt(env, "PRISM_CONNECT_TIMEOUT_MS", 1, 3600000,
+                        &connect_timeout);
+      !s.ok()) {
+    return s;
+  }
+  cfg.connect_timeout_ms = static_cast<uint32_t>(connect_timeout);
   int64_t gpu_staging = 0;
   if (auto s = ParseInt(env, "PRISM_NCCL_GPU_STAGING", 0, 1, &gpu_staging);
       !s.ok()) {
@@ -439,8 +471,17 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
       d.name = absl::StrCat("prism", index++, ":", a);
       cfg.devices.push_back(d);
     }
+    // Only separators and blanks: no device. Before 2026-12-05 this was
+    // taken as a configuration with no devices (the udp data path then read
+    // the first of them: out of bounds; found by nccl_config_parse_fuzz).
+    if (cfg.devices.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PRISM_ADDRS='", addrs,
+                       "' lists no address (unset it to use "
+                       "PRISM_IFNAME)"));
+    }
   } else {
-    const std::vector<Iface> ifaces = ListInterfaces();
+    const std::vector<HostInterface>& ifaces = host.interfaces;
     std::vector<std::string> wanted;
     if (ifnames != nullptr && *ifnames != '\0') {
       for (absl::string_view w :
@@ -448,7 +489,7 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
         wanted.emplace_back(absl::StripAsciiWhitespace(w));
       }
     }
-    for (const Iface& i : ifaces) {
+    for (const HostInterface& i : ifaces) {
       bool take = false;
       if (wanted.empty()) {
         take = !i.loopback && cfg.devices.empty();
@@ -465,18 +506,18 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
       DeviceConfig d;
       d.ifname = i.name;
       d.addr = i.addr;
-      d.addr_len = i.len;
+      d.addr_len = i.addr_len;
       d.name = absl::StrCat("prism_", i.name);
       cfg.devices.push_back(d);
     }
     if (cfg.devices.empty() && wanted.empty()) {
       // No non-loopback interface: fall back to loopback (single host).
-      for (const Iface& i : ifaces) {
+      for (const HostInterface& i : ifaces) {
         if (!i.loopback) continue;
         DeviceConfig d;
         d.ifname = i.name;
         d.addr = i.addr;
-        d.addr_len = i.len;
+        d.addr_len = i.addr_len;
         d.name = absl::StrCat("prism_", i.name);
         cfg.devices.push_back(d);
         break;
@@ -500,9 +541,10 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
     } else {
       reinterpret_cast<sockaddr_in6*>(&d.addr)->sin6_port = 0;
     }
-    if (!d.ifname.empty()) {
-      d.pci_path = SysfsPciPath(d.ifname);
-      if (int s = SysfsSpeedMbps(d.ifname); s > 0) d.speed_mbps = s;
+    for (const HostInterface& i : host.interfaces) {
+      if (d.ifname.empty() || i.name != d.ifname) continue;
+      d.pci_path = i.pci_path;
+      if (i.speed_mbps > 0) d.speed_mbps = i.speed_mbps;
     }
     if (speed > 0) d.speed_mbps = static_cast<int>(speed);
     if (latency >= 0) d.latency_us = static_cast<float>(latency);
@@ -511,7 +553,7 @@ absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& env) {
 
   // Prism data path options.
   if (cfg.mode == DataMode::kPrismUdp) {
-    if (auto s = ResolvePlaneAddrs(env, &cfg); !s.ok()) return s;
+    if (auto s = ResolvePlaneAddrs(env, host, &cfg); !s.ok()) return s;
   }
   if (cfg.mode == DataMode::kPrismVerbs) {
     if (auto s = ResolveVerbs(env, &cfg); !s.ok()) return s;

@@ -13,6 +13,9 @@
 //   PRISM_SPEED_MBPS    advertised speed (default /sys speed or 100000)
 //   PRISM_LATENCY_US    advertised latency (default 10)
 //   PRISM_SOCK_BUF      side-channel socket buffer bytes (default 4 MiB)
+//   PRISM_CONNECT_TIMEOUT_MS  how long connect waits for the listener's Ack
+//                       and accept for a connection's Hello (1..3600000,
+//                       default 30000)
 // Prism data path (PRISM_DATAPATH=udp) only:
 //   PRISM_UDP_ADDRS     IPv6 plane addresses: planes of one device separated
 //                       by ',', devices by ';' (default: the device's own
@@ -47,7 +50,7 @@
 //   uses PRISM_IFNAME / PRISM_ADDRS.)
 //
 // Thread safety: LoadConfig is pure apart from reading the environment and
-// the interface list; call it from one thread.
+// the interface list; call it from one thread. ParseConfig is pure.
 #ifndef PRISM_TRANSPORT_NCCL_CONFIG_H_
 #define PRISM_TRANSPORT_NCCL_CONFIG_H_
 
@@ -101,6 +104,10 @@ struct PluginConfig {
   uint16_t planes = 1;
   uint16_t port = 0;
   int sock_buf_bytes = 4 << 20;
+  // PRISM_CONNECT_TIMEOUT_MS: the side-channel handshake's bound. connect()
+  // fails (ncclRemoteError) when its Ack has not arrived this long after
+  // its first call; accept() drops a connection whose Hello has not.
+  uint32_t connect_timeout_ms = 30000;
   // PRISM_NCCL_GPU_STAGING=1: advertise NCCL_PTR_CUDA|DMABUF and stage
   // device memory through pinned host mirrors (gpu.h); off by default.
   bool gpu_staging = false;
@@ -133,10 +140,34 @@ bool PrismDataPathAvailable();
 // True when it also contains the verbs datapath (PRISM_DATAPATH=verbs).
 bool PrismVerbsAvailable();
 
-// Builds the configuration from the environment and the interface list.
-// InvalidArgument for a malformed value (the message names the variable),
-// NotFound when no usable interface or address matches.
+// What the configuration takes from the host besides the environment: the
+// interfaces that are up with an IPv4 (preferred) or global IPv6 address, in
+// the kernel's order, and their sysfs facts.
+struct HostInterface {
+  std::string name;
+  sockaddr_storage addr{};  // port 0
+  socklen_t addr_len = 0;
+  bool loopback = false;
+  std::string ipv6;      // its global IPv6 address, "" if none
+  std::string pci_path;  // sysfs, "" if unknown
+  int speed_mbps = 0;    // sysfs, 0 if unknown
+};
+struct HostInfo {
+  std::vector<HostInterface> interfaces;
+};
+
+// Builds the configuration from the environment and the host's interfaces
+// (getifaddrs, sysfs): ParseConfig(getenv_fn, <this host>).
 absl::StatusOr<PluginConfig> LoadConfig(const EnvGetter& getenv_fn);
+
+// The configuration from variables and a description of the host; pure (no
+// system calls beyond inet_pton), what the fuzz target
+// tests/fuzz/nccl_config_parse_fuzz.cc calls. InvalidArgument for a
+// malformed value (the message names the variable), NotFound when no usable
+// interface or address matches, Unimplemented for a data path this build
+// lacks.
+absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& getenv_fn,
+                                         const HostInfo& host);
 
 // Formats an address (without port) for logs.
 std::string AddrToString(const sockaddr_storage& addr);

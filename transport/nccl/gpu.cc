@@ -177,6 +177,7 @@ int GpuInit(bool staging) {
                    cuda->Name(), *n);
   }
 #else
+  (void)staging;  // nothing to stage without CUDA
   PRISM_NCCL_LOG(kPrismNcclLogInfo, kPrismNcclFlagInit | kPrismNcclFlagNet,
                  "built without CUDA: host memory only (ptrSupport HOST)");
 #endif
