@@ -1108,8 +1108,9 @@ struct ConnectState {
     kSendHello,
     kRecvAck
   } stage = Stage::kConnecting;
-  // The first connect() call of this handle: the handshake must complete
-  // within PluginConfig::connect_timeout_ms of it.
+  // The end of the first connect() call of this handle (after the local
+  // setup): the handshake must complete within
+  // PluginConfig::connect_timeout_ms of it.
   std::chrono::steady_clock::time_point started =
       std::chrono::steady_clock::now();
   HelloMsg hello{};
@@ -1426,6 +1427,10 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       PutBlob(*blob, &st->hello);
     }
 #endif
+    // The bound counts from here, not from the call's start: the first
+    // connect() of a device also creates its endpoint (hundreds of
+    // milliseconds under the sanitizers), which is not waiting for the peer.
+    st->started = std::chrono::steady_clock::now();
     hold.st = st;  // tracked from the call's return on
     save(st);
   } else if (st->magic != kCommMagic) {
