@@ -47,15 +47,18 @@ struct Msg {
 // random immediates) to engine 1, whose completion queue holds
 // `rx_capacity`. Engine 1 does not poll until `hold` has passed, then
 // polls every step. Returns a digest of everything observable (for the
-// determinism test) and checks the outcome.
+// determinism test) and checks the outcome. With `settle` (< hold) the
+// sender's connection stats are also taken at that time.
 struct Outcome {
   std::string digest;
   EngineStats rx_stats_while_held;
   ConnectionStats tx_conn_while_held;
+  ConnectionStats tx_conn_at_settle;
   size_t rx_completions_while_held = 0;
 };
 
-Outcome RunFlood(uint64_t seed, int count, uint32_t rx_capacity, Time hold) {
+Outcome RunFlood(uint64_t seed, int count, uint32_t rx_capacity, Time hold,
+                 Time settle = 0) {
   Outcome out;
   EngineOptions eo;
   eo.seed = seed;
@@ -113,6 +116,15 @@ Outcome RunFlood(uint64_t seed, int count, uint32_t rx_capacity, Time hold) {
     return n;
   };
   // Phase 1: the receiver does not poll.
+  if (settle > 0) {
+    h.RunUntil(
+        [&]() {
+          post();
+          return false;
+        },
+        settle);
+    out.tx_conn_at_settle = *h.engine(0).connection_stats(c0);
+  }
   h.RunUntil(
       [&]() {
         post();
@@ -189,6 +201,171 @@ TEST(CqCapacity, ReceiverThatDoesNotPollStaysBoundedThenGetsEverything) {
   EXPECT_LT(o.tx_conn_while_held.messages_completed,
             static_cast<uint64_t>(kCount));
   EXPECT_GE(o.tx_conn_while_held.messages_completed, 256u);
+}
+
+// A receiver (capacity 8) that does not poll for 100 ms while the sender
+// has about 9000 packets to send: once the first burst has been refused,
+// each pause (rto_min doubling to 16 rto_min = 800 us) ends with one RNR
+// probe, the oldest refused packet, and nothing else until it is answered,
+// so the sender transmits O(pauses) DATA packets, not a window per pause
+// (the old behaviour: about 30 000 here). Then the receiver polls, the
+// probe is acked, the window reopens and everything arrives once, in
+// order, intact (RunFlood checks).
+TEST(CqCapacity, StalledReceiverCostsOneProbePerPause) {
+  constexpr Time kSettle = 10 * kMillisecond;
+  constexpr Time kHold = 110 * kMillisecond;
+  const Outcome o = RunFlood(31, 3000, 8, kHold, kSettle);
+  const ConnectionStats& a = o.tx_conn_at_settle;
+  const ConnectionStats& b = o.tx_conn_while_held;
+  ASSERT_GT(a.rnr_nacks_received, 0u);
+  // Pauses in (kSettle, kHold]: at most one per 16 rto_min (rto_min 50 us).
+  const uint64_t max_pauses = (kHold - kSettle) / (16 * 50 * kMicrosecond) + 1;
+  const uint64_t sent = b.tx_data_packets - a.tx_data_packets;
+  const uint64_t probes = b.rnr_probes_sent - a.rnr_probes_sent;
+  EXPECT_LE(sent, max_pauses + 2) << b.ToString();  // + tail-loss probes
+  EXPECT_GE(probes, max_pauses - 2) << b.ToString();
+  EXPECT_LE(probes, sent);
+  // Every probe was refused: one NO_BUFFER per pause.
+  EXPECT_LE(b.rnr_nacks_received - a.rnr_nacks_received, sent);
+  EXPECT_EQ(b.messages_completed, a.messages_completed);
+  EXPECT_EQ(b.rnr_timeouts, 0u);
+}
+
+// The same stall twice with one seed: the same packets, probes and
+// completions (RunFlood's digest has every counter and completion).
+TEST(CqCapacity, StalledReceiverSameSeedSameResult) {
+  const Outcome a = RunFlood(41, 1500, 8, 30 * kMillisecond);
+  const Outcome b = RunFlood(41, 1500, 8, 30 * kMillisecond);
+  EXPECT_EQ(a.digest, b.digest);
+  EXPECT_GT(a.tx_conn_while_held.rnr_probes_sent, 10u);
+  EXPECT_NE(a.digest.find("rnr_probes_sent="), std::string::npos);
+  const Outcome c = RunFlood(42, 1500, 8, 30 * kMillisecond);
+  EXPECT_NE(a.digest, c.digest);
+}
+
+// Engine 0 floods engine 1 (capacity 8, never polls) with `rnr_timeout`
+// set on the sender, until `until`. Returns when the sender saw its first
+// NO_BUFFER and when its kConnectionError came (kTimeInfinite: none),
+// with its completions and stats.
+struct Stall {
+  Time first_nack = kTimeInfinite;
+  Time failed_at = kTimeInfinite;
+  size_t posted = 0;
+  std::vector<Completion> cq;
+  ConnectionStats st;
+};
+
+Stall RunStall(Time rnr_timeout, Time until) {
+  Stall out;
+  EngineOptions eo;
+  eo.seed = 17;
+  eo.mtu_payload = 1024;
+  LoopbackHarness h(2, eo, Link(), {}, [&](int i, EngineOptions* o) {
+    if (i == 1) o->cq_capacity = 8;
+  });
+  ConnectionOptions tx = Opts();
+  tx.rnr_timeout = rnr_timeout;
+  const auto [c0, c1] = h.Connect(0, 1, tx, Opts());
+  EXPECT_NE(c0, kInvalidConn);
+  std::vector<uint8_t> src(4096, 7), dst(4096, 0);
+  const MemoryRegion smr =
+      *h.engine(0).RegisterMemory(src.data(), src.size(), kAccessLocal);
+  const MemoryRegion dmr =
+      *h.engine(1).RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  h.SetPolling(1, kTimeInfinite);
+  // 1000 messages of 3 packets: well beyond the receiver's 256-message
+  // ring past the held one.
+  for (; out.posted < 1000; ++out.posted) {
+    WriteRequest w;
+    w.wr_id = out.posted;
+    w.local_addr = src.data();
+    w.length = 3000;
+    w.lkey = smr.lkey;
+    w.remote_addr = dmr.addr;
+    w.rkey = dmr.rkey;
+    w.has_immediate = true;
+    w.immediate = static_cast<uint32_t>(out.posted);
+    EXPECT_TRUE(h.engine(0).PostWrite(h.now(), c0, w).ok());
+  }
+  h.RunUntil(
+      [&]() {
+        if (out.first_nack == kTimeInfinite &&
+            h.engine(0).connection_stats(c0)->rnr_nacks_received > 0) {
+          out.first_nack = h.now();
+        }
+        for (const Completion& c : h.completions(0)) {
+          if (c.type == CompletionType::kConnectionError &&
+              out.failed_at == kTimeInfinite) {
+            out.failed_at = h.now();
+          }
+        }
+        return false;
+      },
+      until);
+  out.cq = h.completions(0);
+  out.st = *h.engine(0).connection_stats(c0);
+  return out;
+}
+
+// rnr_timeout: a receiver that never polls fails the sender's connection
+// rnr_timeout after the first NO_BUFFER (not before, although the probes
+// are refused all along), with kResourceExhausted for every outstanding
+// WRITE and for the kConnectionError; connection_timeout (30 s) could not
+// have caught it (the receiver answers every probe).
+TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
+  constexpr Time kTimeout = 20 * kMillisecond;
+  const Stall s = RunStall(kTimeout, 100 * kMillisecond);
+  ASSERT_NE(s.first_nack, kTimeInfinite);
+  ASSERT_NE(s.failed_at, kTimeInfinite) << s.st.ToString();
+  EXPECT_GE(s.failed_at, s.first_nack + kTimeout);
+  EXPECT_LE(s.failed_at, s.first_nack + kTimeout + 100 * kMicrosecond);
+  EXPECT_EQ(s.st.rnr_timeouts, 1u);
+  EXPECT_GT(s.st.rnr_probes_sent, 10u);
+  size_t writes = 0, failed = 0, errors = 0;
+  for (const Completion& c : s.cq) {
+    if (c.type == CompletionType::kWrite) {
+      ++writes;
+      if (c.status != absl::StatusCode::kOk) {
+        ++failed;
+        EXPECT_EQ(c.status, absl::StatusCode::kResourceExhausted) << c.wr_id;
+      }
+    } else if (c.type == CompletionType::kConnectionError) {
+      ++errors;
+      EXPECT_EQ(c.status, absl::StatusCode::kResourceExhausted);
+    }
+  }
+  EXPECT_EQ(writes, s.posted);  // every WRITE completed, OK or failed
+  EXPECT_GT(failed, 0u);
+  EXPECT_EQ(errors, 1u);
+  // Those acked before the queue filled completed OK first.
+  EXPECT_EQ(s.cq.front().type, CompletionType::kWrite);
+  EXPECT_EQ(s.cq.front().status, absl::StatusCode::kOk);
+}
+
+// 0 (the default): the sender keeps probing; the connection never fails.
+TEST(CqCapacity, RnrTimeoutZeroNeverFires) {
+  const Stall s = RunStall(0, 200 * kMillisecond);
+  ASSERT_NE(s.first_nack, kTimeInfinite);
+  EXPECT_EQ(s.failed_at, kTimeInfinite);
+  EXPECT_EQ(s.st.rnr_timeouts, 0u);
+  EXPECT_GT(s.st.rnr_probes_sent, 100u);
+  for (const Completion& c : s.cq) {
+    EXPECT_EQ(c.status, absl::StatusCode::kOk);
+  }
+}
+
+TEST(CqCapacity, RnrTimeoutValidated) {
+  Engine e{EngineOptions{}};
+  ConnectionOptions o;
+  o.rnr_timeout = -1;
+  auto c = e.CreateConnection(o);
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_NE(c.status().message().find("rnr_timeout"), std::string::npos);
+  EXPECT_EQ(e.stats().config_errors, 1u);
+  o.rnr_timeout = 0;
+  EXPECT_TRUE(e.CreateConnection(o).ok());
+  o.rnr_timeout = kSecond;
+  EXPECT_TRUE(e.CreateConnection(o).ok());
 }
 
 TEST(CqCapacity, CapacityOneStillDeliversEverythingInOrder) {

@@ -65,10 +65,12 @@
 // error (as on an RDMA RC queue pair): the WRITE completes with
 // kPermissionDenied / kOutOfRange, every other outstanding WRITE with kAborted,
 // and a kConnectionError completion is posted; the connection stops. The
-// only other way a connection fails is silence: nothing received from the
-// peer for connection_timeout while WRITEs are outstanding (writes and the
-// kConnectionError completion carry kDeadlineExceeded). Idle time does not
-// count: the clock starts when the connection becomes busy.
+// other ways a connection fails: silence, nothing received from the peer
+// for connection_timeout while WRITEs are outstanding (writes and the
+// kConnectionError completion carry kDeadlineExceeded; idle time does not
+// count: the clock starts when the connection becomes busy), and, only
+// with ConnectionOptions::rnr_timeout set, an RNR streak (NACK NO_BUFFER,
+// nothing sent since acked) that long (kResourceExhausted).
 //
 // Receiver. DATA is checked in this order: decodes (header CRC, lengths),
 // known and connected connection, payload no larger than the peer's MTU,
@@ -120,7 +122,10 @@
 // (rcv_nxt moves on; the message ring keeps the complete messages with
 // their immediates) until a message would be win messages past the held
 // one: then AcceptData answers kNoBuffer (NACK NO_BUFFER, nothing placed
-// or acked) and the sender pauses (Conn::rnr_until). Only PollCompletions
+// or acked) and the sender pauses (Conn::rnr_until), then sends one RNR
+// probe per pause (the oldest refused packet, PickRnrProbe) until one is
+// acked (OnSack ends the streak; ConnectionOptions::rnr_timeout may fail
+// the connection first, RunTimers). Only PollCompletions
 // frees room (a WRITE completing turns a reserved slot into a queued one),
 // and it gives that room to held_ first (ResumeHeld), so a connection
 // never overtakes one held before it. kConnectionError is pushed without a
@@ -452,9 +457,18 @@ struct Conn {
   Time next_send_time = 0;
   // NACK NO_BUFFER (the receiver's completion queue is full): data waits
   // until rnr_until, rto_min << rnr_streak from the first such NACK after
-  // the previous pause (at most rto_min << kMaxRnrShift and rto_max); the
-  // streak ends with the next ack of new data.
+  // the previous pause (at most rto_min << kMaxRnrShift and rto_max). While
+  // the streak lasts (rnr_streak > 0, since rnr_since) each pause ends with
+  // one RNR probe (rnr_probe_psn, sent at rnr_probe_at; kTimeInfinite: none
+  // yet) and nothing else until it is answered: a NO_BUFFER starts the next
+  // pause, an ack of it (of a transmission sent at or after rnr_probe_at)
+  // ends the streak and the window reopens (OnSack). Acks of what was sent
+  // before the first NACK do not end it: the receiver took those before it
+  // filled up, they say nothing about room now.
   Time rnr_until = 0;
+  Time rnr_since = 0;
+  Time rnr_probe_at = kTimeInfinite;
+  uint64_t rnr_probe_psn = 0;
   uint8_t rnr_streak = 0;
   bool no_path = false;
   Time last_heard = 0;
@@ -805,6 +819,11 @@ class Engine::Impl {
     if (o.connection_timeout <= 0 || o.probe_interval <= 0 || o.base_rtt <= 0) {
       return absl::InvalidArgumentError(
           "connection_timeout, probe_interval and base_rtt must be > 0");
+    }
+    if (o.rnr_timeout < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rnr_timeout must be >= 0 (0: never), got ",
+                       o.rnr_timeout / kNanosecond, " ns"));
     }
     if (o.max_outstanding_messages == 0 ||
         o.max_outstanding_messages > (1u << 20)) {
@@ -1535,6 +1554,9 @@ class Engine::Impl {
     t = std::min(t, c->plane_resend_at);
     if (c->Outstanding()) {
       t = std::min(t, c->last_heard + c->opt.connection_timeout);
+      if (c->rnr_streak > 0 && c->opt.rnr_timeout > 0) {
+        t = std::min(t, c->rnr_since + c->opt.rnr_timeout);
+      }
     }
     return t;
   }
@@ -2916,7 +2938,6 @@ class Engine::Impl {
     c->any_acked_sent = run.any_acked_sent;
     if (ev.acked_packets > 0) {
       c->last_progress = now;
-      c->rnr_streak = 0;
       c->tlp_fired = 0;
       c->tlp_credit = 0;
       c->st.bytes_acked += ev.acked_bytes;
@@ -2951,6 +2972,15 @@ class Engine::Impl {
     }
     ev.rtt = rtt;
     FinishAckBatch(now, c, ev);
+    // The RNR streak ends when the receiver took something sent since the
+    // latest probe (it has room again; the window reopens), or when nothing
+    // is left outstanding (a new WRITE must not start in probe mode, nor
+    // inherit the streak's age for rnr_timeout).
+    if (c->rnr_streak > 0 && ev.acked_packets > 0 &&
+        (c->rack_sent >= c->rnr_probe_at || !c->Outstanding())) {
+      c->rnr_streak = 0;
+      c->rnr_probe_at = kTimeInfinite;
+    }
   }
 
   // The RTT sample of an echoed send timestamp (SACK echo_ts, PROBE_ACK
@@ -3239,12 +3269,20 @@ class Engine::Impl {
         // The receiver holds completions its application has not polled
         // (RNR-like): resend after a pause, longer each time in a row (the
         // other NACKs of the burst that met the full queue arrive within
-        // the pause and do not extend it).
+        // the pause and do not extend it). From the first one on, the
+        // connection sends one RNR probe per pause (EmitConn) until one is
+        // acked: resending the whole window into a queue that is still
+        // full would only be refused again, at the receiver's expense.
         ++c->st.rnr_nacks_received;
         MarkLost(c, psn, /*front=*/false);
-        if (now >= c->rnr_until) {
-          c->rnr_until =
-              now + std::min(c->opt.rto_max, c->opt.rto_min << c->rnr_streak);
+        if (c->rnr_streak == 0) {
+          c->rnr_since = now;
+          c->rnr_probe_at = kTimeInfinite;
+        }
+        if (c->rnr_streak == 0 || now >= c->rnr_until) {
+          c->rnr_until = std::max(
+              c->rnr_until,
+              now + std::min(c->opt.rto_max, c->opt.rto_min << c->rnr_streak));
           if (c->rnr_streak < kMaxRnrShift) ++c->rnr_streak;
         }
         c->next_send_time = std::max(c->next_send_time, c->rnr_until);
@@ -3318,6 +3356,16 @@ class Engine::Impl {
     if (c->Outstanding() && now - c->last_heard >= c->opt.connection_timeout) {
       FlushWrites(c, absl::StatusCode::kDeadlineExceeded,
                   absl::StatusCode::kDeadlineExceeded, 0);
+      return;
+    }
+    // The peer answers (so connection_timeout never fires) but its
+    // application has not polled its completion queue for rnr_timeout:
+    // give up as an RC QP does when rnr_retry runs out.
+    if (c->rnr_streak > 0 && c->opt.rnr_timeout > 0 && c->Outstanding() &&
+        now - c->rnr_since >= c->opt.rnr_timeout) {
+      ++c->st.rnr_timeouts;
+      FlushWrites(c, absl::StatusCode::kResourceExhausted,
+                  absl::StatusCode::kResourceExhausted, 0);
       return;
     }
     if (c->plane_resend_at <= now) {
@@ -3441,8 +3489,49 @@ class Engine::Impl {
   }
 
   // ------------------------------------------------------------- emit
+  // The RNR probe of the current pause was sent and is unanswered (still
+  // in flight: a NO_BUFFER or a loss marks it lost, an ack ends the
+  // streak).
+  static bool RnrProbeOut(const Conn* c) {
+    return c->rnr_probe_at != kTimeInfinite && c->rnr_probe_psn >= c->snd_una &&
+           c->rnr_probe_psn < c->snd_nxt &&
+           c->slots[c->rnr_probe_psn & c->win_mask].state == kInFlight;
+  }
+
+  // Before an RNR probe: moves the oldest PSN waiting for retransmission
+  // to the head of the retransmit ring (the receiver refused everything
+  // beyond a point, so the oldest refused packet is the first it can take
+  // once it has room), dropping stale entries at the head; an all-stale
+  // ring is emptied. O(ring) once per pause, never per packet.
+  static void PickRnrProbe(Conn* c) {
+    uint64_t best_r = c->retx_tail;
+    uint64_t best = std::numeric_limits<uint64_t>::max();
+    for (uint64_t r = c->retx_head; r != c->retx_tail; ++r) {
+      const uint64_t psn = c->retx[r % c->retx_size];
+      if (psn >= c->snd_una && psn < best && c->Slot(psn).state == kLost) {
+        best = psn;
+        best_r = r;
+        if (psn == c->snd_una) break;  // nothing older
+      }
+    }
+    if (best_r == c->retx_tail) {
+      c->retx_head = c->retx_tail;  // every entry stale
+      return;
+    }
+    std::swap(c->retx[c->retx_head % c->retx_size],
+              c->retx[best_r % c->retx_size]);
+  }
+
   // True when PollTransmit would send a DATA packet now (window open).
   bool HasSendable(const Conn* c) const {
+    if (c->rnr_streak > 0) {
+      // One RNR probe at a time, whatever the window (EmitConn).
+      if (RnrProbeOut(c)) return false;
+      if (c->retx_head != c->retx_tail) return true;
+      if (c->send_msn == c->post_msn) return false;
+      const TxMsg& m = c->Msg(c->send_msn);
+      return m.first_psn + c->send_idx < c->snd_una + c->snd_win;
+    }
     uint32_t len;
     if (c->retx_head != c->retx_tail) {
       const uint64_t psn = c->retx[c->retx_head % c->retx_size];
@@ -3498,8 +3587,16 @@ class Engine::Impl {
     PathId path_buf[kQuantum];
     size_t path_pos = 0, path_have = 0;
     bool path_short = false;  // the batch's last call returned -1
+    // In an RNR streak (NACK NO_BUFFER: the receiver's completion queue is
+    // full) a pause ends with one packet, the oldest one refused, and
+    // nothing more until it is answered (RnrProbeOut).
+    const bool rnr = c->rnr_streak > 0;
     while (n < max && data < kQuantum) {
       if (c->next_send_time > now) break;
+      if (rnr) {
+        if (RnrProbeOut(c)) break;
+        if (c->retx_head != c->retx_tail) PickRnrProbe(c);
+      }
       uint64_t psn;
       bool retx = false;
       if (c->retx_head != c->retx_tail) {
@@ -3529,10 +3626,11 @@ class Engine::Impl {
       const uint32_t off = pkt_idx * c->mtu;
       const uint32_t len = std::min<uint32_t>(c->mtu, m.len - off);
       // A tail-loss probe goes out whatever the window (RFC 8985): the
-      // flight it probes still counts as in flight.
+      // flight it probes still counts as in flight. So does an RNR probe
+      // (one packet; what is still in flight was sent before the pause).
       const bool probe = retx && c->tlp_credit > 0;
       if (c->inflight_bytes > 0 && c->inflight_bytes + len > c->cwnd &&
-          !probe) {
+          !probe && !rnr) {
         break;
       }
       int path;
@@ -3540,7 +3638,7 @@ class Engine::Impl {
         path = path_buf[path_pos++];
       } else if (path_short) {
         path = -1;  // the batch already made this call
-      } else if (!retx && rate == 0) {
+      } else if (!retx && rate == 0 && !rnr) {
         // New data, no pacing, nothing to retransmit: the next k packets
         // are all sent (none of the loop's conditions can change within
         // k), so their k NextPath calls happen back to back anyway.
@@ -3581,6 +3679,11 @@ class Engine::Impl {
         }
       }
       c->no_path = false;
+      if (rnr) {
+        c->rnr_probe_at = now;
+        c->rnr_probe_psn = psn;
+        ++c->st.rnr_probes_sent;
+      }
       // Commit.
       if (retx) {
         if (probe) --c->tlp_credit;

@@ -95,6 +95,8 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "writes_refused_cq_full", writes_refused_cq_full);
   Add(&s, "cq_delivery_holds", cq_delivery_holds);
   Add(&s, "rnr_nacks_received", rnr_nacks_received);
+  Add(&s, "rnr_probes_sent", rnr_probes_sent);
+  Add(&s, "rnr_timeouts", rnr_timeouts);
   Add(&s, "bytes_acked", bytes_acked);
   Add(&s, "inflight_bytes", inflight_bytes);
   Add(&s, "cwnd_bytes", cwnd_bytes);

@@ -46,8 +46,15 @@
 //   the held one), and a packet of a message beyond that is answered with
 //   NACK NO_BUFFER (EngineStats::rx_drop_no_buffer) and not acknowledged:
 //   the sender pauses the connection's data (rto_min, doubling while the
-//   NACKs go on without an ack in between, at most min(16 rto_min,
-//   rto_max)) and resends it (ConnectionStats::rnr_nacks_received).
+//   NACKs go on without an ack of a packet sent since, at most min(16
+//   rto_min, rto_max); ConnectionStats::rnr_nacks_received). Each pause ends
+//   with one RNR probe, the oldest refused packet alone
+//   (ConnectionStats::rnr_probes_sent), whatever the window: NO_BUFFER
+//   again starts the next pause; once it is acknowledged the window
+//   reopens and the rest is resent. So a stalled receiver costs one packet
+//   per pause, not a window. ConnectionOptions::rnr_timeout (default 0:
+//   never, as InfiniBand's rnr_retry = 7) bounds how long such a streak may
+//   last before the connection fails (kResourceExhausted).
 //   PollCompletions resumes held connections, oldest hold first, as far as the
 //   room it freed allows (before any later arrival can take that room).
 //   Messages without an immediate need no slot but retire in MSN order behind a
@@ -62,7 +69,10 @@
 //   WRITE completes with kPermissionDenied / kOutOfRange, the others with
 //   kAborted, then a kConnectionError completion. Otherwise a connection
 //   fails only after connection_timeout without any packet from the peer
-//   while WRITEs are outstanding (kDeadlineExceeded for all).
+//   while WRITEs are outstanding (kDeadlineExceeded for all), or, when
+//   ConnectionOptions::rnr_timeout is set, after that long of NO_BUFFER
+//   answers without an ack of anything sent since (kResourceExhausted for
+//   all: the receiver did not poll its completion queue for rnr_timeout).
 //
 // Typical driver loop (one timestamp per iteration):
 //   now = clock();
@@ -200,6 +210,22 @@ struct ConnectionOptions {
   // The connection fails only when no packet from the peer has been received
   // for this long while data is outstanding (about an RC QP's retry budget).
   Time connection_timeout = 30 * kSecond;
+  // How long the connection may go on being refused for want of room in
+  // the receiver's completion queue (NACK NO_BUFFER: its application does
+  // not poll; see "Completion queue" above) before it fails: measured from
+  // the first NO_BUFFER of a streak that no ack of data sent since has
+  // ended (the RNR probes go on meanwhile). Then every outstanding WRITE
+  // completes with kResourceExhausted and a kConnectionError completion
+  // with kResourceExhausted follows, meaning "the receiver did not poll its
+  // completion queue for rnr_timeout" (ConnectionStats::rnr_timeouts).
+  // connection_timeout cannot catch this: the peer answers. 0 (default):
+  // never, as InfiniBand's rnr_retry = 7 (what NCCL uses): a training job
+  // must not die because one consumer stalled for a while (a checkpoint, a
+  // debugger, a slow host); the sender only costs one packet per pause
+  // (at most min(16 rto_min, rto_max)) while it waits. Set it where a
+  // consumer that stops polling should be treated as failed. >= 0
+  // (CreateConnection: InvalidArgument otherwise).
+  Time rnr_timeout = 0;
   // Carry a CRC32C of the payload in every DATA packet (detects corruption on
   // datapaths without their own integrity check).
   bool payload_checksum = false;

@@ -91,10 +91,14 @@ struct ConnectionStats {
   // EngineStats' counters of the same names, for this connection; NO_BUFFER
   // NACKs received as sender (the connection's data pauses, rto_min and
   // longer while they go on: prism/engine.h, before the packets are
-  // resent).
+  // resent); RNR probes sent (one packet at the end of each such pause
+  // until one is acked); connections failed by
+  // ConnectionOptions::rnr_timeout (0 or 1).
   uint64_t writes_refused_cq_full = 0;
   uint64_t cq_delivery_holds = 0;
   uint64_t rnr_nacks_received = 0;
+  uint64_t rnr_probes_sent = 0;
+  uint64_t rnr_timeouts = 0;
   uint64_t bytes_acked = 0;
   uint64_t inflight_bytes = 0;
   uint64_t cwnd_bytes = 0;
