@@ -270,6 +270,11 @@ void EventLoop::Sleep(Time now) {
   sleeping_.store(false);
 }
 
+size_t EventLoop::CqQueued() {
+  std::lock_guard<std::mutex> l(cq_mu_);
+  return cq_size_;
+}
+
 size_t EventLoop::CqRoom() {
   size_t used;
   {
@@ -418,6 +423,14 @@ bool EventLoop::Iterate(Time now) {
   // backpressure; its PollCompletions, called as soon as room appears,
   // resumes the deliveries it held.
   size_t room = CqRoom();
+  if (room == 0 && filter_held_ > 0 && CqQueued() == 0) {
+    // The filter holds all the room and the application has nothing to
+    // poll, so polling cannot free any: what would release the held ones
+    // (a kConnectionError: verbs ReleaseAll) may be behind them in the
+    // engine. Let a burst through; the filter may then hold more than
+    // cq_capacity, but the queue itself stays within it (below).
+    room = kBurst;
+  }
   while (room > 0) {
     const size_t want = std::min(room, kBurst);
     const size_t k = engine_->PollCompletions(comp_, want);
@@ -434,16 +447,21 @@ bool EventLoop::Iterate(Time now) {
   }
   if (room == 0) out_of_room = true;
   // Completions the filter releases now (also when the engine had none:
-  // what releases them may have arrived in this iteration's receive). They
-  // were counted against the room when offered, so they always fit.
+  // what releases them may have arrived in this iteration's receive), as
+  // many as the queue has room for (all of them, but for the case above);
+  // the rest stay in the filter's own ready list.
   if (opt_.completion_filter != nullptr) {
-    for (;;) {
-      const size_t k = opt_.completion_filter->Poll(comp_, kBurst);
+    const size_t queued = CqQueued();
+    size_t fit = queued >= opt_.cq_capacity ? 0 : opt_.cq_capacity - queued;
+    while (fit > 0) {
+      const size_t want = std::min(fit, kBurst);
+      const size_t k = opt_.completion_filter->Poll(comp_, want);
       if (k == 0) break;
+      fit -= k;
       work = true;
       filter_held_ -= std::min(filter_held_, k);
       notify |= PushCompletions(comp_, k);
-      if (k < kBurst) break;
+      if (k < want) break;
     }
   }
   if (out_of_room) {

@@ -18,7 +18,10 @@
 // that grows by doubling up to the power of two at or above C and never
 // shrinks: no allocation per completion). The loop takes completions out of
 // the engine only while the queue plus the completions the filter holds
-// stay within C, so when the application stops polling the engine's own
+// stay within C (one exception: when the filter holds all of C and the
+// queue is empty, polling cannot free room, so a burst goes through to the
+// filter lest a held completion wait for one behind it, e.g. verbs'
+// kConnectionError), so when the application stops polling the engine's own
 // bounded queue fills and its backpressure engages (delivery holds, NACK
 // NO_BUFFER, PostWrite refusals; prism/engine.h "Completion queue"). Nothing
 // is dropped: what does not fit waits in the engine (kConnectionError
@@ -169,6 +172,8 @@ class EventLoop {
   // Completions the loop may still move towards the queue: cq_capacity
   // minus those queued and those the filter holds. Loop thread.
   size_t CqRoom();
+  // Completions queued now (cq_mu_ taken).
+  size_t CqQueued();
   // Takes up to `max` queued completions; cq_mu_ held.
   size_t PopLocked(Completion* out, size_t max);
   // After a Poll/Wait took `n`: wakes the loop if it waits for room.
