@@ -143,6 +143,7 @@ class EndpointImpl : public Endpoint {
     eo.mtu_payload = mtu_payload;
     eo.max_packet_bytes = dp_->datapath()->mtu();
     eo.max_connections = o.max_connections;
+    eo.cq_capacity = o.cq_capacity;
     eo.placer = dp_->placer();
     engine_ = std::make_unique<Engine>(eo);
     dp_->AttachEngine(engine_.get());
@@ -159,6 +160,7 @@ class EndpointImpl : public Endpoint {
       lo.arm_wait = [a] { a->ArmWait(); };
     }
     lo.completion_filter = dp_->completion_filter();
+    lo.cq_capacity = o.cq_capacity;
     loop_ = std::make_unique<EventLoop>(engine_.get(), dp_->datapath(), lo);
   }
   ~EndpointImpl() override { loop_->Stop(); }
@@ -309,6 +311,10 @@ class EndpointImpl : public Endpoint {
     s.loop_max_gap = c.max_gap;
     s.loop_wakeups = c.loop_wakeups;
     s.app_wakeups = c.app_wakeups;
+    s.writes_refused_cq_full = c.writes_refused_cq_full;
+    s.cq_full_stalls = c.cq_full_stalls;
+    s.cq_depth = c.cq_depth;
+    s.cq_peak = c.cq_peak;
     return s;
   }
   absl::Status SetPlaneUp(ConnId conn, uint16_t plane, bool up) override {
@@ -333,6 +339,13 @@ class EndpointImpl : public Endpoint {
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
     const EndpointOptions& options) {
+  // Checked here, not first by the engine's CreateConnection: the
+  // endpoint's own queue is sized from it.
+  if (options.cq_capacity == 0 ||
+      options.cq_capacity > EndpointOptions::kMaxCqCapacity)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EndpointOptions: cq_capacity must be in [1, ",
+        EndpointOptions::kMaxCqCapacity, "], got ", options.cq_capacity));
   absl::StatusOr<std::unique_ptr<runtime::DatapathAdapter>> dp;
   if (options.datapath == "udp") {
     dp = runtime::MakeUdp(options);

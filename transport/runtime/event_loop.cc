@@ -24,7 +24,14 @@ Time MonotonicNow() {
 
 EventLoop::EventLoop(Engine* engine, Datapath* datapath,
                      const LoopOptions& options)
-    : engine_(engine), dp_(datapath), opt_(options) {}
+    : engine_(engine), dp_(datapath), opt_(options) {
+  if (opt_.cq_capacity == 0) opt_.cq_capacity = 1;
+  // Start small (an endpoint whose application keeps up never needs more)
+  // and double on demand up to the power of two at or above cq_capacity.
+  size_t initial = 1;
+  while (initial < std::min<size_t>(opt_.cq_capacity, 1024)) initial <<= 1;
+  cq_buf_.resize(initial);
+}
 
 EventLoop::~EventLoop() {
   Stop();
@@ -108,6 +115,20 @@ void EventLoop::Run(const std::function<void(Time)>& fn) {
 absl::Status EventLoop::Post(ConnId conn, const WriteRequest& req) {
   if (queued_.load(std::memory_order_relaxed) >= opt_.submit_queue_size)
     return absl::ResourceExhaustedError("submission queue full");
+  // Reserve the WRITE's place in the completion queue (released when the
+  // application polls its kWrite completion), so one that never polls is
+  // told so here instead of piling WRITEs up behind a full queue.
+  uint64_t used = cq_used_.load(std::memory_order_relaxed);
+  do {
+    if (used >= opt_.cq_capacity) {
+      writes_refused_cq_full_.fetch_add(1, std::memory_order_relaxed);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "completion queue full: ", used,
+          " unpolled completions + outstanding WRITEs >= cq_capacity ",
+          opt_.cq_capacity, "; poll completions, then post again"));
+    }
+  } while (!cq_used_.compare_exchange_weak(used, used + 1,
+                                           std::memory_order_relaxed));
   {
     std::lock_guard<std::mutex> l(sq_mu_);
     sq_.push_back(Submit{conn, req});
@@ -117,29 +138,49 @@ absl::Status EventLoop::Post(ConnId conn, const WriteRequest& req) {
   return absl::OkStatus();
 }
 
-size_t EventLoop::Poll(Completion* out, size_t max) {
-  std::lock_guard<std::mutex> l(cq_mu_);
-  const size_t n = std::min(max, cq_.size());
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = cq_.front();
-    cq_.pop_front();
+size_t EventLoop::PopLocked(Completion* out, size_t max) {
+  const size_t n = std::min(max, cq_size_);
+  const size_t mask = cq_buf_.size() - 1;
+  for (size_t i = 0; i < n; ++i) out[i] = cq_buf_[(cq_head_ + i) & mask];
+  cq_head_ = (cq_head_ + n) & mask;
+  cq_size_ -= n;
+  if (n > 0) {
+    cq_used_.fetch_sub(n, std::memory_order_relaxed);
+    cq_depth_.store(cq_size_, std::memory_order_relaxed);
   }
   return n;
 }
 
+void EventLoop::AfterPop(size_t n) {
+  // The loop sets cq_stalled_ before it sleeps and re-checks the room
+  // after announcing the sleep (Sleep), so either it sees this room or
+  // Wake() sees it asleep: no lost wake-up.
+  if (n > 0 && cq_stalled_.load() && cq_stalled_.exchange(false)) Wake();
+}
+
+size_t EventLoop::Poll(Completion* out, size_t max) {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> l(cq_mu_);
+    n = PopLocked(out, max);
+  }
+  AfterPop(n);
+  return n;
+}
+
 size_t EventLoop::Wait(Completion* out, size_t max, Time timeout) {
-  std::unique_lock<std::mutex> l(cq_mu_);
-  if (cq_.empty() && timeout > 0) {
-    ++cq_waiters_;
-    cq_cv_.wait_for(l, std::chrono::nanoseconds(timeout / kNanosecond),
-                    [&] { return !cq_.empty(); });
-    --cq_waiters_;
+  size_t n;
+  {
+    std::unique_lock<std::mutex> l(cq_mu_);
+    if (cq_size_ == 0 && timeout > 0) {
+      ++cq_waiters_;
+      cq_cv_.wait_for(l, std::chrono::nanoseconds(timeout / kNanosecond),
+                      [&] { return cq_size_ != 0; });
+      --cq_waiters_;
+    }
+    n = PopLocked(out, max);
   }
-  const size_t n = std::min(max, cq_.size());
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = cq_.front();
-    cq_.pop_front();
-  }
+  AfterPop(n);
   return n;
 }
 
@@ -154,6 +195,11 @@ LoopCounters EventLoop::counters() const {
   c.writes_deferred = writes_deferred_.load(std::memory_order_relaxed);
   c.loop_wakeups = loop_wakeups_.load(std::memory_order_relaxed);
   c.app_wakeups = app_wakeups_.load(std::memory_order_relaxed);
+  c.writes_refused_cq_full =
+      writes_refused_cq_full_.load(std::memory_order_relaxed);
+  c.cq_full_stalls = cq_full_stalls_.load(std::memory_order_relaxed);
+  c.cq_depth = cq_depth_.load(std::memory_order_relaxed);
+  c.cq_peak = cq_peak_.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -202,8 +248,10 @@ void EventLoop::Sleep(Time now) {
   }
   wake_sent_.store(false);
   sleeping_.store(true);
-  // Re-check after announcing the sleep (pairs with Wake()).
-  bool work = has_cmds_.load() || queued_.load() > pending_.size();
+  // Re-check after announcing the sleep (pairs with Wake(); for the
+  // completion queue, with AfterPop()).
+  bool work = has_cmds_.load() || queued_.load() > pending_.size() ||
+              (room_stalled_ && CqRoom() > 0);
   if (!work) {
     timespec ts{static_cast<time_t>(wait / kSecond),
                 static_cast<long>((wait % kSecond) / kNanosecond)};
@@ -222,9 +270,45 @@ void EventLoop::Sleep(Time now) {
   sleeping_.store(false);
 }
 
+size_t EventLoop::CqQueued() {
+  std::lock_guard<std::mutex> l(cq_mu_);
+  return cq_size_;
+}
+
+size_t EventLoop::CqRoom() {
+  size_t used;
+  {
+    std::lock_guard<std::mutex> l(cq_mu_);
+    used = cq_size_ + filter_held_;
+  }
+  return used >= opt_.cq_capacity ? 0 : opt_.cq_capacity - used;
+}
+
 bool EventLoop::PushCompletions(const Completion* c, size_t n) {
   std::lock_guard<std::mutex> l(cq_mu_);
-  for (size_t i = 0; i < n; ++i) cq_.push_back(c[i]);
+  if (cq_size_ + n > cq_buf_.size()) {
+    // Double (the callers keep cq_size_ <= cq_capacity, so this stops at
+    // the power of two at or above it), unrolling the ring in place.
+    size_t cap = cq_buf_.size();
+    while (cap < cq_size_ + n) cap <<= 1;
+    std::vector<Completion> grown(cap);
+    const size_t mask = cq_buf_.size() - 1;
+    for (size_t i = 0; i < cq_size_; ++i)
+      grown[i] = cq_buf_[(cq_head_ + i) & mask];
+    cq_buf_.swap(grown);
+    cq_head_ = 0;
+  }
+  const size_t mask = cq_buf_.size() - 1;
+  uint64_t fresh = 0;  // completions that held no reservation
+  for (size_t i = 0; i < n; ++i) {
+    cq_buf_[(cq_head_ + cq_size_ + i) & mask] = c[i];
+    fresh += c[i].type != CompletionType::kWrite;
+  }
+  cq_size_ += n;
+  if (fresh > 0) cq_used_.fetch_add(fresh, std::memory_order_relaxed);
+  cq_depth_.store(cq_size_, std::memory_order_relaxed);
+  if (cq_size_ > cq_peak_.load(std::memory_order_relaxed))
+    cq_peak_.store(cq_size_, std::memory_order_relaxed);
   return cq_waiters_ > 0;
 }
 
@@ -255,6 +339,7 @@ bool EventLoop::Iterate(Time now) {
     for (auto& s : sq_local_) pending_.push_back(s);
     sq_local_.clear();
   }
+  bool out_of_room = false;
   if (!pending_.empty()) {
     blocked_.clear();
     size_t taken = 0;
@@ -264,7 +349,9 @@ bool EventLoop::Iterate(Time now) {
         ++it;
         continue;
       }
-      absl::Status s = engine_->PostWrite(now, it->conn, it->req);
+      absl::Status s = it->error != absl::StatusCode::kOk
+                           ? absl::Status(it->error, "")
+                           : engine_->PostWrite(now, it->conn, it->req);
       if (absl::IsResourceExhausted(s)) {
         blocked_.push_back(it->conn);
         writes_deferred_.store(
@@ -274,6 +361,15 @@ bool EventLoop::Iterate(Time now) {
         continue;
       }
       if (!s.ok()) {
+        if (CqRoom() == 0) {
+          // Its error completion waits for room (in order: later WRITEs
+          // of the connection wait behind it).
+          it->error = s.code();
+          blocked_.push_back(it->conn);
+          out_of_room = true;
+          ++it;
+          continue;
+        }
         Completion c;
         c.type = CompletionType::kWrite;
         c.status = s.code();
@@ -321,29 +417,59 @@ bool EventLoop::Iterate(Time now) {
     tx_pending_ -= sent;
     if (sent == 0 || got == 0) break;
   }
-  // 4. Completions.
-  for (;;) {
-    const size_t k = engine_->PollCompletions(comp_, kBurst);
+  // 4. Completions, as far as the queue has room (it only grows while this
+  // runs: the application takes, the loop alone adds). Engine completions
+  // left behind keep the engine's queue occupied, which is what engages its
+  // backpressure; its PollCompletions, called as soon as room appears,
+  // resumes the deliveries it held.
+  size_t room = CqRoom();
+  if (room == 0 && filter_held_ > 0 && CqQueued() == 0) {
+    // The filter holds all the room and the application has nothing to
+    // poll, so polling cannot free any: what would release the held ones
+    // (a kConnectionError: verbs ReleaseAll) may be behind them in the
+    // engine. Let a burst through; the filter may then hold more than
+    // cq_capacity, but the queue itself stays within it (below).
+    room = kBurst;
+  }
+  while (room > 0) {
+    const size_t want = std::min(room, kBurst);
+    const size_t k = engine_->PollCompletions(comp_, want);
     if (k == 0) break;
     work = true;
+    room -= k;
     if (opt_.completion_filter != nullptr) {
       opt_.completion_filter->Offer(comp_, k);
+      filter_held_ += k;
     } else {
       notify |= PushCompletions(comp_, k);
     }
-    if (k < kBurst) break;
+    if (k < want) break;
   }
+  if (room == 0) out_of_room = true;
   // Completions the filter releases now (also when the engine had none:
-  // what releases them may have arrived in this iteration's receive).
+  // what releases them may have arrived in this iteration's receive), as
+  // many as the queue has room for (all of them, but for the case above);
+  // the rest stay in the filter's own ready list.
   if (opt_.completion_filter != nullptr) {
-    for (;;) {
-      const size_t k = opt_.completion_filter->Poll(comp_, kBurst);
+    const size_t queued = CqQueued();
+    size_t fit = queued >= opt_.cq_capacity ? 0 : opt_.cq_capacity - queued;
+    while (fit > 0) {
+      const size_t want = std::min(fit, kBurst);
+      const size_t k = opt_.completion_filter->Poll(comp_, want);
       if (k == 0) break;
+      fit -= k;
       work = true;
+      filter_held_ -= std::min(filter_held_, k);
       notify |= PushCompletions(comp_, k);
-      if (k < kBurst) break;
+      if (k < want) break;
     }
   }
+  if (out_of_room) {
+    if (!room_stalled_) cq_full_stalls_.fetch_add(1, std::memory_order_relaxed);
+    // Before the sleep re-checks the room (see AfterPop).
+    cq_stalled_.store(true);
+  }
+  room_stalled_ = out_of_room;
   if (notify) {
     cq_cv_.notify_all();
     app_wakeups_.fetch_add(1, std::memory_order_relaxed);

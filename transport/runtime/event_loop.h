@@ -9,10 +9,30 @@
 //   3. Engine::PollTransmit (timers run there) -> transmit bursts; packets
 //      the datapath did not accept (back-pressure) are offered again first;
 //   4. engine completions -> the completion filter, if any -> the
-//      completion queue.
+//      completion queue, only while the queue has room (see below).
 // When an iteration finds nothing to do, the loop spins for `spin` and then
 // sleeps in epoll on the datapath's descriptors and a wake-up eventfd, until
 // min(NextEventTime, now + max_sleep). With busy_poll it never sleeps.
+//
+// The completion queue is bounded (LoopOptions::cq_capacity = C, a ring
+// that grows by doubling up to the power of two at or above C and never
+// shrinks: no allocation per completion). The loop takes completions out of
+// the engine only while the queue plus the completions the filter holds
+// stay within C (one exception: when the filter holds all of C and the
+// queue is empty, polling cannot free room, so a burst goes through to the
+// filter lest a held completion wait for one behind it, e.g. verbs'
+// kConnectionError), so when the application stops polling the engine's own
+// bounded queue fills and its backpressure engages (delivery holds, NACK
+// NO_BUFFER, PostWrite refusals; prism/engine.h "Completion queue"). Nothing
+// is dropped: what does not fit waits in the engine (kConnectionError
+// included: the engine queues it beyond its capacity, in order, and the
+// loop moves it like any other completion) or, for a WRITE the engine
+// rejected, in the loop's pending list. Poll / Wait wake the loop when they
+// free room it was waiting for, so the rest moves (and the engine resumes
+// held deliveries, in its PollCompletions) without waiting for I/O.
+// Post applies the engine's rule at this level: it refuses (ResourceExhausted,
+// LoopCounters::writes_refused_cq_full) while unpolled completions plus
+// WRITEs accepted and not yet completed into the queue reach C.
 //
 // Thread safety: Run, Post, Poll, Wait and counters may be called from any
 // thread. The engine and the datapath are touched only by the loop thread
@@ -63,6 +83,10 @@ struct LoopOptions {
   Time max_sleep = 1 * kMillisecond;
   // Not owned; nullptr: engine completions go to the queue as they are.
   CompletionFilter* completion_filter = nullptr;
+  // Completion queue capacity (see above); at least 1. prism::Endpoint
+  // validates it (EndpointOptions::cq_capacity) and gives the engine the
+  // same value.
+  uint32_t cq_capacity = 65536;
 };
 
 struct LoopCounters {
@@ -83,6 +107,14 @@ struct LoopCounters {
   uint64_t stalls = 0;
   Time stall_time = 0;
   Time max_gap = 0;
+  // Completion queue: Post calls refused because unpolled completions plus
+  // outstanding WRITEs reached cq_capacity; times the loop found the queue
+  // full and left completions in the engine (once per episode, not per
+  // iteration); completions queued now, and the most queued at once.
+  uint64_t writes_refused_cq_full = 0;
+  uint64_t cq_full_stalls = 0;
+  uint64_t cq_depth = 0;
+  uint64_t cq_peak = 0;
 };
 
 class EventLoop {
@@ -109,8 +141,10 @@ class EventLoop {
 
   // Runs `fn(now)` on the loop thread and returns when it has run.
   void Run(const std::function<void(Time now)>& fn);
-  // Queues a WRITE. ResourceExhausted when submit_queue_size are queued.
+  // Queues a WRITE. ResourceExhausted when submit_queue_size are queued,
+  // or when unpolled completions plus outstanding WRITEs reach cq_capacity.
   absl::Status Post(ConnId conn, const WriteRequest& req);
+  // Non-blocking; wakes the loop when it frees room the loop waits for.
   size_t Poll(Completion* out, size_t max);
   // Waits up to `timeout` for a completion.
   size_t Wait(Completion* out, size_t max, Time timeout);
@@ -124,13 +158,26 @@ class EventLoop {
   struct Submit {
     ConnId conn;
     WriteRequest req;
+    // Not kOk: the engine rejected the WRITE and its error completion waits
+    // for room in the completion queue.
+    absl::StatusCode error = absl::StatusCode::kOk;
   };
 
   void ThreadMain();
   bool Iterate(Time now);
   // Queues completions; true when a thread waits in Wait (the caller
   // notifies once, after the iteration, without holding cq_mu_).
+  // REQUIRES: n <= CqRoom().
   bool PushCompletions(const Completion* c, size_t n);
+  // Completions the loop may still move towards the queue: cq_capacity
+  // minus those queued and those the filter holds. Loop thread.
+  size_t CqRoom();
+  // Completions queued now (cq_mu_ taken).
+  size_t CqQueued();
+  // Takes up to `max` queued completions; cq_mu_ held.
+  size_t PopLocked(Completion* out, size_t max);
+  // After a Poll/Wait took `n`: wakes the loop if it waits for room.
+  void AfterPop(size_t n);
   void Wake();
   void Sleep(Time now);
 
@@ -160,11 +207,24 @@ class EventLoop {
   std::deque<Submit> pending_;     // loop thread: engine queue was full
   std::vector<ConnId> blocked_;    // loop thread, per iteration
 
-  // Completions.
+  // Completions: a ring of cq_buf_.size() (a power of two) entries, from
+  // cq_head_, cq_size_ <= cq_capacity of them queued.
   std::mutex cq_mu_;
   std::condition_variable cq_cv_;
-  std::deque<Completion> cq_;
+  std::vector<Completion> cq_buf_;
+  size_t cq_head_ = 0;
+  size_t cq_size_ = 0;
   int cq_waiters_ = 0;
+  // Unpolled completions + WRITEs accepted by Post whose kWrite completion
+  // is not queued yet (each WRITE has exactly one): Post's admission
+  // count. A kWrite entering the queue leaves it unchanged.
+  std::atomic<uint64_t> cq_used_{0};
+  // Set by the loop when it left completions behind for want of room;
+  // cleared (and the loop woken) by the Poll/Wait that frees some.
+  std::atomic<bool> cq_stalled_{false};
+  bool room_stalled_ = false;  // loop thread: the last iteration ran out
+  size_t filter_held_ = 0;     // loop thread: offered to the filter, not
+                               // yet polled from it
 
   // Loop-thread buffers.
   RxPacket rx_[kBurst];
@@ -173,7 +233,8 @@ class EventLoop {
   Completion comp_[kBurst];
 
   std::atomic<uint64_t> iterations_{0}, sleeps_{0}, tx_deferred_{0},
-      writes_deferred_{0}, stalls_{0}, loop_wakeups_{0}, app_wakeups_{0};
+      writes_deferred_{0}, stalls_{0}, loop_wakeups_{0}, app_wakeups_{0},
+      writes_refused_cq_full_{0}, cq_full_stalls_{0}, cq_depth_{0}, cq_peak_{0};
   std::atomic<Time> stall_time_{0}, max_gap_{0};
 };
 

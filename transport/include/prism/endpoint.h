@@ -17,13 +17,35 @@
 // - Every method is thread-safe and may be called from any thread. Control
 //   calls (CreateConnection, Connect, RegisterMemory, stats ...) run on the
 //   loop thread and block the caller until done (microseconds).
-// - PostWrite never blocks: it validates its arguments and queues the WRITE;
+// - PostWrite never blocks: it validates its arguments and queues the WRITE
+//   (or refuses: full submission or completion queue, below);
 //   the loop hands it to the engine at its next iteration. A WRITE the
 //   engine rejects later (bad key, closed connection) completes with an
 //   error status; a full engine send queue is not an error (the loop keeps
 //   the WRITE and retries, in order).
 // - PollCompletions returns completions of every connection, in the order
 //   the engine produced them. Completion::conn says whose.
+// - The completion queue is bounded, end to end (EndpointOptions::
+//   cq_capacity = C; the engine's queue has the same capacity). Nothing is
+//   ever dropped; work waits instead. The endpoint's queue holds at most C
+//   completions; the loop moves completions out of the engine only while it
+//   has room. An application that stops polling therefore fills first this
+//   queue, then the engine's, whose backpressure then engages
+//   (prism/engine.h "Completion queue"): a fully arrived
+//   WRITE-with-immediate is held undelivered (still acknowledged), later
+//   data beyond the receive ring is NACKed NO_BUFFER and the peer's sender
+//   pauses and resends. Memory stays bounded (about 2 C completions). When
+//   the application polls again the loop is woken at once and moves the
+//   rest; held deliveries resume in order, each exactly once.
+//   kConnectionError completions (one per connection at most) are queued
+//   by the engine beyond its capacity and reach the endpoint's queue in
+//   order behind what was produced before them, as the application polls:
+//   a connection that fails while the queue is full is reported, late but
+//   never lost. PostWrite refuses with ResourceExhausted ("completion queue
+//   full ... poll completions", counted in DatapathStats::
+//   writes_refused_cq_full) while the endpoint's unpolled completions plus
+//   its WRITEs accepted and not yet completed reach C, so every accepted
+//   WRITE's completion is accounted for; poll, then post again.
 // - The memory passed to PostWrite and to RegisterMemory must stay valid
 //   until the WRITE completes / the region is deregistered.
 // - Destroying the endpoint stops the loop thread and joins it; outstanding
@@ -141,6 +163,13 @@ struct EndpointOptions {
   int32_t idle_spin_us = -1;
   // Max WRITEs queued by PostWrite and not yet taken by the loop.
   size_t submit_queue_size = 1 << 16;
+  // Completion queue capacity, of the endpoint's queue and of its engine's
+  // (EngineOptions::cq_capacity): see "The completion queue is bounded" in
+  // the contract above. In [1, kMaxCqCapacity]; Create() refuses anything
+  // else with InvalidArgument. Memory grows on demand (56 bytes an entry,
+  // by doubling) to the power of two at or above the most entries held.
+  static constexpr uint32_t kMaxCqCapacity = 1u << 24;
+  uint32_t cq_capacity = 65536;
 };
 
 // Datapath-level counters (packets and bytes moved, back-pressure, drops).
@@ -166,6 +195,15 @@ struct DatapathStats {
   // notifications of threads blocked in WaitCompletions.
   uint64_t loop_wakeups = 0;
   uint64_t app_wakeups = 0;
+  // The endpoint's completion queue (EndpointOptions::cq_capacity): PostWrite
+  // calls refused because it was full (unpolled completions + outstanding
+  // WRITEs); times the loop found it full and left completions in the
+  // engine; completions queued now, and the most queued at once (never
+  // above cq_capacity). The engine's own: EngineStats.
+  uint64_t writes_refused_cq_full = 0;
+  uint64_t cq_full_stalls = 0;
+  uint64_t cq_depth = 0;
+  uint64_t cq_peak = 0;
   std::string detail;  // the datapath's own counters, as text
 };
 
@@ -192,9 +230,12 @@ class Endpoint {
 
   // --- data ---------------------------------------------------------------
   // Non-blocking. InvalidArgument for a null address with length > 0 or an
-  // invalid conn id; ResourceExhausted when the submission queue is full.
+  // invalid conn id; ResourceExhausted when the submission queue is full,
+  // or when the completion queue is (unpolled completions + outstanding
+  // WRITEs >= cq_capacity: poll completions, then post again).
   virtual absl::Status PostWrite(ConnId conn, const WriteRequest& req) = 0;
-  // Non-blocking; returns up to `max` completions.
+  // Non-blocking; returns up to `max` completions. Taking completions from
+  // a full queue wakes the loop to move the ones waiting in the engine.
   virtual size_t PollCompletions(Completion* out, size_t max) = 0;
   // Waits up to `timeout` (picoseconds of wall time) for one completion.
   virtual size_t WaitCompletions(Completion* out, size_t max, Time timeout) = 0;
