@@ -83,6 +83,18 @@ int SupportedPtrTypes();
 // state-changing data calls at INFO (comm.cc).
 void SetCallLog(int64_t calls);
 
+// Process-wide counters (logged by ReleaseIdleResources; docs/nccl.md).
+struct PluginCounters {
+  uint64_t protocol_errors = 0;     // peers that broke the protocol
+  uint64_t api_errors = 0;          // calls NCCL should not have made
+  uint64_t handshake_timeouts = 0;  // PRISM_CONNECT_TIMEOUT_MS expired
+  uint64_t staging_stalls = 0;      // staged GPU copies reported stalled
+  // Prism WRITEs (payloads and CTS frames) refused by PostWrite for a full
+  // queue and tried again (isend answered "try again").
+  uint64_t writes_refused = 0;
+};
+PluginCounters Counters();
+
 // Releases per-device resources no comm uses any more (the Prism endpoints
 // and their loop threads). Called when the last init context is finalized.
 void ReleaseIdleResources();
