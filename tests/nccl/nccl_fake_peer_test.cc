@@ -398,6 +398,96 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
   }
 }
 
+// True when the peer of `fd` closed it within `ms` (recv gives 0).
+bool SeesEof(int fd, int ms) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
+    char b[512];
+    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return errno == ECONNRESET;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// INFO lines logged since line `from` that contain `text`.
+int InfosSince(size_t from, const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  int n = 0;
+  for (size_t i = from; i < log.size(); ++i) {
+    if (log[i].level == kPrismNcclLogInfo &&
+        log[i].text.find(text) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// NCCL gives up on a connect mid-handshake (an abort: connect returned
+// success with a NULL comm, the Hello went out, no Ack came) and never calls
+// it again, then finalizes the init context it used: the finalize releases
+// that connect -- its socket is closed (the listener sees EOF), its half of
+// the Prism connection and its CTS ring are freed (the ASan build checks
+// for leaks at exit), it is logged and counted -- and the stale handle is
+// refused afterwards. Before 2026-12-05 the connect state, its socket and
+// its Prism connection lived until the process exited.
+TEST(NcclFakePeer, AbandonedConnectIsReleasedAtFinalize) {
+  if (!UdpPath()) GTEST_SKIP() << "udp data path only";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  // A context of its own: finalizing it is not the last finalize.
+  void* ctx = nullptr;
+  ASSERT_EQ(N()->init(&ctx, 0x78, nullptr, TestLogger, nullptr), kOk);
+  ASSERT_NE(ctx, nullptr);
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  FakeListener l;
+  ASSERT_NO_FATAL_FAILURE(l.Open(handle));
+  void* send = nullptr;
+  PrismNcclDeviceHandle* dh = nullptr;
+  ASSERT_EQ(N()->connect(ctx, 0, handle, &send, &dh), kOk);
+  ASSERT_EQ(send, nullptr);
+  const int peer = accept(l.fd, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  // Poll connect until its whole Hello has arrived: mid-handshake, waiting
+  // for the Ack that never comes.
+  Hello hello;
+  size_t got = 0;
+  const auto start = Clock::now();
+  while (got < sizeof(hello) &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_EQ(N()->connect(ctx, 0, handle, &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);
+    const ssize_t n = recv(peer, reinterpret_cast<char*>(&hello) + got,
+                           sizeof(hello) - got, MSG_DONTWAIT);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  ASSERT_EQ(got, sizeof(hello));
+  EXPECT_EQ(hello.magic, kHelloMagic);
+  uint64_t state = 0;
+  memcpy(&state, handle + offsetof(nccl::WireHandle, connect_state),
+         sizeof(state));
+  ASSERT_NE(state, 0u);
+  const size_t log_from = LogSnapshot().size();
+  ASSERT_EQ(N()->finalize(ctx), kOk);
+  EXPECT_EQ(InfosSince(log_from,
+                       "finalize: released 1 connect(s) abandoned "
+                       "mid-handshake"),
+            1);
+  EXPECT_TRUE(SeesEof(peer, 2000)) << "the abandoned connect's socket is open";
+  close(peer);
+  // The handle now names a released state: refused, not followed.
+  SetLogEcho(false);
+  EXPECT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send, nullptr);
+}
+
 // --- The side-channel handshake's bound (PRISM_CONNECT_TIMEOUT_MS). ---
 // These run as their own ctest entry, nccl_handshake_timeout_test, with
 // PRISM_CONNECT_TIMEOUT_MS=300 (the plugin reads its configuration once per
@@ -422,21 +512,6 @@ int64_t LastTimeoutCount(const char* text) {
     return std::atoll(log[i].text.c_str() + at + key.size());
   }
   return -1;
-}
-
-// True when the peer of `fd` closed it within `ms` (recv gives 0).
-bool SeesEof(int fd, int ms) {
-  const auto start = Clock::now();
-  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
-    char b[512];
-    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return errno == ECONNRESET;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 // A listener that accepts the TCP connection and never answers the Hello:

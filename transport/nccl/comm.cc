@@ -1140,6 +1140,9 @@ struct ListenComm : CommBase {
 
 struct ConnectState {
   uint32_t magic = kCommMagic;
+  // The init context (v11) whose connect() started it: its finalize
+  // releases it (ReleaseConnectStates); nullptr for the older tables.
+  const void* owner = nullptr;
   int fd = -1;
   enum class Stage {
     kConnecting,
@@ -1207,6 +1210,11 @@ void DeleteConnectState(ConnectState* st) {
   delete st;
 }
 
+// Connect states released by finalize: NCCL gave up on their connect (an
+// abort) after a call that returned success with a NULL comm and never
+// called again.
+std::atomic<uint64_t> g_abandoned_connects{0};
+
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 void PutBlob(const ConnectionBlob& b, HelloMsg* m) {
   m->info[0] = b.size;
@@ -1243,6 +1251,18 @@ void DropConnection(DeviceEndpoint** dep, ConnId* conn,
 }
 #endif
 
+// Frees a connect state nobody will advance any more: its socket, its half
+// of the Prism connection and its CTS ring (deregistered first).
+void ReleaseAbandoned(ConnectState* st) {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DropConnection(&st->dep, &st->conn, st->cts_lkey);
+#endif
+  CloseFd(st->fd);
+  st->fd = -1;
+  st->magic = kDeadMagic;
+  delete st;
+}
+
 void InitCommonFromConfig(CommBase* c, const DeviceContext& dev) {
   c->mode = dev.config->mode;
   c->dev = dev.index;
@@ -1266,6 +1286,33 @@ void SetCallLog(int64_t calls) {
   g_call_log.store(calls, std::memory_order_relaxed);
 }
 
+int ReleaseConnectStates(const void* owner, bool every) {
+  std::vector<ConnectState*> doomed;
+  {
+    std::lock_guard<std::mutex> lock(g_connect_states_mu);
+    for (auto it = g_connect_states.begin(); it != g_connect_states.end();) {
+      if (every || (*it)->owner == owner) {
+        doomed.push_back(const_cast<ConnectState*>(*it));
+        it = g_connect_states.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Outside the registry's lock: closing a Prism connection waits for the
+  // endpoint's loop thread.
+  for (ConnectState* st : doomed) ReleaseAbandoned(st);
+  if (!doomed.empty()) {
+    const uint64_t total =
+        g_abandoned_connects.fetch_add(doomed.size()) + doomed.size();
+    PRISM_NCCL_INFO(
+        "finalize: released %zu connect(s) abandoned mid-handshake (socket, "
+        "Prism connection, CTS ring); %llu in this process",
+        doomed.size(), static_cast<unsigned long long>(total));
+  }
+  return static_cast<int>(doomed.size());
+}
+
 PluginCounters Counters() {
   PluginCounters c;
   c.protocol_errors = g_protocol_errors.load();
@@ -1273,20 +1320,25 @@ PluginCounters Counters() {
   c.handshake_timeouts = g_handshake_timeouts.load();
   c.staging_stalls = g_staging_stalls.load();
   c.writes_refused = g_writes_refused.load();
+  c.abandoned_connects = g_abandoned_connects.load();
   return c;
 }
 
 void ReleaseIdleResources() {
+  // First the connects NCCL abandoned: they hold endpoint references.
+  ReleaseConnectStates(nullptr, /*every=*/true);
   const PluginCounters c = Counters();
   PRISM_NCCL_INFO(
       "rejected so far: %llu protocol errors, %llu API misuses, %llu "
       "handshake timeouts; %llu staged GPU copies reported stalled; %llu "
-      "Prism WRITEs refused for a full queue and tried again",
+      "Prism WRITEs refused for a full queue and tried again; %llu "
+      "connects abandoned mid-handshake released",
       static_cast<unsigned long long>(c.protocol_errors),
       static_cast<unsigned long long>(c.api_errors),
       static_cast<unsigned long long>(c.handshake_timeouts),
       static_cast<unsigned long long>(c.staging_stalls),
-      static_cast<unsigned long long>(c.writes_refused));
+      static_cast<unsigned long long>(c.writes_refused),
+      static_cast<unsigned long long>(c.abandoned_connects));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
 #endif
@@ -1346,7 +1398,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
 }
 
 PrismNcclResult Connect(const DeviceContext& dev, void* handle,
-                        void** send_comm) {
+                        void** send_comm, const void* owner) {
   if (handle == nullptr || send_comm == nullptr) {
     return kPrismNcclInvalidArgument;
   }
@@ -1440,6 +1492,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       return kPrismNcclSystemError;
     }
     st->fd = *fd;
+    st->owner = owner;
     st->hello.magic = kHelloMagic;
     st->hello.version = kProtoVersion;
     st->hello.nonce = h.nonce;

@@ -57,8 +57,11 @@ struct DeviceContext {
 
 PrismNcclResult Listen(const DeviceContext& dev, void* handle,
                        void** listen_comm);
+// `owner`: the v11 init context of the call (nullptr for the older
+// tables); a connect NCCL abandons mid-handshake is released when its owner
+// is finalized (ReleaseConnectStates).
 PrismNcclResult Connect(const DeviceContext& dev, void* handle,
-                        void** send_comm);
+                        void** send_comm, const void* owner = nullptr);
 PrismNcclResult Accept(void* listen_comm, void** recv_comm);
 PrismNcclResult CloseListen(void* listen_comm);
 PrismNcclResult CloseSend(void* send_comm);
@@ -92,11 +95,23 @@ struct PluginCounters {
   // Prism WRITEs (payloads and CTS frames) refused by PostWrite for a full
   // queue and tried again (isend answered "try again").
   uint64_t writes_refused = 0;
+  // Connects abandoned mid-handshake, released at finalize.
+  uint64_t abandoned_connects = 0;
 };
 PluginCounters Counters();
 
-// Releases per-device resources no comm uses any more (the Prism endpoints
-// and their loop threads). Called when the last init context is finalized.
+// Releases the connects in progress between calls (socket, half of the
+// Prism connection, CTS ring) that `owner` started, or all of them with
+// `every`: NCCL may give up on a connect that returned success with a NULL
+// comm (an abort) and never call it again. A handle naming a released one
+// is refused afterwards like any stale handle. A connect() call running at
+// that moment keeps its state (finalizing while connecting is NCCL misuse).
+// Returns how many were released (logged, counted).
+int ReleaseConnectStates(const void* owner, bool every);
+
+// Releases every abandoned connect (ReleaseConnectStates) and the
+// per-device resources no comm uses any more (the Prism endpoints and their
+// loop threads). Called when the last init context is finalized.
 void ReleaseIdleResources();
 
 }  // namespace prism::nccl
