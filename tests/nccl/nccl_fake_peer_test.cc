@@ -114,6 +114,32 @@ void AcceptPluginFrom(FakePeer* p, void** recv) {
   ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
 }
 
+// The plugin as the receiver: a 64 KiB registration filled with 0x5c
+// (guard bytes after the receive) and one 4 KiB receive at its start (tag
+// 7), whose CTS the peer has taken from its ring.
+struct PostedReceive {
+  std::vector<uint8_t> rbuf = std::vector<uint8_t>(1 << 16, 0x5c);
+  void* mh = nullptr;
+  void* req = nullptr;
+  Cts cts{};
+};
+void PostOneReceive(FakePeer* peer, void* recv, PostedReceive* p) {
+  ASSERT_EQ(N()->reg_mr(recv, p->rbuf.data(), p->rbuf.size(), kPrismNcclPtrHost,
+                        &p->mh),
+            kOk);
+  void* data = p->rbuf.data();
+  size_t size = 4096;
+  int tag = 7;
+  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &p->mh, nullptr, &p->req),
+            kOk);
+  ASSERT_NE(p->req, nullptr);
+  Completion cts;
+  ASSERT_TRUE(peer->WaitImmediate(&cts)) << "no CTS from the plugin";
+  memcpy(&p->cts, peer->ring.data(), CtsLen(1));
+  ASSERT_EQ(p->cts.n, 1u);
+  ASSERT_EQ(p->cts.e[0].size, 4096u);
+}
+
 // isend until it returns a request or an error; the result.
 int IsendUntil(void* send, void* data, size_t size, int tag, void* mh,
                void** req) {
@@ -301,34 +327,23 @@ TEST(NcclFakePeer, DataFloodFailsTheReceive) {
   ASSERT_NO_FATAL_FAILURE(peer.Setup());
   void* recv = nullptr;
   ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
-  std::vector<uint8_t> rbuf(1 << 16, 0x5c);
-  void* mh = nullptr;
-  ASSERT_EQ(N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
-            kOk);
-  void* data = rbuf.data();
-  size_t size = 4096;
-  int tag = 7;
-  void* req = nullptr;
-  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
-  ASSERT_NE(req, nullptr);
-  Completion cts;
-  ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
-  Cts f{};
-  memcpy(&f, peer.ring.data(), CtsLen(1));
-  ASSERT_EQ(f.n, 1u);
-  ASSERT_TRUE(peer.Flood(f.e[0].addr, f.e[0].rkey, 16, 5, 600));
+  PostedReceive p;
+  ASSERT_NO_FATAL_FAILURE(PostOneReceive(&peer, recv, &p));
+  ASSERT_TRUE(peer.Flood(p.cts.e[0].addr, p.cts.e[0].rkey, 16, 5, 600));
   const size_t log_from = LogSnapshot().size();
   SetLogEcho(false);
   int got = -1;
-  EXPECT_EQ(TestUntil(req, &got), kPrismNcclRemoteError);
+  EXPECT_EQ(TestUntil(p.req, &got), kPrismNcclRemoteError);
   SetLogEcho(true);
   EXPECT_EQ(WarningsSince(log_from, "recv comm: "), 1);
   EXPECT_EQ(WarningsSince(log_from,
                           "recv comm: completion inbox overflow: more than "
                           "512 Prism completions (its capacity)"),
             1);
-  for (size_t i = 16; i < rbuf.size(); ++i) ASSERT_EQ(rbuf[i], 0x5c) << i;
-  EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+  for (size_t i = 16; i < p.rbuf.size(); ++i) {
+    ASSERT_EQ(p.rbuf[i], 0x5c) << i;
+  }
+  EXPECT_EQ(N()->dereg_mr(recv, p.mh), kOk);
   EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
@@ -362,38 +377,21 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     void* recv = nullptr;
     ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
 
-    // One 4 KiB receive at the start of a 64 KiB registration (guard
-    // bytes after it).
-    std::vector<uint8_t> rbuf(1 << 16, 0x5c);
-    void* mh = nullptr;
-    ASSERT_EQ(
-        N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
-        kOk);
-    void* data = rbuf.data();
-    size_t size = 4096;
-    int tag = 7;
-    void* req = nullptr;
-    ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
-    ASSERT_NE(req, nullptr);
-    Completion cts;
-    ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
-    Cts f{};
-    memcpy(&f, peer.ring.data(), CtsLen(1));
-    ASSERT_EQ(f.n, 1u);
-    ASSERT_EQ(f.e[0].size, 4096u);
-    ASSERT_NO_FATAL_FAILURE(
-        peer.Write(f.e[0].addr + c.addr_delta, f.e[0].rkey, c.len, c.imm));
+    PostedReceive p;
+    ASSERT_NO_FATAL_FAILURE(PostOneReceive(&peer, recv, &p));
+    ASSERT_NO_FATAL_FAILURE(peer.Write(p.cts.e[0].addr + c.addr_delta,
+                                       p.cts.e[0].rkey, c.len, c.imm));
     int got = -1;
     const size_t log_from = LogSnapshot().size();
     SetLogEcho(good);
-    EXPECT_EQ(TestUntil(req, &got), good ? kOk : kPrismNcclRemoteError)
+    EXPECT_EQ(TestUntil(p.req, &got), good ? kOk : kPrismNcclRemoteError)
         << c.what;
     EXPECT_EQ(WarningsSince(log_from, "recv comm: "), good ? 0 : 1) << c.what;
     SetLogEcho(true);
     if (good) {
       EXPECT_EQ(got, 4096);
     }
-    EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+    EXPECT_EQ(N()->dereg_mr(recv, p.mh), kOk);
     EXPECT_EQ(N()->close_recv(recv), kOk);
   }
 }
