@@ -9,9 +9,12 @@
 // - at least one device; names unique and non-empty; an IPv4 or IPv6
 //   address with port 0 and the matching length; speed > 0, latency >= 0;
 // - paths 1..65535, planes >= 1, connect timeout 1..3600000 ms;
-// - udp data path: every device has 1..16 plane addresses, each an IPv6
+// - planes 1..15 (kMaxPlanes: what a udp connection blob carries);
+// - udp data path: every device has 1..15 plane addresses, each an IPv6
 //   literal, and the connection's planes fit its paths (the engine refuses
 //   num_planes > num_paths);
+// - PRISM_IFNAME set to only blanks and commas (with PRISM_ADDRS unset or
+//   empty) is never accepted;
 // - verbs data path: one plane, 1..49 queue pairs, a known mode;
 // - the UDP transmit mode is one of auto, raw, sockets.
 // A failure's message is non-empty.
@@ -35,6 +38,7 @@ using prism::nccl::DataMode;
 using prism::nccl::DeviceConfig;
 using prism::nccl::HostInfo;
 using prism::nccl::HostInterface;
+using prism::nccl::kMaxPlanes;
 using prism::nccl::ParseConfig;
 using prism::nccl::PluginConfig;
 
@@ -100,7 +104,8 @@ void CheckDevice(const DeviceConfig& d, const PluginConfig& c) {
   Check(d.speed_mbps > 0);
   Check(d.latency_us >= 0.0f);
   if (c.mode == DataMode::kPrismUdp) {
-    Check(!d.plane_addrs.empty() && d.plane_addrs.size() <= 16);
+    Check(!d.plane_addrs.empty() &&
+          d.plane_addrs.size() <= static_cast<size_t>(kMaxPlanes));
     Check(d.plane_addrs.size() <= c.paths);
     for (const std::string& a : d.plane_addrs) Check(IsIpv6(a));
   }
@@ -114,7 +119,7 @@ void CheckConfig(const PluginConfig& c) {
     Check(names.insert(d.name).second);
   }
   Check(c.paths >= 1);
-  Check(c.planes >= 1);
+  Check(c.planes >= 1 && c.planes <= kMaxPlanes);
   Check(c.connect_timeout_ms >= 1 && c.connect_timeout_ms <= 3600000);
   Check(c.sock_buf_bytes >= 0);
   Check(c.udp_tx_mode == "auto" || c.udp_tx_mode == "raw" ||
@@ -158,6 +163,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto c = ParseConfig(getenv_fn, FakeHost());
   if (c.ok()) {
     CheckConfig(*c);
+    const char* addrs = getenv_fn("PRISM_ADDRS");
+    const char* ifname = getenv_fn("PRISM_IFNAME");
+    if ((addrs == nullptr || *addrs == '\0') && ifname != nullptr &&
+        *ifname != '\0') {
+      Check(std::string_view(ifname).find_first_not_of(" \t\n\v\f\r,") !=
+            std::string_view::npos);
+    }
   } else {
     Check(!c.status().message().empty());
   }

@@ -109,10 +109,11 @@ struct FakePeer {
     ASSERT_TRUE(blob.ok());
     ASSERT_TRUE(ep->Connect(conn, *blob).ok());
   }
-  // WRITE-with-immediate of src[0, len) to (addr, rkey).
-  void Write(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm) {
+  // The WRITE-with-immediate of src[0, len) to (addr, rkey).
+  WriteRequest SrcWrite(uint64_t addr, uint32_t rkey, uint64_t len,
+                        uint32_t imm, uint64_t wr_id) const {
     WriteRequest wr;
-    wr.wr_id = 1;
+    wr.wr_id = wr_id;
     wr.local_addr = src.data();
     wr.length = len;
     wr.lkey = src_mr.lkey;
@@ -120,20 +121,17 @@ struct FakePeer {
     wr.rkey = rkey;
     wr.has_immediate = true;
     wr.immediate = imm;
-    ASSERT_TRUE(ep->PostWrite(conn, wr).ok());
+    return wr;
+  }
+  // WRITE-with-immediate of src[0, len) to (addr, rkey).
+  void Write(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm) {
+    ASSERT_TRUE(ep->PostWrite(conn, SrcWrite(addr, rkey, len, imm, 1)).ok());
   }
   // `count` WRITE-with-immediates of src[0, len) to (addr, rkey), posted as
   // fast as the endpoint takes them; true once all completed.
   bool Flood(uint64_t addr, uint32_t rkey, uint64_t len, uint32_t imm,
              int count) {
-    WriteRequest wr;
-    wr.local_addr = src.data();
-    wr.length = len;
-    wr.lkey = src_mr.lkey;
-    wr.remote_addr = addr;
-    wr.rkey = rkey;
-    wr.has_immediate = true;
-    wr.immediate = imm;
+    WriteRequest wr = SrcWrite(addr, rkey, len, imm, 0);
     int posted = 0, done = 0;
     const auto start = FakeClock::now();
     while (done < count &&

@@ -149,10 +149,58 @@ TEST(NcclConfig, PlaneAddressesAreChecked) {
   EXPECT_EQ(c->planes, 4);
 }
 
-// ParseConfig takes the host's interfaces as an argument (what the fuzz
-// target uses): the first non-loopback interface that is up, its sysfs
-// speed, and (udp) its global IPv6 address as the plane address.
-TEST(NcclConfig, ParseConfigUsesTheGivenHost) {
+// PRISM_PLANES and a PRISM_UDP_ADDRS group have the same bound, 15 (what
+// a Prism udp connection's blob carries; kMaxPlanes), and the error says
+// why. Before 2026-12-05 PRISM_PLANES took 16, which passed init and
+// failed every udp connect (the blob refuses a 16th plane address).
+TEST(NcclConfig, PlaneLimitIsTheConnectionBlobs) {
+  EXPECT_EQ(kMaxPlanes, 15);
+  std::vector<std::string> paths = {"tcp"};
+  if (PrismDataPathAvailable()) paths.push_back("udp");
+  for (const std::string& dp : paths) {
+    std::map<std::string, std::string> e = {{"PRISM_DATAPATH", dp},
+                                            {"PRISM_ADDRS", "127.0.0.1"},
+                                            {"PRISM_PATHS", "64"},
+                                            {"PRISM_PLANES", "15"}};
+    auto c = LoadConfig(Env(&e));
+    ASSERT_TRUE(c.ok()) << dp << ": " << c.status();
+    EXPECT_EQ(c->planes, 15) << dp;
+    e["PRISM_PLANES"] = "16";
+    c = LoadConfig(Env(&e));
+    ASSERT_FALSE(c.ok()) << dp;
+    EXPECT_NE(c.status().message().find("PRISM_PLANES='16'"), std::string::npos)
+        << c.status();
+    EXPECT_NE(c.status().message().find("at most 15 plane addresses in its "
+                                        "connection blob"),
+              std::string::npos)
+        << c.status();
+  }
+  if (!PrismDataPathAvailable()) return;
+  std::string fifteen;
+  for (int i = 1; i <= 15; ++i) {
+    fifteen += (i > 1 ? "," : "") + std::string("fd00::") + std::to_string(i);
+  }
+  std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "udp"},
+                                          {"PRISM_ADDRS", "127.0.0.1"},
+                                          {"PRISM_PATHS", "64"},
+                                          {"PRISM_UDP_ADDRS", fifteen}};
+  auto c = LoadConfig(Env(&e));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planes, 15);
+  EXPECT_EQ(c->devices[0].plane_addrs.size(), 15u);
+  e["PRISM_UDP_ADDRS"] = fifteen + ",fd00::16";
+  c = LoadConfig(Env(&e));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(
+                "PRISM_UDP_ADDRS: device 0 lists 16 plane addresses; at most "
+                "15 (a Prism udp connection carries at most 15 plane "
+                "addresses in its connection blob)"),
+            std::string::npos)
+      << c.status();
+}
+
+// A host with a loopback and one up interface, eth0 (10.0.0.1, fd00::1).
+HostInfo LoAndEth0() {
   HostInfo host;
   for (const char* name : {"lo", "eth0"}) {
     HostInterface i;
@@ -167,6 +215,45 @@ TEST(NcclConfig, ParseConfigUsesTheGivenHost) {
     i.speed_mbps = i.loopback ? 0 : 25000;
     host.interfaces.push_back(i);
   }
+  return host;
+}
+
+// PRISM_IFNAME set but only blanks (and commas) is refused at init, naming
+// the variable; empty is "unset" (as NCCL's NCCL_SOCKET_IFNAME) and picks
+// the first non-loopback interface. Before 2026-12-05 blanks were taken as
+// unset too.
+TEST(NcclConfig, BlankIfnameIsRefused) {
+  const HostInfo host = LoAndEth0();
+  for (const char* blank : {" ", "\t", "  ,  ", ","}) {
+    std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "tcp"},
+                                            {"PRISM_IFNAME", blank}};
+    auto c = ParseConfig(Env(&e), host);
+    ASSERT_FALSE(c.ok()) << "'" << blank << "'";
+    EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+    EXPECT_NE(c.status().message().find("PRISM_IFNAME='"), std::string::npos)
+        << c.status();
+    EXPECT_NE(c.status().message().find("lists no interface"),
+              std::string::npos)
+        << c.status();
+  }
+  std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "tcp"},
+                                          {"PRISM_IFNAME", ""}};
+  auto c = ParseConfig(Env(&e), host);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->devices[0].name, "prism_eth0");
+  // Names around blanks still count.
+  e["PRISM_IFNAME"] = " , =eth0 ";
+  c = ParseConfig(Env(&e), host);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->devices[0].name, "prism_eth0");
+}
+
+// ParseConfig takes the host's interfaces as an argument (what the fuzz
+// target uses): the first non-loopback interface that is up, its sysfs
+// speed, and (udp) its global IPv6 address as the plane address.
+TEST(NcclConfig, ParseConfigUsesTheGivenHost) {
+  const HostInfo host = LoAndEth0();
   std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "tcp"}};
   auto c = ParseConfig(Env(&e), host);
   ASSERT_TRUE(c.ok()) << c.status();

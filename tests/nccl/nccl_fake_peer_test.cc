@@ -114,6 +114,32 @@ void AcceptPluginFrom(FakePeer* p, void** recv) {
   ASSERT_NO_FATAL_FAILURE(peer.ConnectTo(ack));
 }
 
+// The plugin as the receiver: a 64 KiB registration filled with 0x5c
+// (guard bytes after the receive) and one 4 KiB receive at its start (tag
+// 7), whose CTS the peer has taken from its ring.
+struct PostedReceive {
+  std::vector<uint8_t> rbuf = std::vector<uint8_t>(1 << 16, 0x5c);
+  void* mh = nullptr;
+  void* req = nullptr;
+  Cts cts{};
+};
+void PostOneReceive(FakePeer* peer, void* recv, PostedReceive* p) {
+  ASSERT_EQ(N()->reg_mr(recv, p->rbuf.data(), p->rbuf.size(), kPrismNcclPtrHost,
+                        &p->mh),
+            kOk);
+  void* data = p->rbuf.data();
+  size_t size = 4096;
+  int tag = 7;
+  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &p->mh, nullptr, &p->req),
+            kOk);
+  ASSERT_NE(p->req, nullptr);
+  Completion cts;
+  ASSERT_TRUE(peer->WaitImmediate(&cts)) << "no CTS from the plugin";
+  memcpy(&p->cts, peer->ring.data(), CtsLen(1));
+  ASSERT_EQ(p->cts.n, 1u);
+  ASSERT_EQ(p->cts.e[0].size, 4096u);
+}
+
 // isend until it returns a request or an error; the result.
 int IsendUntil(void* send, void* data, size_t size, int tag, void* mh,
                void** req) {
@@ -301,34 +327,23 @@ TEST(NcclFakePeer, DataFloodFailsTheReceive) {
   ASSERT_NO_FATAL_FAILURE(peer.Setup());
   void* recv = nullptr;
   ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
-  std::vector<uint8_t> rbuf(1 << 16, 0x5c);
-  void* mh = nullptr;
-  ASSERT_EQ(N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
-            kOk);
-  void* data = rbuf.data();
-  size_t size = 4096;
-  int tag = 7;
-  void* req = nullptr;
-  ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
-  ASSERT_NE(req, nullptr);
-  Completion cts;
-  ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
-  Cts f{};
-  memcpy(&f, peer.ring.data(), CtsLen(1));
-  ASSERT_EQ(f.n, 1u);
-  ASSERT_TRUE(peer.Flood(f.e[0].addr, f.e[0].rkey, 16, 5, 600));
+  PostedReceive p;
+  ASSERT_NO_FATAL_FAILURE(PostOneReceive(&peer, recv, &p));
+  ASSERT_TRUE(peer.Flood(p.cts.e[0].addr, p.cts.e[0].rkey, 16, 5, 600));
   const size_t log_from = LogSnapshot().size();
   SetLogEcho(false);
   int got = -1;
-  EXPECT_EQ(TestUntil(req, &got), kPrismNcclRemoteError);
+  EXPECT_EQ(TestUntil(p.req, &got), kPrismNcclRemoteError);
   SetLogEcho(true);
   EXPECT_EQ(WarningsSince(log_from, "recv comm: "), 1);
   EXPECT_EQ(WarningsSince(log_from,
                           "recv comm: completion inbox overflow: more than "
                           "512 Prism completions (its capacity)"),
             1);
-  for (size_t i = 16; i < rbuf.size(); ++i) ASSERT_EQ(rbuf[i], 0x5c) << i;
-  EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+  for (size_t i = 16; i < p.rbuf.size(); ++i) {
+    ASSERT_EQ(p.rbuf[i], 0x5c) << i;
+  }
+  EXPECT_EQ(N()->dereg_mr(recv, p.mh), kOk);
   EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
@@ -362,40 +377,113 @@ TEST(NcclFakePeer, CraftedDataWritesFailTheReceive) {
     void* recv = nullptr;
     ASSERT_NO_FATAL_FAILURE(AcceptPluginFrom(&peer, &recv));
 
-    // One 4 KiB receive at the start of a 64 KiB registration (guard
-    // bytes after it).
-    std::vector<uint8_t> rbuf(1 << 16, 0x5c);
-    void* mh = nullptr;
-    ASSERT_EQ(
-        N()->reg_mr(recv, rbuf.data(), rbuf.size(), kPrismNcclPtrHost, &mh),
-        kOk);
-    void* data = rbuf.data();
-    size_t size = 4096;
-    int tag = 7;
-    void* req = nullptr;
-    ASSERT_EQ(N()->irecv(recv, 1, &data, &size, &tag, &mh, nullptr, &req), kOk);
-    ASSERT_NE(req, nullptr);
-    Completion cts;
-    ASSERT_TRUE(peer.WaitImmediate(&cts)) << "no CTS from the plugin";
-    Cts f{};
-    memcpy(&f, peer.ring.data(), CtsLen(1));
-    ASSERT_EQ(f.n, 1u);
-    ASSERT_EQ(f.e[0].size, 4096u);
-    ASSERT_NO_FATAL_FAILURE(
-        peer.Write(f.e[0].addr + c.addr_delta, f.e[0].rkey, c.len, c.imm));
+    PostedReceive p;
+    ASSERT_NO_FATAL_FAILURE(PostOneReceive(&peer, recv, &p));
+    ASSERT_NO_FATAL_FAILURE(peer.Write(p.cts.e[0].addr + c.addr_delta,
+                                       p.cts.e[0].rkey, c.len, c.imm));
     int got = -1;
     const size_t log_from = LogSnapshot().size();
     SetLogEcho(good);
-    EXPECT_EQ(TestUntil(req, &got), good ? kOk : kPrismNcclRemoteError)
+    EXPECT_EQ(TestUntil(p.req, &got), good ? kOk : kPrismNcclRemoteError)
         << c.what;
     EXPECT_EQ(WarningsSince(log_from, "recv comm: "), good ? 0 : 1) << c.what;
     SetLogEcho(true);
     if (good) {
       EXPECT_EQ(got, 4096);
     }
-    EXPECT_EQ(N()->dereg_mr(recv, mh), kOk);
+    EXPECT_EQ(N()->dereg_mr(recv, p.mh), kOk);
     EXPECT_EQ(N()->close_recv(recv), kOk);
   }
+}
+
+// True when the peer of `fd` closed it within `ms` (recv gives 0).
+bool SeesEof(int fd, int ms) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
+    char b[512];
+    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return errno == ECONNRESET;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// INFO lines logged since line `from` that contain `text`.
+int InfosSince(size_t from, const char* text) {
+  const std::vector<LogLine> log = LogSnapshot();
+  int n = 0;
+  for (size_t i = from; i < log.size(); ++i) {
+    if (log[i].level == kPrismNcclLogInfo &&
+        log[i].text.find(text) != std::string::npos) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// NCCL gives up on a connect mid-handshake (an abort: connect returned
+// success with a NULL comm, the Hello went out, no Ack came) and never calls
+// it again, then finalizes the init context it used: the finalize releases
+// that connect -- its socket is closed (the listener sees EOF), its half of
+// the Prism connection and its CTS ring are freed (the ASan build checks
+// for leaks at exit), it is logged and counted -- and the stale handle is
+// refused afterwards. Before 2026-12-05 the connect state, its socket and
+// its Prism connection lived until the process exited.
+TEST(NcclFakePeer, AbandonedConnectIsReleasedAtFinalize) {
+  if (!UdpPath()) GTEST_SKIP() << "udp data path only";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  // A context of its own: finalizing it is not the last finalize.
+  void* ctx = nullptr;
+  ASSERT_EQ(N()->init(&ctx, 0x78, nullptr, TestLogger, nullptr), kOk);
+  ASSERT_NE(ctx, nullptr);
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, handle, &lc), kOk);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  FakeListener l;
+  ASSERT_NO_FATAL_FAILURE(l.Open(handle));
+  void* send = nullptr;
+  PrismNcclDeviceHandle* dh = nullptr;
+  ASSERT_EQ(N()->connect(ctx, 0, handle, &send, &dh), kOk);
+  ASSERT_EQ(send, nullptr);
+  const int peer = accept(l.fd, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  // Poll connect until its whole Hello has arrived: mid-handshake, waiting
+  // for the Ack that never comes.
+  Hello hello;
+  size_t got = 0;
+  const auto start = Clock::now();
+  while (got < sizeof(hello) &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_EQ(N()->connect(ctx, 0, handle, &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);
+    const ssize_t n = recv(peer, reinterpret_cast<char*>(&hello) + got,
+                           sizeof(hello) - got, MSG_DONTWAIT);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  ASSERT_EQ(got, sizeof(hello));
+  EXPECT_EQ(hello.magic, kHelloMagic);
+  uint64_t state = 0;
+  memcpy(&state, handle + offsetof(nccl::WireHandle, connect_state),
+         sizeof(state));
+  ASSERT_NE(state, 0u);
+  const size_t log_from = LogSnapshot().size();
+  ASSERT_EQ(N()->finalize(ctx), kOk);
+  EXPECT_EQ(InfosSince(log_from,
+                       "finalize: released 1 connect(s) abandoned "
+                       "mid-handshake"),
+            1);
+  EXPECT_TRUE(SeesEof(peer, 2000)) << "the abandoned connect's socket is open";
+  close(peer);
+  // The handle now names a released state: refused, not followed.
+  SetLogEcho(false);
+  EXPECT_EQ(N()->connect(g_ctx, 0, handle, &send, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send, nullptr);
 }
 
 // --- The side-channel handshake's bound (PRISM_CONNECT_TIMEOUT_MS). ---
@@ -422,21 +510,6 @@ int64_t LastTimeoutCount(const char* text) {
     return std::atoll(log[i].text.c_str() + at + key.size());
   }
   return -1;
-}
-
-// True when the peer of `fd` closed it within `ms` (recv gives 0).
-bool SeesEof(int fd, int ms) {
-  const auto start = Clock::now();
-  while (Clock::now() - start < std::chrono::milliseconds(ms)) {
-    char b[512];
-    const ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return errno == ECONNRESET;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 // A listener that accepts the TCP connection and never answers the Hello:

@@ -49,6 +49,10 @@ std::atomic<uint64_t> g_staging_stalls{0};
 // connect() whose Ack did not come, a connection accept() dropped because
 // its Hello did not.
 std::atomic<uint64_t> g_handshake_timeouts{0};
+// Prism WRITEs (isend payloads and CTS frames) that Endpoint::PostWrite
+// refused for a full queue (ResourceExhausted) and that were tried again
+// later: isend answered "try again", or the pending WRITE/CTS waited.
+std::atomic<uint64_t> g_writes_refused{0};
 constexpr std::chrono::milliseconds kStagingStallWarn{1000};
 
 // PRISM_NCCL_CALL_LOG=N (PluginConfig::call_log, set by SetCallLog at the
@@ -605,16 +609,47 @@ struct SendComm : CommBase {
       wr.has_immediate = true;
       wr.immediate = r->imm;
       const absl::Status st = dep->ep()->PostWrite(conn, wr);
-      if (absl::IsResourceExhausted(st)) return;  // again at the next call
-      if (!st.ok()) {
-        PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
-                        std::string(st.message()).c_str());
-        r->done = true;
-        r->result = kPrismNcclInternalError;
+      if (absl::IsResourceExhausted(st)) {  // again at the next call
+        WriteRefused();
+        return;
       }
       pend_head = (pend_head + 1) % kPool;
       --pend_count;
+      if (!st.ok()) {
+        r->done = true;
+        r->result = FailWrite(st, r->size);
+        return;
+      }
     }
+  }
+
+  // Endpoint::PostWrite refused a WRITE for a full queue (ResourceExhausted:
+  // its submission queue, which fills while the engine holds WRITEs back
+  // for a full completion queue or send window): transient, the WRITE is
+  // tried again (counted).
+  uint64_t writes_refused = 0;
+  void WriteRefused() {
+    ++writes_refused;
+    g_writes_refused.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Any other refusal is not transient (the WRITE's arguments or the
+  // connection are bad): the comm fails with the NCCL error that matches
+  // the cause -- ncclRemoteError when the connection is gone
+  // (FailedPrecondition, Unavailable, Aborted), ncclInternalError
+  // otherwise (the plugin built a WRITE the endpoint rejects) -- and every
+  // later call on it reports that. Before 2026-12-05 only that one isend
+  // returned ncclInternalError and the comm went on.
+  PrismNcclResult FailWrite(const absl::Status& st, uint64_t bytes) {
+    const PrismNcclResult r = absl::IsFailedPrecondition(st) ||
+                                      absl::IsUnavailable(st) ||
+                                      absl::IsAborted(st)
+                                  ? kPrismNcclRemoteError
+                                  : kPrismNcclInternalError;
+    char what[256];
+    snprintf(what, sizeof(what), "Prism refused the WRITE of %llu bytes: %s",
+             static_cast<unsigned long long>(bytes), st.ToString().c_str());
+    Fail(r, what, 0, /*loud=*/true);
+    return failure;
   }
 #endif
 
@@ -807,7 +842,10 @@ struct RecvComm : CommBase {
       wr.has_immediate = true;
       wr.immediate = o.seq;
       const absl::Status st = dep->ep()->PostWrite(conn, wr);
-      if (absl::IsResourceExhausted(st)) return;  // again at the next call
+      if (absl::IsResourceExhausted(st)) {  // again at the next call
+        g_writes_refused.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       if (!st.ok()) {
         PRISM_NCCL_WARN("irecv: Prism PostWrite of a CTS: %s",
                         std::string(st.message()).c_str());
@@ -1102,6 +1140,9 @@ struct ListenComm : CommBase {
 
 struct ConnectState {
   uint32_t magic = kCommMagic;
+  // The init context (v11) whose connect() started it: its finalize
+  // releases it (ReleaseConnectStates); nullptr for the older tables.
+  const void* owner = nullptr;
   int fd = -1;
   enum class Stage {
     kConnecting,
@@ -1169,6 +1210,11 @@ void DeleteConnectState(ConnectState* st) {
   delete st;
 }
 
+// Connect states released by finalize: NCCL gave up on their connect (an
+// abort) after a call that returned success with a NULL comm and never
+// called again.
+std::atomic<uint64_t> g_abandoned_connects{0};
+
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
 void PutBlob(const ConnectionBlob& b, HelloMsg* m) {
   m->info[0] = b.size;
@@ -1205,6 +1251,18 @@ void DropConnection(DeviceEndpoint** dep, ConnId* conn,
 }
 #endif
 
+// Frees a connect state nobody will advance any more: its socket, its half
+// of the Prism connection and its CTS ring (deregistered first).
+void ReleaseAbandoned(ConnectState* st) {
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  DropConnection(&st->dep, &st->conn, st->cts_lkey);
+#endif
+  CloseFd(st->fd);
+  st->fd = -1;
+  st->magic = kDeadMagic;
+  delete st;
+}
+
 void InitCommonFromConfig(CommBase* c, const DeviceContext& dev) {
   c->mode = dev.config->mode;
   c->dev = dev.index;
@@ -1228,14 +1286,59 @@ void SetCallLog(int64_t calls) {
   g_call_log.store(calls, std::memory_order_relaxed);
 }
 
+int ReleaseConnectStates(const void* owner, bool every) {
+  std::vector<ConnectState*> doomed;
+  {
+    std::lock_guard<std::mutex> lock(g_connect_states_mu);
+    for (auto it = g_connect_states.begin(); it != g_connect_states.end();) {
+      if (every || (*it)->owner == owner) {
+        doomed.push_back(const_cast<ConnectState*>(*it));
+        it = g_connect_states.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Outside the registry's lock: closing a Prism connection waits for the
+  // endpoint's loop thread.
+  for (ConnectState* st : doomed) ReleaseAbandoned(st);
+  if (!doomed.empty()) {
+    const uint64_t total =
+        g_abandoned_connects.fetch_add(doomed.size()) + doomed.size();
+    PRISM_NCCL_INFO(
+        "finalize: released %zu connect(s) abandoned mid-handshake (socket, "
+        "Prism connection, CTS ring); %llu in this process",
+        doomed.size(), static_cast<unsigned long long>(total));
+  }
+  return static_cast<int>(doomed.size());
+}
+
+PluginCounters Counters() {
+  PluginCounters c;
+  c.protocol_errors = g_protocol_errors.load();
+  c.api_errors = g_api_errors.load();
+  c.handshake_timeouts = g_handshake_timeouts.load();
+  c.staging_stalls = g_staging_stalls.load();
+  c.writes_refused = g_writes_refused.load();
+  c.abandoned_connects = g_abandoned_connects.load();
+  return c;
+}
+
 void ReleaseIdleResources() {
+  // First the connects NCCL abandoned: they hold endpoint references.
+  ReleaseConnectStates(nullptr, /*every=*/true);
+  const PluginCounters c = Counters();
   PRISM_NCCL_INFO(
       "rejected so far: %llu protocol errors, %llu API misuses, %llu "
-      "handshake timeouts; %llu staged GPU copies reported stalled",
-      static_cast<unsigned long long>(g_protocol_errors.load()),
-      static_cast<unsigned long long>(g_api_errors.load()),
-      static_cast<unsigned long long>(g_handshake_timeouts.load()),
-      static_cast<unsigned long long>(g_staging_stalls.load()));
+      "handshake timeouts; %llu staged GPU copies reported stalled; %llu "
+      "Prism WRITEs refused for a full queue and tried again; %llu "
+      "connects abandoned mid-handshake released",
+      static_cast<unsigned long long>(c.protocol_errors),
+      static_cast<unsigned long long>(c.api_errors),
+      static_cast<unsigned long long>(c.handshake_timeouts),
+      static_cast<unsigned long long>(c.staging_stalls),
+      static_cast<unsigned long long>(c.writes_refused),
+      static_cast<unsigned long long>(c.abandoned_connects));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
   DeviceEndpoint::ReleaseIdleEndpoints();
 #endif
@@ -1295,7 +1398,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
 }
 
 PrismNcclResult Connect(const DeviceContext& dev, void* handle,
-                        void** send_comm) {
+                        void** send_comm, const void* owner) {
   if (handle == nullptr || send_comm == nullptr) {
     return kPrismNcclInvalidArgument;
   }
@@ -1389,6 +1492,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
       return kPrismNcclSystemError;
     }
     st->fd = *fd;
+    st->owner = owner;
     st->hello.magic = kHelloMagic;
     st->hello.version = kProtoVersion;
     st->hello.nonce = h.nonce;
@@ -1767,12 +1871,18 @@ PrismNcclResult CloseSend(void* send_comm) {
     std::lock_guard<std::mutex> lock(s->mu);
     CloseFd(s->fd);
     s->fd = -1;
+    uint64_t refused = 0;
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+    refused = s->writes_refused;
+#endif
     PRISM_NCCL_INFO(
         "dev %d send comm closed: %llu CTS through Prism, %llu CTS and %llu "
-        "bytes on the side channel after the handshake",
+        "bytes on the side channel after the handshake, %llu WRITEs refused "
+        "for a full queue and tried again",
         s->dev, static_cast<unsigned long long>(s->cts_via_prism),
         static_cast<unsigned long long>(s->cts_via_side),
-        static_cast<unsigned long long>(s->side_rx_bytes));
+        static_cast<unsigned long long>(s->side_rx_bytes),
+        static_cast<unsigned long long>(refused));
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     // Deregistered after the connection is closed (ReleaseConnection).
     if (s->cts_ring_lkey != 0) s->deferred_lkeys.push_back(s->cts_ring_lkey);
@@ -2028,14 +2138,14 @@ PrismNcclResult Isend(void* send_comm, void* data, size_t size, int tag,
       wr.immediate = req->imm;
       const absl::Status st = s->dep->ep()->PostWrite(s->conn, wr);
       if (!st.ok()) {
+        // Nothing consumed: the CTS entry stays unmatched for the retry.
         s->Free(req);
         if (absl::IsResourceExhausted(st)) {
+          s->WriteRefused();
           s->Again(4, "isend: Prism send queue full", g.seq);
           return kPrismNcclSuccess;
         }
-        PRISM_NCCL_WARN("isend: Prism PostWrite: %s",
-                        std::string(st.message()).c_str());
-        return kPrismNcclInternalError;
+        return s->FailWrite(st, size);
       }
     }
 #else

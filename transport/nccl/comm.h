@@ -57,8 +57,11 @@ struct DeviceContext {
 
 PrismNcclResult Listen(const DeviceContext& dev, void* handle,
                        void** listen_comm);
+// `owner`: the v11 init context of the call (nullptr for the older
+// tables); a connect NCCL abandons mid-handshake is released when its owner
+// is finalized (ReleaseConnectStates).
 PrismNcclResult Connect(const DeviceContext& dev, void* handle,
-                        void** send_comm);
+                        void** send_comm, const void* owner = nullptr);
 PrismNcclResult Accept(void* listen_comm, void** recv_comm);
 PrismNcclResult CloseListen(void* listen_comm);
 PrismNcclResult CloseSend(void* send_comm);
@@ -83,8 +86,32 @@ int SupportedPtrTypes();
 // state-changing data calls at INFO (comm.cc).
 void SetCallLog(int64_t calls);
 
-// Releases per-device resources no comm uses any more (the Prism endpoints
-// and their loop threads). Called when the last init context is finalized.
+// Process-wide counters (logged by ReleaseIdleResources; docs/nccl.md).
+struct PluginCounters {
+  uint64_t protocol_errors = 0;     // peers that broke the protocol
+  uint64_t api_errors = 0;          // calls NCCL should not have made
+  uint64_t handshake_timeouts = 0;  // PRISM_CONNECT_TIMEOUT_MS expired
+  uint64_t staging_stalls = 0;      // staged GPU copies reported stalled
+  // Prism WRITEs (payloads and CTS frames) refused by PostWrite for a full
+  // queue and tried again (isend answered "try again").
+  uint64_t writes_refused = 0;
+  // Connects abandoned mid-handshake, released at finalize.
+  uint64_t abandoned_connects = 0;
+};
+PluginCounters Counters();
+
+// Releases the connects in progress between calls (socket, half of the
+// Prism connection, CTS ring) that `owner` started, or all of them with
+// `every`: NCCL may give up on a connect that returned success with a NULL
+// comm (an abort) and never call it again. A handle naming a released one
+// is refused afterwards like any stale handle. A connect() call running at
+// that moment keeps its state (finalizing while connecting is NCCL misuse).
+// Returns how many were released (logged, counted).
+int ReleaseConnectStates(const void* owner, bool every);
+
+// Releases every abandoned connect (ReleaseConnectStates) and the
+// per-device resources no comm uses any more (the Prism endpoints and their
+// loop threads). Called when the last init context is finalized.
 void ReleaseIdleResources();
 
 }  // namespace prism::nccl

@@ -268,9 +268,12 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
         }
         addrs.push_back(s);
       }
-      if (addrs.size() > 15) {
-        return absl::InvalidArgumentError(
-            "PRISM_UDP_ADDRS: at most 15 planes per device");
+      if (addrs.size() > static_cast<size_t>(kMaxPlanes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PRISM_UDP_ADDRS: device ", groups.size(), " lists ", addrs.size(),
+            " plane addresses; at most ", kMaxPlanes,
+            " (a Prism udp connection carries at most ", kMaxPlanes,
+            " plane addresses in its connection blob)"));
       }
       // A group of only commas and blanks ("fd00::1; ,"). Before
       // 2026-12-05 it gave its device zero planes (found by
@@ -415,8 +418,13 @@ absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& env,
   if (auto s = ParseInt(env, "PRISM_PATHS", 1, 65535, &paths); !s.ok()) {
     return s;
   }
-  if (auto s = ParseInt(env, "PRISM_PLANES", 1, 16, &planes); !s.ok()) {
-    return s;
+  // The same bound as a PRISM_UDP_ADDRS group (kMaxPlanes; before
+  // 2026-12-05 this said 16, which passed init and failed every udp
+  // connect).
+  if (auto s = ParseInt(env, "PRISM_PLANES", 1, kMaxPlanes, &planes); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(s.message(), " (a Prism udp connection carries at most ",
+                     kMaxPlanes, " plane addresses in its connection blob)"));
   }
   if (auto s = ParseInt(env, "PRISM_PORT", 0, 65535, &port); !s.ok()) {
     return s;
@@ -487,6 +495,17 @@ absl::StatusOr<PluginConfig> ParseConfig(const EnvGetter& env,
       for (absl::string_view w :
            absl::StrSplit(ifnames, ',', absl::SkipWhitespace())) {
         wanted.emplace_back(absl::StripAsciiWhitespace(w));
+      }
+      // Set, but only blanks and commas: most likely a mistake (an
+      // unexpanded shell variable), not a request for the default. Empty
+      // stays "unset", as NCCL's NCCL_SOCKET_IFNAME. Before 2026-12-05 this
+      // silently picked the first non-loopback interface.
+      if (wanted.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "PRISM_IFNAME='", ifnames,
+            "' lists no interface (only blanks and commas); unset it, or "
+            "set it empty, for the first non-loopback interface that is "
+            "up"));
       }
     }
     for (const HostInterface& i : ifaces) {

@@ -5,10 +5,11 @@
 // bootstraps connections, plus the Prism datapath parameters (paths, planes,
 // port). Variables (all optional; see docs/nccl.md):
 //   PRISM_DATAPATH      tcp | udp | verbs  data path (see DataMode)
-//   PRISM_IFNAME        eth0,eth1 | =eth0  interfaces (prefix match, '=' exact)
+//   PRISM_IFNAME        eth0,eth1 | =eth0  interfaces (prefix match, '=' exact;
+//                       empty = unset, only blanks and commas = an error)
 //   PRISM_ADDRS         10.0.0.1,fd00::1   explicit local addresses
 //   PRISM_PATHS         paths per connection (1..65535, default 256)
-//   PRISM_PLANES        planes per device (1..16, default 1)
+//   PRISM_PLANES        planes per device (1..15, default 1)
 //   PRISM_PORT          datapath base port (0 = ephemeral / backend default)
 //   PRISM_SPEED_MBPS    advertised speed (default /sys speed or 100000)
 //   PRISM_LATENCY_US    advertised latency (default 10)
@@ -76,6 +77,13 @@ enum class DataMode {
   // placed by the NIC).
   kPrismVerbs,
 };
+
+// Planes per device (PRISM_PLANES, a PRISM_UDP_ADDRS group): a Prism udp
+// connection's blob, exchanged in the Hello/Ack, carries at most 15 plane
+// addresses (transport/runtime/conn_blob.h; EncodeBlob refuses more), fewer
+// than the UDP datapath (16) and the engine (32) take, so a 16th plane
+// would pass init and fail every connect.
+inline constexpr int kMaxPlanes = 15;
 
 // True for the modes that carry payload over a Prism endpoint.
 inline bool IsPrismMode(DataMode m) { return m != DataMode::kTcpInterim; }

@@ -15,6 +15,8 @@ namespace {
 std::mutex g_pool_mu;
 std::vector<std::unique_ptr<DeviceEndpoint>>* g_pool =
     new std::vector<std::unique_ptr<DeviceEndpoint>>();
+// SetFactoryForTesting (guarded by g_pool_mu); nullptr: Endpoint::Create.
+DeviceEndpoint::Factory g_factory = nullptr;
 
 }  // namespace
 
@@ -83,7 +85,7 @@ absl::StatusOr<DeviceEndpoint*> DeviceEndpoint::Acquire(
     o.connection.path_policy = c.path_policy;
     o.connection.link_rate_bps =
         static_cast<uint64_t>(d.speed_mbps) * 1'000'000ull;
-    auto ep = Endpoint::Create(o);
+    auto ep = g_factory != nullptr ? g_factory(o) : Endpoint::Create(o);
     if (!ep.ok()) return ep.status();
     slot->ep_ = std::move(*ep);
     PRISM_NCCL_INFO(
@@ -122,6 +124,11 @@ void DeviceEndpoint::ReleaseIdleEndpoints() {
     }
   }
   doomed.clear();  // joins the loop threads, outside the pool lock
+}
+
+void DeviceEndpoint::SetFactoryForTesting(Factory factory) {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_factory = factory;
 }
 
 void DeviceEndpoint::AddRoute(ConnId conn, CompletionSink* sink) {

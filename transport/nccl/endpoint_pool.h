@@ -50,6 +50,14 @@ class DeviceEndpoint {
   // finalized).
   static void ReleaseIdleEndpoints();
 
+  // Tests only: endpoints created from now on come from `factory` instead
+  // of Endpoint::Create (nullptr: Endpoint::Create again), e.g. a wrapper
+  // that refuses chosen PostWrites. Production code never calls it; the
+  // plugin library does not export it.
+  using Factory =
+      absl::StatusOr<std::unique_ptr<Endpoint>> (*)(const EndpointOptions&);
+  static void SetFactoryForTesting(Factory factory);
+
  private:
   std::unique_ptr<Endpoint> ep_;
   int users_ = 0;  // guarded by the pool mutex

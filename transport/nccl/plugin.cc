@@ -5,7 +5,9 @@
 // for the life of the process (the library is linked with -z nodelete, so a
 // dlclose/dlopen cycle finds the same state). init/finalize are reference
 // counted per v11 context; finalize(NULL) is accepted (NCCL 2.28.9 calls it
-// after a failed init).
+// after a failed init). finalize(ctx) releases the connects that context
+// started and NCCL abandoned mid-handshake (comm.h, ReleaseConnectStates);
+// the last finalize releases every one left and the idle endpoints.
 //
 // Thread safety: init/finalize/devices/getProperties serialise on a global
 // mutex; everything else is per comm (see comm.h).
@@ -180,11 +182,13 @@ PrismNcclResult ListenDev(int dev, void* handle, void** listen_comm) {
   return Listen(*d, handle, listen_comm);
 }
 
-PrismNcclResult ConnectDev(int dev, void* handle, void** send_comm) {
+// `owner`: the v11 init context (nullptr for the older tables).
+PrismNcclResult ConnectDev(int dev, void* handle, void** send_comm,
+                           const void* owner = nullptr) {
   if (send_comm != nullptr) *send_comm = nullptr;
   const DeviceContext* d = Dev(dev);
   if (d == nullptr) return kPrismNcclInvalidArgument;
-  return Connect(*d, handle, send_comm);
+  return Connect(*d, handle, send_comm, owner);
 }
 
 PrismNcclResult RegMrDmaBuf(void* comm, void* data, size_t size, int type,
@@ -235,6 +239,9 @@ PrismNcclResult FinalizeV11(void* ctx) {
   if (ctx == nullptr) return kPrismNcclSuccess;  // after a failed init
   auto* c = static_cast<InitCtx*>(ctx);
   if (c->magic != kCtxMagic) return kPrismNcclInvalidArgument;
+  // The connects this context started and NCCL abandoned mid-handshake
+  // (the rest go at the last finalize, in ReleaseIdleResources).
+  ReleaseConnectStates(c, /*every=*/false);
   c->magic = 0;
   delete c;
   PluginState& st = State();
@@ -266,9 +273,8 @@ PrismNcclResult ListenV11(void* ctx, int dev, void* handle,
 
 PrismNcclResult ConnectV11(void* ctx, int dev, void* handle, void** send_comm,
                            PrismNcclDeviceHandle** dev_comm) {
-  (void)ctx;
   (void)dev_comm;  // host plugin: never written (may be NULL)
-  return ConnectDev(dev, handle, send_comm);
+  return ConnectDev(dev, handle, send_comm, ctx);
 }
 
 PrismNcclResult AcceptAny(void* listen_comm, void** recv_comm,
