@@ -89,6 +89,16 @@ std::vector<LogLine> LogSnapshot() {
   return *g_log;
 }
 
+int LogLinesSince(size_t from, int level, const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  int n = 0;
+  for (size_t i = from; i < g_log->size(); ++i) {
+    const LogLine& l = (*g_log)[i];
+    if (l.level == level && l.text.find(text) != std::string::npos) ++n;
+  }
+  return n;
+}
+
 void SetLogEcho(bool echo) {
   std::lock_guard<std::mutex> lock(g_log_mu);
   g_echo = echo;

@@ -45,6 +45,15 @@ struct LogLine {
 void TestLogger(int level, unsigned long flags, const char* file, int line,
                 const char* fmt, ...);
 std::vector<LogLine> LogSnapshot();
+// Lines logged at `level` since line `from` of LogSnapshot() that contain
+// `text`.
+int LogLinesSince(size_t from, int level, const std::string& text);
+inline int WarningsSince(size_t from, const std::string& text) {
+  return LogLinesSince(from, kPrismNcclLogWarn, text);
+}
+inline int InfosSince(size_t from, const std::string& text) {
+  return LogLinesSince(from, kPrismNcclLogInfo, text);
+}
 void SetLogEcho(bool echo_warnings);
 
 // Deterministic payload pattern: byte `offset` of message (round, index).

@@ -52,19 +52,6 @@ void Init() {
   ASSERT_EQ(N()->init(&g_ctx, 0x77, nullptr, TestLogger, nullptr), kOk);
 }
 
-// Warnings logged since log line `from` that contain `text`.
-int WarningsSince(size_t from, const char* text) {
-  const std::vector<LogLine> log = LogSnapshot();
-  int n = 0;
-  for (size_t i = from; i < log.size(); ++i) {
-    if (log[i].level == kPrismNcclLogWarn &&
-        log[i].text.find(text) != std::string::npos) {
-      ++n;
-    }
-  }
-  return n;
-}
-
 // The peer as the receiver: the plugin connects to a fake listener.
 void ConnectPluginTo(FakePeer* peer, void** send) {
   char handle[kPrismNcclHandleMaxSize];
@@ -409,19 +396,6 @@ bool SeesEof(int fd, int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
-}
-
-// INFO lines logged since line `from` that contain `text`.
-int InfosSince(size_t from, const char* text) {
-  const std::vector<LogLine> log = LogSnapshot();
-  int n = 0;
-  for (size_t i = from; i < log.size(); ++i) {
-    if (log[i].level == kPrismNcclLogInfo &&
-        log[i].text.find(text) != std::string::npos) {
-      ++n;
-    }
-  }
-  return n;
 }
 
 // NCCL gives up on a connect mid-handshake (an abort: connect returned

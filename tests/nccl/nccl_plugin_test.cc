@@ -920,19 +920,6 @@ int RawConnect(const char* handle) {
   return fd;
 }
 
-// Warnings logged since log line `from` that contain `text`.
-int WarningsSince(size_t from, const char* text) {
-  const std::vector<LogLine> log = LogSnapshot();
-  int n = 0;
-  for (size_t i = from; i < log.size(); ++i) {
-    if (log[i].level == kPrismNcclLogWarn &&
-        log[i].text.find(text) != std::string::npos) {
-      ++n;
-    }
-  }
-  return n;
-}
-
 // Connections to the listener that never complete their Hello (a port
 // scanner, a stray or stalled client) do not hold up the real peer: accept
 // works on several at once and, when all its slots are taken, evicts the

@@ -28,6 +28,7 @@ namespace prism::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using nccl_test::WarningsSince;
 constexpr int kOk = kPrismNcclSuccess;
 constexpr uint64_t kPayload = 4096;  // never the length of a CTS frame
 
@@ -126,19 +127,6 @@ absl::StatusOr<std::unique_ptr<Endpoint>> MakeRefusing(
   auto ep = Endpoint::Create(o);
   if (!ep.ok()) return ep.status();
   return std::unique_ptr<Endpoint>(new RefusingEndpoint(*std::move(ep)));
-}
-
-// Warnings logged since line `from` that contain `text`.
-int WarningsSince(size_t from, const std::string& text) {
-  const std::vector<nccl_test::LogLine> log = nccl_test::LogSnapshot();
-  int n = 0;
-  for (size_t i = from; i < log.size(); ++i) {
-    if (log[i].level == kPrismNcclLogWarn &&
-        log[i].text.find(text) != std::string::npos) {
-      ++n;
-    }
-  }
-  return n;
 }
 
 // A connected send/recv comm pair with a registered 64 KiB buffer each and
