@@ -528,8 +528,14 @@ void PrismHost::AddTotals(TransportTotals* t) const {
     t->tail_loss_probes += s->tail_loss_probes;
     t->trims_seen += s->rx_trimmed;
     t->ecn_echoes += s->ecn_echoes;
+    t->rnr_nacks_received += s->rnr_nacks_received;
+    t->rnr_probes_sent += s->rnr_probes_sent;
+    t->rnr_timeouts += s->rnr_timeouts;
   }
   const EngineStats e = engine_.stats();
+  t->rx_drop_no_buffer += e.rx_drop_no_buffer;
+  t->cq_delivery_holds += e.cq_delivery_holds;
+  t->writes_refused_cq_full += e.writes_refused_cq_full;
   t->engine_rx_drops += e.rx_drop_malformed + e.rx_drop_bad_magic +
                         e.rx_drop_bad_version + e.rx_drop_bad_checksum +
                         e.rx_drop_payload_corrupt + e.rx_drop_unknown_conn +

@@ -623,6 +623,17 @@ json::Value Summarize(const ScenarioConfig& sc,
           Value::Int(static_cast<int64_t>(t.engine_rx_drops)));
     o.Set("connection_errors",
           Value::Int(static_cast<int64_t>(t.connection_errors)));
+    o.Set("rnr_nacks_received",
+          Value::Int(static_cast<int64_t>(t.rnr_nacks_received)));
+    o.Set("rnr_probes_sent",
+          Value::Int(static_cast<int64_t>(t.rnr_probes_sent)));
+    o.Set("rnr_timeouts", Value::Int(static_cast<int64_t>(t.rnr_timeouts)));
+    o.Set("rx_drop_no_buffer",
+          Value::Int(static_cast<int64_t>(t.rx_drop_no_buffer)));
+    o.Set("cq_delivery_holds",
+          Value::Int(static_cast<int64_t>(t.cq_delivery_holds)));
+    o.Set("writes_refused_cq_full",
+          Value::Int(static_cast<int64_t>(t.writes_refused_cq_full)));
     Value fs = Value::Object();
     fs.Set("p50", Value::Number(Percentile(fct, 0.5)));
     fs.Set("p99", Value::Number(Percentile(fct, 0.99)));

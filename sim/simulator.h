@@ -147,6 +147,17 @@ struct TransportTotals {
   uint64_t engine_rx_drops = 0;  // engine's rx_drop_* sum (Prism)
   uint64_t connection_errors = 0;
   uint64_t tail_loss_probes = 0;  // Prism: PTO firings
+  // Prism completion-queue backpressure (EngineOptions::cq_capacity): the
+  // senders' RNR side (ConnectionStats: NACK NO_BUFFER received, RNR probes
+  // sent, connections failed by rnr_timeout) and the receivers' (EngineStats:
+  // packets answered NO_BUFFER, deliveries held for a full queue) and
+  // PostWrite calls refused for want of a completion slot.
+  uint64_t rnr_nacks_received = 0;
+  uint64_t rnr_probes_sent = 0;
+  uint64_t rnr_timeouts = 0;
+  uint64_t rx_drop_no_buffer = 0;
+  uint64_t cq_delivery_holds = 0;
+  uint64_t writes_refused_cq_full = 0;
   // Measurement only (Prism with SRv6; the fabric's view, which the engine
   // never sees): packets the sender put on a path whose carrier crossed a
   // hop that was down at send time (Fabric::CarrierDownSince), by kind.

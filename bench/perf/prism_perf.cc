@@ -721,7 +721,10 @@ double RunDelayMs() {
   return any ? total / 1e6 : -1;
 }
 
-void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
+// `peer`: the other side's endpoint when it is in this process (--datapath
+// loopback), for its receive-side counters (JSON "peer_..."); else nullptr.
+void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn,
+                 Endpoint* peer = nullptr) {
   prism::ConnectionStats cs;
   if (ep) {
     auto s = ep->connection_stats(conn);
@@ -729,6 +732,8 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
   }
   prism::DatapathStats ds;
   if (ep) ds = ep->datapath_stats();
+  prism::EngineStats es;
+  if (ep) es = ep->stats();
   if (a.json) {
     printf(
         "{\"bytes\": %llu, \"seconds\": %.6f, \"gbps\": %.4f, "
@@ -777,6 +782,29 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
       }
       printf("]");
     }
+    // Completion-queue backpressure (docs/runtime.md, "When the
+    // application does not poll"): this side's connection as a sender
+    // (NACK NO_BUFFER received, RNR probes, rnr_timeout failures), its
+    // Endpoint's refused posts, and its engine as a receiver (packets
+    // answered NO_BUFFER, deliveries held).
+    printf(
+        ", \"rnr_nacks_received\": %llu, \"rnr_probes_sent\": %llu, "
+        "\"rnr_timeouts\": %llu, \"writes_refused_cq_full\": %llu, "
+        "\"rx_drop_no_buffer\": %llu, \"cq_delivery_holds\": %llu",
+        static_cast<unsigned long long>(cs.rnr_nacks_received),
+        static_cast<unsigned long long>(cs.rnr_probes_sent),
+        static_cast<unsigned long long>(cs.rnr_timeouts),
+        static_cast<unsigned long long>(ds.writes_refused_cq_full),
+        static_cast<unsigned long long>(es.rx_drop_no_buffer),
+        static_cast<unsigned long long>(es.cq_delivery_holds));
+    if (peer != nullptr) {
+      const prism::EngineStats pes = peer->stats();
+      printf(
+          ", \"peer_rx_drop_no_buffer\": %llu, "
+          "\"peer_cq_delivery_holds\": %llu",
+          static_cast<unsigned long long>(pes.rx_drop_no_buffer),
+          static_cast<unsigned long long>(pes.cq_delivery_holds));
+    }
     // The datapath's and the engine's own counters (kernel drops, back-
     // pressure, RTO and TLP detail), as text, for diagnosing a bad run.
     printf(
@@ -797,8 +825,7 @@ void PrintResult(const Args& a, const Result& r, Endpoint* ep, ConnId conn) {
         ds.loop_stall_time / 1e9, ds.loop_max_gap / 1e9,
         static_cast<unsigned long long>(ds.loop_wakeups),
         static_cast<unsigned long long>(ds.app_wakeups), Nvcsw(), Nivcsw(),
-        RunDelayMs(), ds.detail.c_str(),
-        ep ? ep->stats().ToString().c_str() : "");
+        RunDelayMs(), ds.detail.c_str(), ep ? es.ToString().c_str() : "");
     printf("}\n");
     return;
   }
@@ -927,7 +954,7 @@ int RunLoopback(const Args& a) {
   CompletionDrain drain(srv->get());
   Result r = RunClient(**cli, *cc, a, mr->addr, mr->rkey, mr->length);
   drain.Stop();
-  PrintResult(a, r, cli->get(), *cc);
+  PrintResult(a, r, cli->get(), *cc, srv->get());
   if (!a.json) {
     printf(" server completions: %llu received, %llu failed\n",
            static_cast<unsigned long long>(drain.received()),

@@ -309,9 +309,12 @@ Stall RunStall(Time rnr_timeout, Time until) {
 
 // rnr_timeout: a receiver that never polls fails the sender's connection
 // rnr_timeout after the first NO_BUFFER (not before, although the probes
-// are refused all along), with kResourceExhausted for every outstanding
-// WRITE and for the kConnectionError; connection_timeout (30 s) could not
-// have caught it (the receiver answers every probe).
+// are refused all along), as an RC QP whose rnr_retry ran out: the oldest
+// outstanding WRITE (the one the peer never acknowledged) completes with
+// kResourceExhausted (IBV_WC_RNR_RETRY_EXC_ERR), every later one with
+// kAborted (flushed), and the kConnectionError carries kResourceExhausted;
+// connection_timeout (30 s) could not have caught it (the receiver answers
+// every probe).
 TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
   constexpr Time kTimeout = 20 * kMillisecond;
   const Stall s = RunStall(kTimeout, 100 * kMillisecond);
@@ -322,20 +325,28 @@ TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
   EXPECT_EQ(s.st.rnr_timeouts, 1u);
   EXPECT_GT(s.st.rnr_probes_sent, 10u);
   size_t writes = 0, failed = 0, errors = 0;
+  uint64_t next_wr_id = 0;
   for (const Completion& c : s.cq) {
     if (c.type == CompletionType::kWrite) {
+      EXPECT_EQ(c.wr_id, next_wr_id++);  // in posting order
       ++writes;
       if (c.status != absl::StatusCode::kOk) {
+        // OK ones first, then the stuck one, then the flushed ones.
+        EXPECT_EQ(c.status, failed == 0 ? absl::StatusCode::kResourceExhausted
+                                        : absl::StatusCode::kAborted)
+            << c.wr_id;
         ++failed;
-        EXPECT_EQ(c.status, absl::StatusCode::kResourceExhausted) << c.wr_id;
+      } else {
+        EXPECT_EQ(failed, 0u) << c.wr_id;
       }
     } else if (c.type == CompletionType::kConnectionError) {
       ++errors;
       EXPECT_EQ(c.status, absl::StatusCode::kResourceExhausted);
+      EXPECT_EQ(writes, s.posted);  // after every WRITE's completion
     }
   }
   EXPECT_EQ(writes, s.posted);  // every WRITE completed, OK or failed
-  EXPECT_GT(failed, 0u);
+  EXPECT_GT(failed, 1u);        // one stuck, the others flushed
   EXPECT_EQ(errors, 1u);
   // Those acked before the queue filled completed OK first.
   EXPECT_EQ(s.cq.front().type, CompletionType::kWrite);

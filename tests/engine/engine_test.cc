@@ -947,6 +947,60 @@ TEST(Engine, ConnectionFailsOnlyAfterConnectionTimeoutOfSilence) {
             30 * kSecond + ConnectionOptions().rto_max + kMillisecond);
 }
 
+// A connection timeout completes WRITEs as an RC QP's retry-exceeded error:
+// the oldest outstanding WRITE (the one the peer never acknowledged) gets
+// the cause, kDeadlineExceeded (IBV_WC_RETRY_EXC_ERR), the later ones
+// kAborted (flushed, IBV_WC_WR_FLUSH_ERR), then kConnectionError with the
+// cause. A WRITE acknowledged before the outage stays OK.
+TEST(Engine, ConnectionTimeoutFailsTheOldestWriteAndFlushesTheRest) {
+  EngineOptions eo;
+  eo.seed = 9;
+  LoopbackHarness h(2, eo, loopback::LinkConfig());
+  loopback::Blackhole bh;  // every path, both directions, for good
+  bh.start = 1 * kMillisecond;
+  bh.end = kTimeInfinite / 4;
+  h.net().AddBlackhole(bh);
+  ConnectionOptions o;
+  o.congestion = "fixed";
+  o.num_paths = 8;
+  o.connection_timeout = 20 * kMillisecond;
+  auto [ca, cb] = h.Connect(0, 1, o, o);
+  ASSERT_NE(ca, kInvalidConn);
+  std::vector<uint8_t> src(1 << 16, 0x5A), dst(1 << 16, 0);
+  auto smr = *h.engine(0).RegisterMemory(src.data(), src.size(), kAccessLocal);
+  auto dmr =
+      *h.engine(1).RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  auto post = [&](uint64_t wr_id) {
+    WriteRequest w;
+    w.wr_id = wr_id;
+    w.local_addr = src.data();
+    w.length = 16384;
+    w.lkey = smr.lkey;
+    w.remote_addr = dmr.addr + (wr_id % 4) * 16384;
+    w.rkey = dmr.rkey;
+    return h.engine(0).PostWrite(h.now(), ca, w);
+  };
+  ASSERT_TRUE(post(1).ok());
+  ASSERT_TRUE(
+      h.RunUntil([&] { return h.completions(0).size() == 1; }, kMillisecond));
+  h.RunTo(2 * kMillisecond);  // inside the outage
+  for (uint64_t id = 2; id <= 4; ++id) ASSERT_TRUE(post(id).ok());
+  ASSERT_TRUE(h.RunUntil([&] { return h.completions(0).size() == 5; },
+                         100 * kMillisecond));
+  const std::vector<Completion>& cq = h.completions(0);
+  EXPECT_EQ(cq[0].wr_id, 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+  EXPECT_EQ(cq[1].wr_id, 2u);
+  EXPECT_EQ(cq[1].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(cq[2].wr_id, 3u);
+  EXPECT_EQ(cq[2].status, absl::StatusCode::kAborted);
+  EXPECT_EQ(cq[3].wr_id, 4u);
+  EXPECT_EQ(cq[3].status, absl::StatusCode::kAborted);
+  EXPECT_EQ(cq[4].type, CompletionType::kConnectionError);
+  EXPECT_EQ(cq[4].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(h.now(), 2 * kMillisecond + o.connection_timeout);
+}
+
 TEST(Engine, FiveSecondTotalBlackholeDoesNotKillTheConnection) {
   // A switch reboot: every path dead for 5 s, then back.
   const OutageResult r = RunOutage(5 * kSecond);

@@ -1013,6 +1013,50 @@ TEST(ScenarioTest, PrismClassicIsPrismWithNsccClassic) {
   testing::ExpectInvariants(s.result());
 }
 
+// summary.json reports the completion-queue backpressure counters per
+// transport: the RNR side (rnr_nacks_received, rnr_probes_sent,
+// rnr_timeouts), the receivers' (rx_drop_no_buffer, cq_delivery_holds) and
+// refused posts (writes_refused_cq_full), from TransportTotals; a Prism run
+// (which polls at once: all zero) and a baseline report them too.
+TEST(ScenarioTest, SummaryReportsRnrAndCompletionQueueCounters) {
+  const char* const kKeys[] = {"rnr_nacks_received", "rnr_probes_sent",
+                               "rnr_timeouts",       "rx_drop_no_buffer",
+                               "cq_delivery_holds",  "writes_refused_cq_full"};
+  ScenarioConfig sc = MustParse(kTiny);
+  TransportConfig tc;  // prism
+  Simulator s(sc, tc);
+  ASSERT_TRUE(s.Init().ok());
+  ASSERT_TRUE(s.Run().ok());
+  ASSERT_TRUE(s.result().completed);
+  std::vector<RunResult> rs = {s.result()};
+  RunResult made;  // hand-made totals: each key reads its own field
+  made.transport = "made";
+  made.totals.rnr_nacks_received = 11;
+  made.totals.rnr_probes_sent = 12;
+  made.totals.rnr_timeouts = 13;
+  made.totals.rx_drop_no_buffer = 14;
+  made.totals.cq_delivery_holds = 15;
+  made.totals.writes_refused_cq_full = 16;
+  rs.push_back(made);
+  const json::Value root = Summarize(sc, rs);
+  const json::Value* tr = root.Find("transports");
+  ASSERT_NE(tr, nullptr);
+  const json::Value* prism = tr->Find(s.result().transport);
+  const json::Value* m = tr->Find("made");
+  ASSERT_NE(prism, nullptr);
+  ASSERT_NE(m, nullptr);
+  int64_t want = 11;
+  for (const char* k : kKeys) {
+    SCOPED_TRACE(k);
+    const json::Value* v = prism->Find(k);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->as_int(), 0);
+    v = m->Find(k);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->as_int(), want++);
+  }
+}
+
 TEST(ScenarioTest, JainIndex) {
   EXPECT_DOUBLE_EQ(JainIndex({1, 1, 1, 1}), 1.0);
   EXPECT_DOUBLE_EQ(JainIndex({1, 0, 0, 0}), 0.25);

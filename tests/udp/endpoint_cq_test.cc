@@ -263,6 +263,107 @@ TEST(EndpointCq, PollingWakesTheLoopAndResumesHeldDeliveries) {
   EXPECT_LE(rx->datapath_stats().cq_peak, kCapacity);
 }
 
+// A WRITE the Endpoint admitted but its engine refuses (the engine's queue
+// is full of deliveries waiting behind the Endpoint's full queue) is parked
+// until completions leave the engine, not offered again on every loop
+// iteration: EngineStats::writes_refused_cq_full counts refusals, and does
+// not grow while the application does not poll (before 2026-12-05 it grew
+// by one per iteration, about one per millisecond of sleep). Once the
+// application polls, the WRITE goes out and completes.
+TEST(EndpointCq, WriteRefusedByTheEngineWaitsForRoomInsteadOfRetrying) {
+  constexpr uint32_t kCapacity = 8;
+  constexpr int kMessages = 40;  // 8 in A's queue, 8 in its engine, 24 held
+  auto a = *Endpoint::Create(Udp(kCapacity));
+  auto b = *Endpoint::Create(Udp(65536));
+  const auto [cb, ca] = Link(*b, *a, Conn(), Conn());
+  ASSERT_NE(cb, 0u);
+  std::vector<uint8_t> bsrc(4096, 7), bdst(4096, 0), asrc(4096, 9),
+      adst(4096, 0);
+  auto mbs = *b->RegisterMemory(bsrc.data(), bsrc.size(), kAccessLocal);
+  auto mbd = *b->RegisterMemory(bdst.data(), bdst.size(), kAccessRemoteWrite);
+  auto mas = *a->RegisterMemory(asrc.data(), asrc.size(), kAccessLocal);
+  auto mad = *a->RegisterMemory(adst.data(), adst.size(), kAccessRemoteWrite);
+  for (int i = 0; i < kMessages; ++i) {
+    WriteRequest r;
+    r.wr_id = i;
+    r.local_addr = bsrc.data();
+    r.length = 64;
+    r.lkey = mbs.lkey;
+    r.remote_addr = mad.addr;
+    r.rkey = mad.rkey;
+    r.has_immediate = true;
+    r.immediate = i;
+    ASSERT_TRUE(b->PostWrite(cb, r).ok());
+  }
+  Completion c[16];
+  int acked = 0;
+  const Time deadline = Endpoint::Now() + 10 * kSecond;
+  while (acked < kMessages && Endpoint::Now() < deadline)
+    acked += b->WaitCompletions(c, 16, 10 * kMillisecond);
+  ASSERT_EQ(acked, kMessages) << "held messages are still acknowledged";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(a->datapath_stats().cq_depth, kCapacity);
+  ASSERT_GT(a->stats().cq_delivery_holds, 0u);
+
+  // A takes one immediate at a time and posts a WRITE to B, until its
+  // Endpoint admits one (its loop may refill the freed slot first: then the
+  // Endpoint refuses and A takes another).
+  WriteRequest w;
+  w.wr_id = 4242;
+  w.local_addr = asrc.data();
+  w.length = 512;
+  w.lkey = mas.lkey;
+  w.remote_addr = mbd.addr;
+  w.rkey = mbd.rkey;
+  uint32_t next_imm = 0;
+  bool admitted = false;
+  while (!admitted && next_imm < 20) {
+    ASSERT_EQ(a->PollCompletions(c, 1), 1u);
+    ASSERT_EQ(c[0].type, CompletionType::kRecvImmediate);
+    ASSERT_EQ(c[0].immediate, next_imm);
+    ++next_imm;
+    const absl::Status s = a->PostWrite(ca, w);
+    ASSERT_TRUE(s.ok() || absl::IsResourceExhausted(s)) << s;
+    admitted = s.ok();
+  }
+  ASSERT_TRUE(admitted);
+  // The engine's held deliveries take every slot freed (they come first),
+  // so it refuses the WRITE; the loop then sleeps and wakes (timers, at
+  // least every max_sleep) without trying it again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const uint64_t refused = a->stats().writes_refused_cq_full;
+  EXPECT_GE(refused, 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(a->stats().writes_refused_cq_full, refused)
+      << "the loop retried a refused WRITE without new room";
+  EXPECT_EQ(b->datapath_stats().writes_refused_cq_full, 0u);
+
+  // A polls: every immediate in order, then its WRITE completes OK.
+  bool written = false;
+  const Time end = Endpoint::Now() + 10 * kSecond;
+  while ((next_imm < static_cast<uint32_t>(kMessages) || !written) &&
+         Endpoint::Now() < end) {
+    const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].type == CompletionType::kWrite) {
+        EXPECT_EQ(c[i].wr_id, 4242u);
+        EXPECT_EQ(c[i].status, absl::StatusCode::kOk);
+        written = true;
+      } else {
+        ASSERT_EQ(c[i].type, CompletionType::kRecvImmediate);
+        EXPECT_EQ(c[i].immediate, next_imm);
+        ++next_imm;
+      }
+    }
+  }
+  EXPECT_EQ(next_imm, static_cast<uint32_t>(kMessages));
+  EXPECT_TRUE(written);
+  EXPECT_EQ(std::memcmp(bdst.data(), asrc.data(), 512), 0);
+  // Each refusal followed room that the held deliveries took first: at
+  // most one per completion the loop moved out of A's engine.
+  EXPECT_LE(a->stats().writes_refused_cq_full, uint64_t{kMessages});
+}
+
 // Endpoint A (queue of 8) has a WRITE outstanding to B when B vanishes;
 // D then fills A's queue with immediates and A does not poll. When A's
 // connection to B times out, its failure (the WRITE's error and the

@@ -66,11 +66,13 @@
 // kPermissionDenied / kOutOfRange, every other outstanding WRITE with kAborted,
 // and a kConnectionError completion is posted; the connection stops. The
 // other ways a connection fails: silence, nothing received from the peer
-// for connection_timeout while WRITEs are outstanding (writes and the
-// kConnectionError completion carry kDeadlineExceeded; idle time does not
-// count: the clock starts when the connection becomes busy), and, only
-// with ConnectionOptions::rnr_timeout set, an RNR streak (NACK NO_BUFFER,
-// nothing sent since acked) that long (kResourceExhausted).
+// for connection_timeout while WRITEs are outstanding (kDeadlineExceeded;
+// idle time does not count: the clock starts when the connection becomes
+// busy), and, only with ConnectionOptions::rnr_timeout set, an RNR streak
+// (NACK NO_BUFFER, nothing sent since acked) that long
+// (kResourceExhausted). Either way the oldest outstanding WRITE (the one
+// the peer never acknowledged) and the kConnectionError completion carry
+// the cause, every other outstanding WRITE kAborted (FlushWrites).
 //
 // Receiver. DATA is checked in this order: decodes (header CRC, lengths),
 // known and connected connection, payload no larger than the peer's MTU,
@@ -502,7 +504,7 @@ struct Conn {
   // of the connection read in place are still ahead in it).
   bool fail_deferred = false;
   absl::StatusCode deferred_code = absl::StatusCode::kOk;
-  uint32_t deferred_culprit = 0;
+  uint32_t deferred_culprit = 0;  // the failing WRITE's MSN
 
   // --- control queue (grows by doubling up to ctrl_size)
   std::vector<CtrlItem> ctrl;
@@ -947,7 +949,7 @@ class Engine::Impl {
     if (it == conns_.end()) return absl::NotFoundError(UnknownConn(id));
     Conn* c = it->second.get();
     FlushWrites(c, absl::StatusCode::kCancelled, absl::StatusCode::kCancelled,
-                0);
+                c->msg_una);
     if (c->cq_held) {  // its held messages are discarded with it
       Conn** const end = held_.data() + held_n_;
       Conn** const at = std::find(held_.data(), end, c);
@@ -3301,12 +3303,12 @@ class Engine::Impl {
           if (!c->fail_deferred) {
             c->fail_deferred = true;
             c->deferred_code = code;
-            c->deferred_culprit = s.msn + 1;
+            c->deferred_culprit = s.msn;
             deferred_fail_.push_back(c);
           }
           return;
         }
-        FlushWrites(c, absl::StatusCode::kAborted, code, s.msn + 1);
+        FlushWrites(c, absl::StatusCode::kAborted, code, s.msn);
         return;
       }
     }
@@ -3315,11 +3317,17 @@ class Engine::Impl {
     ReadCc(c);
   }
 
-  // Completes every outstanding WRITE with `code` (the one with MSN
-  // culprit_plus1 - 1, if nonzero, with `culprit`), posts kConnectionError
-  // (unless cancelled by Close) and stops the connection.
+  // Completes every outstanding WRITE with `code` (kAborted: flushed), the
+  // one with MSN `culprit_msn` with `culprit` (the cause), posts
+  // kConnectionError with `culprit` (unless cancelled by Close: code ==
+  // culprit == kCancelled) and stops the connection. As an RC QP: the WRITE
+  // that met the failure gets its cause (IBV_WC_REM_ACCESS_ERR,
+  // IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR), the others
+  // IBV_WC_WR_FLUSH_ERR. For a timeout (connection_timeout, rnr_timeout)
+  // that is the oldest outstanding one, msg_una: the one the peer never
+  // acknowledged.
   void FlushWrites(Conn* c, absl::StatusCode code, absl::StatusCode culprit,
-                   uint32_t culprit_plus1) {
+                   uint32_t culprit_msn) {
     while (c->msg_una != c->post_msn) {
       TxMsg& m = c->Msg(c->msg_una);
       Completion cpl;
@@ -3329,9 +3337,7 @@ class Engine::Impl {
       cpl.byte_len = m.len;
       cpl.remote_addr = m.remote_addr;
       cpl.msn = c->msg_una;
-      cpl.status = (culprit_plus1 != 0 && c->msg_una == culprit_plus1 - 1)
-                       ? culprit
-                       : code;
+      cpl.status = c->msg_una == culprit_msn ? culprit : code;
       PushWriteCompletion(cpl);
       if (regions_[m.region].refs > 0) --regions_[m.region].refs;
       ++c->msg_una;
@@ -3354,8 +3360,10 @@ class Engine::Impl {
     if (!c->connected || c->failed) return;
     if (c->ack_deadline <= now) FlushAck(c);
     if (c->Outstanding() && now - c->last_heard >= c->opt.connection_timeout) {
-      FlushWrites(c, absl::StatusCode::kDeadlineExceeded,
-                  absl::StatusCode::kDeadlineExceeded, 0);
+      // The oldest outstanding WRITE timed out (IBV_WC_RETRY_EXC_ERR); the
+      // others are flushed.
+      FlushWrites(c, absl::StatusCode::kAborted,
+                  absl::StatusCode::kDeadlineExceeded, c->msg_una);
       return;
     }
     // The peer answers (so connection_timeout never fires) but its
@@ -3364,8 +3372,10 @@ class Engine::Impl {
     if (c->rnr_streak > 0 && c->opt.rnr_timeout > 0 && c->Outstanding() &&
         now - c->rnr_since >= c->opt.rnr_timeout) {
       ++c->st.rnr_timeouts;
-      FlushWrites(c, absl::StatusCode::kResourceExhausted,
-                  absl::StatusCode::kResourceExhausted, 0);
+      // The oldest outstanding WRITE ran out of RNR retries
+      // (IBV_WC_RNR_RETRY_EXC_ERR); the others are flushed.
+      FlushWrites(c, absl::StatusCode::kAborted,
+                  absl::StatusCode::kResourceExhausted, c->msg_una);
       return;
     }
     if (c->plane_resend_at <= now) {

@@ -349,14 +349,36 @@ bool EventLoop::Iterate(Time now) {
         ++it;
         continue;
       }
+      if (it->error == absl::StatusCode::kOk &&
+          (engine_cq_full_ || std::find(parked_.begin(), parked_.end(),
+                                        it->conn) != parked_.end())) {
+        // Parked: the engine refused and nothing that could change its
+        // answer has happened since (see step 4).
+        blocked_.push_back(it->conn);
+        ++it;
+        continue;
+      }
       absl::Status s = it->error != absl::StatusCode::kOk
                            ? absl::Status(it->error, "")
                            : engine_->PostWrite(now, it->conn, it->req);
       if (absl::IsResourceExhausted(s)) {
+        // Refused for want of a completion slot (the engine's whole queue:
+        // every connection's WRITEs wait) or for the connection's
+        // max_outstanding_messages (only its own). Either way only
+        // completions leaving the engine (step 4) make room, so the WRITE
+        // is parked until then rather than retried every iteration (each
+        // retry would count another engine writes_refused_cq_full).
         blocked_.push_back(it->conn);
         writes_deferred_.store(
             writes_deferred_.load(std::memory_order_relaxed) + 1,
             std::memory_order_relaxed);
+        const uint64_t refused = engine_->stats().writes_refused_cq_full;
+        if (refused != engine_refused_seen_) {
+          engine_refused_seen_ = refused;
+          engine_cq_full_ = true;
+        } else {
+          parked_.push_back(it->conn);
+        }
         ++it;
         continue;
       }
@@ -436,6 +458,10 @@ bool EventLoop::Iterate(Time now) {
     const size_t k = engine_->PollCompletions(comp_, want);
     if (k == 0) break;
     work = true;
+    // Room in the engine's queue (and, for a kWrite, a connection's
+    // outstanding count may have dropped): parked WRITEs try again.
+    engine_cq_full_ = false;
+    parked_.clear();
     room -= k;
     if (opt_.completion_filter != nullptr) {
       opt_.completion_filter->Offer(comp_, k);

@@ -92,8 +92,13 @@ struct LoopOptions {
 struct LoopCounters {
   uint64_t iterations = 0;
   uint64_t sleeps = 0;
-  uint64_t tx_deferred = 0;      // packets offered again after back-pressure
-  uint64_t writes_deferred = 0;  // PostWrite retried (engine queue full)
+  uint64_t tx_deferred = 0;  // packets offered again after back-pressure
+  // Engine PostWrite refusals (ResourceExhausted: its completion queue or
+  // the connection's max_outstanding_messages full). A refused WRITE is
+  // parked until completions leave the engine, then tried again once, so
+  // this (and EngineStats::writes_refused_cq_full) counts refusals, not
+  // loop iterations.
+  uint64_t writes_deferred = 0;
   // Hand-offs between application threads and the loop thread: eventfd
   // writes that woke the sleeping loop (Post, Run; at most one per sleep),
   // and condition-variable notifications of threads blocked in Wait (at
@@ -206,6 +211,15 @@ class EventLoop {
   std::vector<Submit> sq_local_;   // loop thread
   std::deque<Submit> pending_;     // loop thread: engine queue was full
   std::vector<ConnId> blocked_;    // loop thread, per iteration
+  // Loop thread: WRITEs the engine refused wait here until its
+  // PollCompletions returns something (Iterate, step 4): all of them while
+  // engine_cq_full_ (no completion slot), those of the connections in
+  // parked_ (max_outstanding_messages). engine_refused_seen_ is the
+  // engine's writes_refused_cq_full at the last refusal (the loop is its
+  // only caller of PostWrite), which tells the two apart.
+  bool engine_cq_full_ = false;
+  std::vector<ConnId> parked_;
+  uint64_t engine_refused_seen_ = 0;
 
   // Completions: a ring of cq_buf_.size() (a power of two) entries, from
   // cq_head_, cq_size_ <= cq_capacity of them queued.

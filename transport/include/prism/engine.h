@@ -54,7 +54,9 @@
 //   reopens and the rest is resent. So a stalled receiver costs one packet
 //   per pause, not a window. ConnectionOptions::rnr_timeout (default 0:
 //   never, as InfiniBand's rnr_retry = 7) bounds how long such a streak may
-//   last before the connection fails (kResourceExhausted).
+//   last before the connection fails (kResourceExhausted for the oldest
+//   outstanding WRITE and the kConnectionError, kAborted for the others;
+//   see the failure item below).
 //   PollCompletions resumes held connections, oldest hold first, as far as the
 //   room it freed allows (before any later arrival can take that room).
 //   Messages without an immediate need no slot but retire in MSN order behind a
@@ -64,15 +66,23 @@
 //   A connection that fails still delivers the messages it held (they were
 //   acknowledged to the peer) as room appears, after its kConnectionError;
 //   CloseConnection discards them.
-// - A NACK BAD_KEY / BAD_RANGE (remote access error, e.g. a deregistered or
-//   too small target region) fails the connection as on an RDMA RC QP: that
-//   WRITE completes with kPermissionDenied / kOutOfRange, the others with
-//   kAborted, then a kConnectionError completion. Otherwise a connection
-//   fails only after connection_timeout without any packet from the peer
-//   while WRITEs are outstanding (kDeadlineExceeded for all), or, when
-//   ConnectionOptions::rnr_timeout is set, after that long of NO_BUFFER
-//   answers without an ack of anything sent since (kResourceExhausted for
-//   all: the receiver did not poll its completion queue for rnr_timeout).
+// - Connection failure, as on an RDMA RC QP: one WRITE, the one that met
+//   the failure, completes with the cause; every other outstanding WRITE
+//   completes with kAborted (flushed, IBV_WC_WR_FLUSH_ERR: it may or may not
+//   have been placed at the peer); then a kConnectionError completion
+//   carries the cause too. All in posting order. The causes:
+//   - NACK BAD_KEY / BAD_RANGE (remote access error, e.g. a deregistered
+//     or too small target region): the WRITE the NACK was for gets
+//     kPermissionDenied / kOutOfRange (IBV_WC_REM_ACCESS_ERR).
+//   - connection_timeout without any packet from the peer while WRITEs
+//     are outstanding: the oldest outstanding WRITE (the one the peer
+//     never acknowledged) gets kDeadlineExceeded (IBV_WC_RETRY_EXC_ERR).
+//   - ConnectionOptions::rnr_timeout, when set, of NO_BUFFER answers
+//     without an ack of anything sent since (the receiver did not poll its
+//     completion queue for rnr_timeout): the oldest outstanding WRITE gets
+//     kResourceExhausted (IBV_WC_RNR_RETRY_EXC_ERR).
+//   CloseConnection is no failure: every outstanding WRITE completes with
+//   kCancelled and no kConnectionError is posted.
 //
 // Typical driver loop (one timestamp per iteration):
 //   now = clock();
@@ -208,16 +218,20 @@ struct ConnectionOptions {
   // ASSUMED_BAD paths are probed this often.
   Time probe_interval = 50 * kMicrosecond;
   // The connection fails only when no packet from the peer has been received
-  // for this long while data is outstanding (about an RC QP's retry budget).
+  // for this long while data is outstanding (about an RC QP's retry budget):
+  // the oldest outstanding WRITE then completes with kDeadlineExceeded, the
+  // others with kAborted, and a kConnectionError with kDeadlineExceeded
+  // follows.
   Time connection_timeout = 30 * kSecond;
   // How long the connection may go on being refused for want of room in
   // the receiver's completion queue (NACK NO_BUFFER: its application does
   // not poll; see "Completion queue" above) before it fails: measured from
   // the first NO_BUFFER of a streak that no ack of data sent since has
-  // ended (the RNR probes go on meanwhile). Then every outstanding WRITE
-  // completes with kResourceExhausted and a kConnectionError completion
-  // with kResourceExhausted follows, meaning "the receiver did not poll its
-  // completion queue for rnr_timeout" (ConnectionStats::rnr_timeouts).
+  // ended (the RNR probes go on meanwhile). Then the oldest outstanding
+  // WRITE completes with kResourceExhausted, the others with kAborted, and
+  // a kConnectionError completion with kResourceExhausted follows, meaning
+  // "the receiver did not poll its completion queue for rnr_timeout"
+  // (ConnectionStats::rnr_timeouts).
   // connection_timeout cannot catch this: the peer answers. 0 (default):
   // never, as InfiniBand's rnr_retry = 7 (what NCCL uses): a training job
   // must not die because one consumer stalled for a while (a checkpoint, a
