@@ -12,7 +12,7 @@
 #include <mutex>
 #include <new>
 #include <random>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/base/random.h"
@@ -1140,6 +1140,9 @@ struct ListenComm : CommBase {
 
 struct ConnectState {
   uint32_t magic = kCommMagic;
+  // Written into the handle next to the state's address (WireHandle::
+  // connect_token); unique in the process (NextConnectToken).
+  uint64_t token = 0;
   // The init context (v11) whose connect() started it: its finalize
   // releases it (ReleaseConnectStates); nullptr for the older tables.
   const void* owner = nullptr;
@@ -1167,29 +1170,52 @@ struct ConnectState {
 };
 
 // The connect states this process keeps in handles between connect()
-// calls. A handle crosses processes (NCCL's bootstrap carries it from the
-// listener), so its `connect_state` is followed only when it names one of
-// these: a handle from another process, a corrupted one, or one used again
-// after its connect finished is refused with a warning instead of
-// dereferenced. A connect() call takes its state out of the set for the
-// call's length (ConnectStateHold puts it back), so copies of one handle
-// driven on two threads at once never share it: the second call is refused
-// too. Guarded by g_connect_states_mu (connect() may run on several threads
-// for different handles).
+// calls, each with its token. A handle crosses processes (NCCL's bootstrap
+// carries it from the listener), so its `connect_state` is followed only
+// when it names one of these AND carries that state's token: a handle from
+// another process, a corrupted one, or one used again after its connect
+// finished is refused with a warning instead of dereferenced -- also when a
+// later connect's state was allocated at the address the stale copy names
+// (before 2026-12-06 the address alone was compared, so such a copy took
+// over the later connect). A connect() call takes its state out of the map
+// for the call's length (ConnectStateHold puts it back), so copies of one
+// handle driven on two threads at once never share it: the second call is
+// refused too. Guarded by g_connect_states_mu (connect() may run on several
+// threads for different handles).
 std::mutex g_connect_states_mu;
-std::unordered_set<const ConnectState*> g_connect_states;
+std::unordered_map<const ConnectState*, uint64_t> g_connect_states;
+
+// Tokens of new connect states: a process-wide counter from a random start
+// (so a handle from another process is unlikely to carry a live one), never
+// 0, never repeated within the process.
+uint64_t NextConnectToken() {
+  static std::atomic<uint64_t> next{NewNonce() | 1};
+  uint64_t t = next.fetch_add(1, std::memory_order_relaxed);
+  if (t == 0) t = next.fetch_add(1, std::memory_order_relaxed);
+  return t;
+}
 
 void TrackConnectState(const ConnectState* st) {
   std::lock_guard<std::mutex> lock(g_connect_states_mu);
-  g_connect_states.insert(st);
+  g_connect_states[st] = st->token;
 }
 
-// Takes the live connect state a handle names out of the set, or nullptr
-// (none, or another call holds it).
-ConnectState* TakeConnectState(uint64_t bits) {
+enum class Take { kTaken, kUnknown, kStale };
+
+// Takes the live connect state a handle names (its address `bits` and
+// `token`) out of the map. kUnknown: no such state (none, or another call
+// holds it); kStale: a live state sits at that address but it is a later
+// connect's (another token) -- it stays where it is.
+Take TakeConnectState(uint64_t bits, uint64_t token, ConnectState** out) {
+  *out = nullptr;
   auto* st = reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(bits));
   std::lock_guard<std::mutex> lock(g_connect_states_mu);
-  return g_connect_states.erase(st) != 0 ? st : nullptr;
+  auto it = g_connect_states.find(st);
+  if (it == g_connect_states.end()) return Take::kUnknown;
+  if (it->second != token) return Take::kStale;
+  g_connect_states.erase(it);
+  *out = st;
+  return Take::kTaken;
 }
 
 // Puts the state one connect() call holds back into the set when the call
@@ -1291,8 +1317,8 @@ int ReleaseConnectStates(const void* owner, bool every) {
   {
     std::lock_guard<std::mutex> lock(g_connect_states_mu);
     for (auto it = g_connect_states.begin(); it != g_connect_states.end();) {
-      if (every || (*it)->owner == owner) {
-        doomed.push_back(const_cast<ConnectState*>(*it));
+      if (every || it->first->owner == owner) {
+        doomed.push_back(const_cast<ConnectState*>(it->first));
         it = g_connect_states.erase(it);
       } else {
         ++it;
@@ -1424,8 +1450,20 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   ConnectState* st = nullptr;
   ConnectStateHold hold;
   if (h.connect_state != 0) {
-    st = TakeConnectState(h.connect_state);
-    if (st == nullptr) {
+    const Take took = TakeConnectState(h.connect_state, h.connect_token, &st);
+    if (took == Take::kStale) {
+      ++g_api_errors;
+      PRISM_NCCL_WARN(
+          "connect: stale handle refused: it names connect state 0x%llx with "
+          "token %llu, but the connect in progress there now is a later one "
+          "(another token); the handle's own connect has finished and its "
+          "state's memory was reused (a copy of a handle used again after "
+          "its connect completed, failed or was released)",
+          static_cast<unsigned long long>(h.connect_state),
+          static_cast<unsigned long long>(h.connect_token));
+      return kPrismNcclInvalidArgument;
+    }
+    if (took != Take::kTaken) {
       ++g_api_errors;
       PRISM_NCCL_WARN(
           "connect: the handle names a connect in progress (0x%llx) that this "
@@ -1440,6 +1478,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   }
   auto save = [&](ConnectState* s) {
     h.connect_state = reinterpret_cast<uintptr_t>(s);
+    h.connect_token = s != nullptr ? s->token : 0;
     memcpy(handle, &h, sizeof(h));
   };
   auto fail = [&](const char* what, int err) {
@@ -1493,6 +1532,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     }
     st->fd = *fd;
     st->owner = owner;
+    st->token = NextConnectToken();
     st->hello.magic = kHelloMagic;
     st->hello.version = kProtoVersion;
     st->hello.nonce = h.nonce;
