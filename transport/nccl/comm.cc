@@ -1312,12 +1312,19 @@ void SetCallLog(int64_t calls) {
   g_call_log.store(calls, std::memory_order_relaxed);
 }
 
-int ReleaseConnectStates(const void* owner, bool every) {
+namespace {
+
+// Releases (ReleaseAbandoned) the connect states in the registry that
+// `doomed_if` picks -- never one a connect() call holds right now, that one
+// is out of the registry -- and logs and counts them ("<who>: released N
+// connect(s) abandoned mid-handshake <why>").
+template <typename Pred>
+int ReleaseConnectStatesIf(Pred doomed_if, const char* who, const char* why) {
   std::vector<ConnectState*> doomed;
   {
     std::lock_guard<std::mutex> lock(g_connect_states_mu);
     for (auto it = g_connect_states.begin(); it != g_connect_states.end();) {
-      if (every || it->first->owner == owner) {
+      if (doomed_if(*it->first)) {
         doomed.push_back(const_cast<ConnectState*>(it->first));
         it = g_connect_states.erase(it);
       } else {
@@ -1332,11 +1339,34 @@ int ReleaseConnectStates(const void* owner, bool every) {
     const uint64_t total =
         g_abandoned_connects.fetch_add(doomed.size()) + doomed.size();
     PRISM_NCCL_INFO(
-        "finalize: released %zu connect(s) abandoned mid-handshake (socket, "
+        "%s: released %zu connect(s) abandoned mid-handshake%s (socket, "
         "Prism connection, CTS ring); %llu in this process",
-        doomed.size(), static_cast<unsigned long long>(total));
+        who, doomed.size(), why, static_cast<unsigned long long>(total));
   }
   return static_cast<int>(doomed.size());
+}
+
+// Connects nobody has called for twice PRISM_CONNECT_TIMEOUT_MS since their
+// first call: a connect still being polled fails at its own bound (once
+// past it, at its next call), so only an abandoned one lives that long.
+// This is what releases the abandoned connects of the v10 and older tables
+// (no finalize; their init keeps the plugin's reference for good, so the
+// last finalize never comes) and those of a v11 context that lives on.
+// Called when a connect starts and at listen.
+void ReleaseExpiredConnectStates(uint32_t timeout_ms) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = 2 * std::chrono::milliseconds(timeout_ms);
+  ReleaseConnectStatesIf(
+      [&](const ConnectState& st) { return now - st.started >= limit; },
+      "connect", " (no call for twice PRISM_CONNECT_TIMEOUT_MS)");
+}
+
+}  // namespace
+
+int ReleaseConnectStates(const void* owner, bool every) {
+  return ReleaseConnectStatesIf(
+      [&](const ConnectState& st) { return every || st.owner == owner; },
+      "finalize", "");
 }
 
 PluginCounters Counters() {
@@ -1376,6 +1406,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
     return kPrismNcclInvalidArgument;
   }
   *listen_comm = nullptr;
+  ReleaseExpiredConnectStates(dev.config->connect_timeout_ms);
   sockaddr_storage bound{};
   socklen_t bound_len = 0;
   auto fd =
@@ -1496,6 +1527,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     return kPrismNcclRemoteError;
   };
   if (st == nullptr) {
+    ReleaseExpiredConnectStates(dev.config->connect_timeout_ms);
     sockaddr_storage peer{};
     socklen_t len = 0;
     if (h.family == AF_INET) {
