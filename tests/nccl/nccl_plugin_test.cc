@@ -821,6 +821,35 @@ void TransferOnce(const Pair& p) {
   DeregisterBoth(p, smh, rmh);
 }
 
+// Each closed send/recv comm logs one INFO line with its own figures:
+// requests test() reported done (and how many of them failed), their bytes,
+// its Prism WRITEs refused for a full queue, and on the Prism data paths its
+// connection's retransmissions, trims and retired paths (docs/nccl.md,
+// "Counters"). Before 2026-12-06 only the process-wide counters at the last
+// finalize (and a send comm's CTS counts) were logged.
+TEST(NcclConn, ClosedCommsLogTheirOwnFigures) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  const size_t log_from = LogSnapshot().size();
+  ClosePair(&p);
+  EXPECT_EQ(InfosSince(log_from,
+                       "send comm closed: 2 requests done (0 failed), 8192 "
+                       "bytes sent; "),
+            1);
+  EXPECT_EQ(InfosSince(log_from,
+                       "recv comm closed: 2 requests done (0 failed), 8192 "
+                       "bytes received; 0 CTS WRITEs refused for a full queue"),
+            1);
+  EXPECT_EQ(InfosSince(log_from, "0 WRITEs refused for a full queue"), 1);
+  const char* dp = getenv("PRISM_DATAPATH");
+  const bool prism = dp == nullptr || strcmp(dp, "tcp") != 0;
+  EXPECT_EQ(InfosSince(log_from, "; Prism connection: "), prism ? 2 : 0);
+  EXPECT_EQ(InfosSince(log_from, " paths retired"), prism ? 2 : 0);
+}
+
 // A listen handle crosses processes (NCCL's bootstrap carries it), and
 // connect() keeps its in-progress state in it between calls. That field is
 // followed only when it names a connect this process started: a handle

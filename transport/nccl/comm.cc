@@ -12,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -102,6 +103,15 @@ struct CommBase : SinkBase {
   Rng rng{1};
   int live_mrs = 0;
   uint32_t test_polls = 0;  // polling isend/irecv/test calls (ReadSideNow)
+  // This comm's figures, logged when it is closed (CloseSend / CloseRecv):
+  // requests test() reported done (successful or not) and the bytes of the
+  // successful ones (send: its size; receive: what arrived).
+  uint64_t requests_done = 0;
+  uint64_t requests_failed = 0;
+  uint64_t bytes_done = 0;
+  // Prism WRITEs of this comm (send: payloads; receive: CTS frames)
+  // refused for a full queue and tried again (g_writes_refused counts all).
+  uint64_t writes_refused = 0;
   // PRISM_NCCL_CALL_LOG: the reason of the "try again" in a row being
   // answered (0: none), so that a polling loop logs it once.
   int again = 0;
@@ -282,6 +292,26 @@ struct CommBase : SinkBase {
       if (n < 64) return;
     }
   }
+  // One INFO line about the Prism connection of a comm being closed: its
+  // retransmissions, trims and retired paths (ConnectionStats); "" when the
+  // comm has none (tcp-interim) or the endpoint no longer knows it.
+  std::string ConnectionFigures() {
+    if (dep == nullptr) return "";
+    auto cs = dep->ep()->connection_stats(conn);
+    if (!cs.ok()) return "";
+    char b[256];
+    snprintf(
+        b, sizeof(b),
+        "; Prism connection: %llu packets retransmitted, %llu trimmed "
+        "(%llu NACKs as sender, %llu headers as receiver), %llu paths "
+        "retired",
+        static_cast<unsigned long long>(cs->retransmitted_packets),
+        static_cast<unsigned long long>(cs->trims_received + cs->rx_trimmed),
+        static_cast<unsigned long long>(cs->trims_received),
+        static_cast<unsigned long long>(cs->rx_trimmed),
+        static_cast<unsigned long long>(cs->paths_retired));
+    return b;
+  }
   void ReleaseConnection() {
     if (dep == nullptr) return;
     dep->RemoveRoute(conn);
@@ -297,6 +327,7 @@ struct CommBase : SinkBase {
     dep = nullptr;
   }
 #else
+  std::string ConnectionFigures() { return ""; }
   void ReleaseConnection() {}
 #endif
 
@@ -627,7 +658,6 @@ struct SendComm : CommBase {
   // its submission queue, which fills while the engine holds WRITEs back
   // for a full completion queue or send window): transient, the WRITE is
   // tried again (counted).
-  uint64_t writes_refused = 0;
   void WriteRefused() {
     ++writes_refused;
     g_writes_refused.fetch_add(1, std::memory_order_relaxed);
@@ -843,6 +873,7 @@ struct RecvComm : CommBase {
       wr.immediate = o.seq;
       const absl::Status st = dep->ep()->PostWrite(conn, wr);
       if (absl::IsResourceExhausted(st)) {  // again at the next call
+        ++writes_refused;
         g_writes_refused.fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -1943,18 +1974,19 @@ PrismNcclResult CloseSend(void* send_comm) {
     std::lock_guard<std::mutex> lock(s->mu);
     CloseFd(s->fd);
     s->fd = -1;
-    uint64_t refused = 0;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-    refused = s->writes_refused;
-#endif
     PRISM_NCCL_INFO(
-        "dev %d send comm closed: %llu CTS through Prism, %llu CTS and %llu "
-        "bytes on the side channel after the handshake, %llu WRITEs refused "
-        "for a full queue and tried again",
-        s->dev, static_cast<unsigned long long>(s->cts_via_prism),
+        "dev %d send comm closed: %llu requests done (%llu failed), %llu "
+        "bytes sent; %llu CTS through Prism, %llu CTS and %llu bytes on the "
+        "side channel after the handshake; %llu WRITEs refused for a full "
+        "queue and tried again%s",
+        s->dev, static_cast<unsigned long long>(s->requests_done),
+        static_cast<unsigned long long>(s->requests_failed),
+        static_cast<unsigned long long>(s->bytes_done),
+        static_cast<unsigned long long>(s->cts_via_prism),
         static_cast<unsigned long long>(s->cts_via_side),
         static_cast<unsigned long long>(s->side_rx_bytes),
-        static_cast<unsigned long long>(refused));
+        static_cast<unsigned long long>(s->writes_refused),
+        s->ConnectionFigures().c_str());
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     // Deregistered after the connection is closed (ReleaseConnection).
     if (s->cts_ring_lkey != 0) s->deferred_lkeys.push_back(s->cts_ring_lkey);
@@ -1977,6 +2009,15 @@ PrismNcclResult CloseRecv(void* recv_comm) {
     std::lock_guard<std::mutex> lock(r->mu);
     CloseFd(r->fd);
     r->fd = -1;
+    PRISM_NCCL_INFO(
+        "dev %d recv comm closed: %llu requests done (%llu failed), %llu "
+        "bytes received; %llu CTS WRITEs refused for a full queue and tried "
+        "again%s",
+        r->dev, static_cast<unsigned long long>(r->requests_done),
+        static_cast<unsigned long long>(r->requests_failed),
+        static_cast<unsigned long long>(r->bytes_done),
+        static_cast<unsigned long long>(r->writes_refused),
+        r->ConnectionFigures().c_str());
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     if (r->cts_src_lkey != 0) r->deferred_lkeys.push_back(r->cts_src_lkey);
 #endif
@@ -2360,6 +2401,8 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
   if (!r->done) return c->failed ? c->failure : kPrismNcclSuccess;
   *done = 1;
   const PrismNcclResult result = r->result;
+  ++c->requests_done;
+  if (result != kPrismNcclSuccess) ++c->requests_failed;
   PRISM_NCCL_CALL(
       "%p test %s req %p done: %llu B, result %d", static_cast<void*>(c),
       c->kind == CommKind::kSend ? "send" : "recv", request,
@@ -2368,12 +2411,12 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
       static_cast<int>(result));
   if (c->kind == CommKind::kSend) {
     if (sizes != nullptr) sizes[0] = static_cast<int>(r->size);
+    if (result == kPrismNcclSuccess) c->bytes_done += r->size;
     static_cast<SendComm*>(c)->Free(r);
   } else {
-    if (sizes != nullptr) {
-      for (int i = 0; i < r->n; ++i) {
-        sizes[i] = static_cast<int>(r->slots[i].received);
-      }
+    for (int i = 0; i < r->n; ++i) {
+      if (sizes != nullptr) sizes[i] = static_cast<int>(r->slots[i].received);
+      if (result == kPrismNcclSuccess) c->bytes_done += r->slots[i].received;
     }
     r->in_use = false;
   }
