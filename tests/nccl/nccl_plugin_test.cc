@@ -983,7 +983,11 @@ TEST(NcclConn, StaleHandleDoesNotTakeALaterConnectAtTheSameAddress) {
     ASSERT_NO_FATAL_FAILURE(finish(live.data(), &p));
     ClosePair(&p);
   }
-  if (!reused) {
+  if (!reused) {  // every connect so far has finished: start one more
+    live = listen_handle;
+    void* send = nullptr;
+    ASSERT_EQ(N()->connect(g_ctx, 0, live.data(), &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);
     stale = finished.front();
     const uint64_t addr = state_of(live.data());
     memcpy(stale.data() + kStateOffset, &addr, sizeof(addr));
