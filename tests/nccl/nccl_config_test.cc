@@ -199,6 +199,74 @@ TEST(NcclConfig, PlaneLimitIsTheConnectionBlobs) {
       << c.status();
 }
 
+// Plane addresses that do not fit the connection blob (255 bytes) are
+// refused at init, naming PRISM_UDP_ADDRS, the bytes they need and the
+// limit: each plane after the first costs 2 bytes + the bytes of its
+// address that differ from the first plane's + 2 for its own port
+// (PRISM_PORT=0: every plane's socket has its own ephemeral port). N
+// unrelated addresses (all 16 bytes differ) need 36 + (N-1) x 20 bytes with
+// ephemeral ports, 36 + (N-1) x 18 with a fixed PRISM_PORT. Before
+// 2026-12-06 they passed init and every connect and accept failed (the
+// endpoint could not encode its blob).
+TEST(NcclConfig, PlaneAddressesMustFitTheConnectionBlob) {
+  if (!PrismDataPathAvailable()) GTEST_SKIP() << "no udp data path";
+  auto unrelated = [](int n) {
+    std::string s;
+    for (int p = 0; p < n; ++p) {
+      const std::string group(4, "123456789abcdef"[p]);  // all bytes differ
+      for (int g = 0; g < 8; ++g) {
+        s += (p > 0 && g == 0 ? "," : (g > 0 ? ":" : "")) + std::string(group);
+      }
+    }
+    return s;
+  };
+  struct Case {
+    int planes;
+    const char* port;
+    int need;  // 0: fits
+  };
+  const Case cases[] = {{11, "0", 0},
+                        {12, "0", 256},
+                        {15, "0", 316},
+                        {13, "5000", 0},
+                        {14, "5000", 270}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.planes) + " planes, PRISM_PORT=" + c.port);
+    std::map<std::string, std::string> e = {
+        {"PRISM_DATAPATH", "udp"},
+        {"PRISM_ADDRS", "127.0.0.1"},
+        {"PRISM_PATHS", "64"},
+        {"PRISM_PORT", c.port},
+        {"PRISM_UDP_ADDRS", unrelated(c.planes)}};
+    auto cfg = LoadConfig(Env(&e));
+    if (c.need == 0) {
+      ASSERT_TRUE(cfg.ok()) << cfg.status();
+      EXPECT_EQ(cfg->planes, c.planes);
+      continue;
+    }
+    ASSERT_FALSE(cfg.ok());
+    const std::string want =
+        "PRISM_UDP_ADDRS: the " + std::to_string(c.planes) +
+        " plane addresses of device 0 (prism0:127.0.0.1) need " +
+        std::to_string(c.need) +
+        " bytes of connection info, more than the 255 a Prism udp "
+        "connection carries";
+    EXPECT_NE(cfg.status().message().find(want), std::string::npos)
+        << cfg.status();
+  }
+  // Addresses sharing a prefix with the first are cheap: 15 planes that
+  // differ in one byte each, ephemeral ports: 36 + 14 x 5 = 106 bytes.
+  std::string near;
+  for (int i = 1; i <= 15; ++i) {
+    near += (i > 1 ? "," : "") + std::string("fd00::") + std::to_string(i);
+  }
+  std::map<std::string, std::string> e = {{"PRISM_DATAPATH", "udp"},
+                                          {"PRISM_ADDRS", "127.0.0.1"},
+                                          {"PRISM_PATHS", "64"},
+                                          {"PRISM_UDP_ADDRS", near}};
+  EXPECT_TRUE(LoadConfig(Env(&e)).ok());
+}
+
 // A host with a loopback and one up interface, eth0 (10.0.0.1, fd00::1).
 HostInfo LoAndEth0() {
   HostInfo host;

@@ -629,5 +629,75 @@ TEST(NcclHandshakeTimeout, StalledHelloIsDroppedAndAcceptGoesOn) {
   EXPECT_EQ(N()->close_recv(recv), kOk);
 }
 
+// The v10 and older tables have no finalize, and their init keeps the
+// plugin's reference for good, so the last finalize (which releases the
+// connects without a context) never comes in a process that uses them. A
+// connect NCCL abandons mid-handshake through the v10 table (Hello sent,
+// no Ack, never called again) is released instead once nobody has called
+// it for twice PRISM_CONNECT_TIMEOUT_MS, by the next listen or new
+// connect: its socket is closed (the listener sees EOF), its half of the
+// Prism connection and its CTS ring freed, logged and counted, and the
+// stale handle refused afterwards. A listen before that leaves it alone.
+// Before 2026-12-06 it lived until the process exited.
+TEST(NcclHandshakeTimeout, AbandonedOldTableConnectIsReleasedLater) {
+  const int timeout_ms = HandshakeTimeoutMs();
+  if (timeout_ms <= 0) GTEST_SKIP() << "needs PRISM_CONNECT_TIMEOUT_MS";
+  ASSERT_NO_FATAL_FAILURE(Init());
+  const auto* v10 = static_cast<const PrismNcclNetV10*>(FindTable(g_net, 10));
+  ASSERT_NE(v10, nullptr);
+  ASSERT_EQ(v10->init(TestLogger, nullptr), kOk);
+  char handle[kPrismNcclHandleMaxSize];
+  void* lc = nullptr;
+  ASSERT_EQ(v10->listen(0, handle, &lc), kOk);
+  ASSERT_EQ(v10->close_listen(lc), kOk);
+  FakeListener l;
+  ASSERT_NO_FATAL_FAILURE(l.Open(handle));
+  PrismNcclCommConfig cfg{-1};
+  void* send = nullptr;
+  PrismNcclDeviceHandle* dh = nullptr;
+  ASSERT_EQ(v10->connect(0, &cfg, handle, &send, &dh), kOk);
+  ASSERT_EQ(send, nullptr);
+  const int peer = accept(l.fd, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  Hello hello;
+  size_t got = 0;
+  const auto start = Clock::now();
+  while (got < sizeof(hello) &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    ASSERT_EQ(v10->connect(0, &cfg, handle, &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);
+    const ssize_t n = recv(peer, reinterpret_cast<char*>(&hello) + got,
+                           sizeof(hello) - got, MSG_DONTWAIT);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  ASSERT_EQ(got, sizeof(hello));
+  const auto abandoned = Clock::now();
+  const std::string released =
+      "connect: released 1 connect(s) abandoned mid-handshake (no call for "
+      "twice PRISM_CONNECT_TIMEOUT_MS)";
+  // Well within twice the bound: a listen leaves it alone.
+  size_t log_from = LogSnapshot().size();
+  char other[kPrismNcclHandleMaxSize];
+  ASSERT_EQ(v10->listen(0, other, &lc), kOk);
+  ASSERT_EQ(v10->close_listen(lc), kOk);
+  if (Clock::now() - abandoned < std::chrono::milliseconds(timeout_ms)) {
+    EXPECT_EQ(InfosSince(log_from, "released"), 0);
+  }
+  std::this_thread::sleep_for(2 * std::chrono::milliseconds(timeout_ms) +
+                              std::chrono::milliseconds(100));
+  log_from = LogSnapshot().size();
+  ASSERT_EQ(v10->listen(0, other, &lc), kOk);
+  ASSERT_EQ(v10->close_listen(lc), kOk);
+  EXPECT_EQ(InfosSince(log_from, released), 1);
+  EXPECT_TRUE(SeesEof(peer, 2000)) << "the abandoned connect's socket is open";
+  close(peer);
+  // The handle now names a released state: refused, not followed.
+  SetLogEcho(false);
+  EXPECT_EQ(v10->connect(0, &cfg, handle, &send, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(send, nullptr);
+}
+
 }  // namespace
 }  // namespace prism::nccl_test

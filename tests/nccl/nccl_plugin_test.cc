@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -820,6 +821,35 @@ void TransferOnce(const Pair& p) {
   DeregisterBoth(p, smh, rmh);
 }
 
+// Each closed send/recv comm logs one INFO line with its own figures:
+// requests test() reported done (and how many of them failed), their bytes,
+// its Prism WRITEs refused for a full queue, and on the Prism data paths its
+// connection's retransmissions, trims and retired paths (docs/nccl.md,
+// "Counters"). Before 2026-12-06 only the process-wide counters at the last
+// finalize (and a send comm's CTS counts) were logged.
+TEST(NcclConn, ClosedCommsLogTheirOwnFigures) {
+  InitCtx();
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectOneThread(0, &p));
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  const size_t log_from = LogSnapshot().size();
+  ClosePair(&p);
+  EXPECT_EQ(InfosSince(log_from,
+                       "send comm closed: 2 requests done (0 failed), 8192 "
+                       "bytes sent; "),
+            1);
+  EXPECT_EQ(InfosSince(log_from,
+                       "recv comm closed: 2 requests done (0 failed), 8192 "
+                       "bytes received; 0 CTS WRITEs refused for a full queue"),
+            1);
+  EXPECT_EQ(InfosSince(log_from, "0 WRITEs refused for a full queue"), 1);
+  const char* dp = getenv("PRISM_DATAPATH");
+  const bool prism = dp == nullptr || strcmp(dp, "tcp") != 0;
+  EXPECT_EQ(InfosSince(log_from, "; Prism connection: "), prism ? 2 : 0);
+  EXPECT_EQ(InfosSince(log_from, " paths retired"), prism ? 2 : 0);
+}
+
 // A listen handle crosses processes (NCCL's bootstrap carries it), and
 // connect() keeps its in-progress state in it between calls. That field is
 // followed only when it names a connect this process started: a handle
@@ -890,6 +920,102 @@ TEST(NcclConn, HandleWithForeignConnectStateIsRefused) {
 
   ASSERT_NO_FATAL_FAILURE(TransferOnce(p));  // the pair works
   ClosePair(&p);
+}
+
+// connect() keeps its state's address in the handle, with a token. A copy
+// of a handle taken mid-connect and kept after that connect finished (its
+// state freed) must not take over a later connect whose state was
+// allocated at the same address (ABA): it is refused like any stale handle
+// (InvalidArgument, a warning, the API-misuse counter), and the later
+// connect is untouched and completes. Before 2026-12-06 only the address
+// was compared: the stale copy took the later connect's state (its call
+// returned success and advanced that connect). The test finishes connects
+// one after another, copying each handle mid-connect, until a new state
+// lands where a finished one was (malloc hands a freed block of that size
+// back; ASan's quarantine does not -- then the stale copy is made as reuse
+// would leave it: a finished connect's handle naming the live address).
+TEST(NcclConn, StaleHandleDoesNotTakeALaterConnectAtTheSameAddress) {
+  InitCtx();
+  constexpr size_t kStateOffset = offsetof(nccl::WireHandle, connect_state);
+  using Handle = std::array<char, kPrismNcclHandleMaxSize>;
+  auto state_of = [](const char* h) {
+    uint64_t v = 0;
+    memcpy(&v, h + kStateOffset, sizeof(v));
+    return v;
+  };
+  Handle listen_handle;
+  void* lc = nullptr;
+  ASSERT_EQ(N()->listen(g_ctx, 0, listen_handle.data(), &lc), kOk);
+  PrismNcclDeviceHandle* dh = nullptr;
+  // Drives the connect of `h` and an accept until both comms exist.
+  auto finish = [&](char* h, Pair* p) {
+    const auto start = Clock::now();
+    while (p->send == nullptr || p->recv == nullptr) {
+      if (p->send == nullptr) {
+        ASSERT_EQ(N()->connect(g_ctx, 0, h, &p->send, &dh), kOk);
+      }
+      if (p->recv == nullptr) {
+        ASSERT_EQ(N()->accept(lc, &p->recv, nullptr), kOk);
+      }
+      ASSERT_FALSE(Expired(start, 10)) << "connect/accept did not complete";
+    }
+  };
+  std::vector<Handle> finished;  // copies taken mid-connect
+  Handle live, stale;
+  bool reused = false;
+  for (int i = 0; i < 16 && !reused; ++i) {
+    live = listen_handle;
+    void* send = nullptr;
+    ASSERT_EQ(N()->connect(g_ctx, 0, live.data(), &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);  // waits for accept's ack
+    const uint64_t addr = state_of(live.data());
+    ASSERT_NE(addr, 0u);
+    for (const Handle& f : finished) {
+      if (state_of(f.data()) == addr) {
+        stale = f;
+        reused = true;
+        break;
+      }
+    }
+    if (reused) break;
+    finished.push_back(live);
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(finish(live.data(), &p));
+    ClosePair(&p);
+  }
+  if (!reused) {  // every connect so far has finished: start one more
+    live = listen_handle;
+    void* send = nullptr;
+    ASSERT_EQ(N()->connect(g_ctx, 0, live.data(), &send, &dh), kOk);
+    ASSERT_EQ(send, nullptr);
+    stale = finished.front();
+    const uint64_t addr = state_of(live.data());
+    memcpy(stale.data() + kStateOffset, &addr, sizeof(addr));
+  }
+  std::printf("[   NOTE   ] stale handle: %s after %zu connects\n",
+              reused ? "the allocator reused the address"
+                     : "address forged (no reuse seen)",
+              finished.size());
+  ASSERT_EQ(state_of(stale.data()), state_of(live.data()));
+  EXPECT_NE(stale, live);  // the token tells them apart
+  const size_t log_from = LogSnapshot().size();
+  SetLogEcho(false);
+  void* hijack = nullptr;
+  EXPECT_EQ(N()->connect(g_ctx, 0, stale.data(), &hijack, &dh),
+            kPrismNcclInvalidArgument);
+  SetLogEcho(true);
+  EXPECT_EQ(hijack, nullptr);
+  EXPECT_EQ(WarningsSince(log_from, "stale handle refused"), 1);
+  // The live connect is untouched: it completes and the pair works.
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(finish(live.data(), &p));
+  EXPECT_EQ(state_of(live.data()), 0u);
+  ASSERT_EQ(N()->close_listen(lc), kOk);
+  ASSERT_NO_FATAL_FAILURE(TransferOnce(p));
+  ClosePair(&p);
+  if (hijack != nullptr) {
+    EXPECT_EQ(N()->close_send(hijack), kOk);
+  }
 }
 
 // Handle layout (WireHandle, transport/nccl/wire.h) as a peer process sees

@@ -6,7 +6,9 @@
 // success with a NULL request, nothing consumed, counted -- and any other
 // refusal must fail the send comm (a warning naming the cause, the matching
 // NCCL error from that isend and every later call). Both ends are the
-// plugin's own comms on 127.0.0.1.
+// plugin's own comms on 127.0.0.1. The same holds on the deferred path: a
+// send from (fake) device memory is staged and its WRITE posted later, by
+// the next test() or isend once the device -> host copy is done.
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -18,10 +20,12 @@
 
 #include "gtest/gtest.h"
 #include "prism/endpoint.h"
+#include "tests/nccl/fake_gpu.h"
 #include "tests/nccl/mini_nccl.h"
 #include "transport/nccl/comm.h"
 #include "transport/nccl/config.h"
 #include "transport/nccl/endpoint_pool.h"
+#include "transport/nccl/gpu.h"
 #include "transport/nccl/log.h"
 
 namespace prism::nccl {
@@ -298,6 +302,134 @@ TEST_P(NcclWriteRefusalFatal, OtherRefusalFailsTheComm) {
 
 INSTANTIATE_TEST_SUITE_P(
     Causes, NcclWriteRefusalFatal,
+    ::testing::Values(FatalCase{absl::StatusCode::kInvalidArgument,
+                                kPrismNcclInternalError},
+                      FatalCase{absl::StatusCode::kFailedPrecondition,
+                                kPrismNcclRemoteError}));
+
+// The deferred path: isend from device memory (a fake GPU runtime, see
+// fake_gpu.h) matches the CTS and returns a request at once; the payload is
+// copied to its pinned mirror and the WRITE is posted later, by
+// SendComm::PostPending on a later test() or isend, once the copy is done.
+class NcclDeferredWriteRefusal : public NcclWriteRefusal {
+ protected:
+  void SetUp() override {
+    SetGpuRuntimeForTesting(&gpu_);  // before any comm exists
+    NcclWriteRefusal::SetUp();
+    if (HasFatalFailure()) return;
+    dbuf_ = gpu_.AllocDevice(kPayload);
+    memcpy(dbuf_, sbuf_.data(), kPayload);
+    ASSERT_EQ(RegMr(send_, dbuf_, kPayload, kPrismNcclPtrCuda, &dmh_), kOk);
+  }
+  void TearDown() override {
+    if (send_ != nullptr && dmh_ != nullptr) {
+      EXPECT_EQ(DeregMr(send_, dmh_), kOk);
+    }
+    NcclWriteRefusal::TearDown();
+    if (dbuf_ != nullptr) gpu_.FreeDevice(dbuf_);
+    SetGpuRuntimeForTesting(nullptr);
+  }
+
+  // isend from device memory until it gives a request (the staged send is
+  // queued, its WRITE not posted yet) or an error.
+  int IsendDeviceUntil(void** req) {
+    const auto start = Clock::now();
+    while (Clock::now() - start < std::chrono::seconds(10)) {
+      *req = nullptr;
+      const int r = Isend(send_, dbuf_, kPayload, 7, dmh_, req);
+      if (r != kOk || *req != nullptr) return r;
+    }
+    return -1;
+  }
+
+  FakeGpu gpu_;
+  uint8_t* dbuf_ = nullptr;
+  void* dmh_ = nullptr;
+};
+
+// Three refusals for a full queue of the deferred WRITE: the send request
+// stays not done (test() answers success, done 0), the WRITE is tried again
+// by each later call, the transfer completes with the right bytes, and the
+// three are counted (PluginCounters::writes_refused) without a warning.
+// Before 2026-12-05 the deferred path retried but did not count them.
+TEST_F(NcclDeferredWriteRefusal, QueueFullIsRetriedLater) {
+  const uint64_t counted = Counters().writes_refused;
+  Refuse(3, absl::ResourceExhaustedError("injected: submission queue full"));
+  const size_t log_from = nccl_test::LogSnapshot().size();
+  void* sreq = nullptr;
+  ASSERT_EQ(IsendDeviceUntil(&sreq), kOk);
+  ASSERT_NE(sreq, nullptr);
+  EXPECT_EQ(Refused(), 0) << "the staged send's WRITE was posted by isend";
+  bool sdone = false, rdone = false;
+  int rsize = -1;
+  const auto start = Clock::now();
+  while ((!sdone || !rdone) &&
+         Clock::now() - start < std::chrono::seconds(20)) {
+    int done = 0;
+    if (!sdone) {
+      ASSERT_EQ(nccl::Test(sreq, &done, nullptr), kOk);
+      sdone = done != 0;
+    }
+    done = 0;
+    if (!rdone) {
+      ASSERT_EQ(nccl::Test(rreq_, &done, &rsize), kOk);
+      rdone = done != 0;
+    }
+  }
+  ASSERT_TRUE(sdone && rdone);
+  EXPECT_EQ(Refused(), 3);
+  EXPECT_EQ(Counters().writes_refused - counted, 3u);
+  EXPECT_EQ(WarningsSince(log_from, ""), 0);
+  EXPECT_EQ(rsize, static_cast<int>(kPayload));
+  EXPECT_EQ(0, memcmp(rbuf_.data(), sbuf_.data(), kPayload));
+  EXPECT_EQ(rbuf_[kPayload], 0x5c);
+  EXPECT_EQ(gpu_.stats().d2h, 1);
+}
+
+class NcclDeferredWriteRefusalFatal
+    : public NcclDeferredWriteRefusal,
+      public ::testing::WithParamInterface<FatalCase> {};
+
+// A refusal of the deferred WRITE that is not "queue full" fails the send
+// comm as on isend's own path: the request's test() returns the matching
+// NCCL error (bad arguments: ncclInternalError; the connection gone:
+// ncclRemoteError) with one warning naming the cause, and every later isend
+// returns it too without reaching Prism again. Before 2026-12-05 the
+// request failed with ncclInternalError whatever the cause and the comm
+// went on (the next isend was answered as if nothing had happened).
+TEST_P(NcclDeferredWriteRefusalFatal, OtherRefusalFailsTheComm) {
+  const FatalCase c = GetParam();
+  Refuse(1, absl::Status(c.code, "injected refusal"));
+  const size_t log_from = nccl_test::LogSnapshot().size();
+  nccl_test::SetLogEcho(false);
+  void* sreq = nullptr;
+  ASSERT_EQ(IsendDeviceUntil(&sreq), kOk);
+  ASSERT_NE(sreq, nullptr);
+  int r = kOk, done = 0;
+  const auto start = Clock::now();
+  while (r == kOk && done == 0 &&
+         Clock::now() - start < std::chrono::seconds(10)) {
+    r = nccl::Test(sreq, &done, nullptr);
+  }
+  EXPECT_EQ(r, c.result);
+  EXPECT_EQ(Refused(), 1);
+  EXPECT_EQ(WarningsSince(log_from,
+                          "send comm: Prism refused the WRITE of "
+                          "4096 bytes: "),
+            1);
+  EXPECT_EQ(WarningsSince(log_from, "injected refusal"), 1);
+  // The comm stays failed with the first cause, from host memory too.
+  for (int i = 0; i < 3; ++i) {
+    void* req = reinterpret_cast<void*>(0x1);
+    EXPECT_EQ(Isend(send_, sbuf_.data(), kPayload, 7, smh_, &req), c.result);
+    EXPECT_EQ(req, nullptr);
+  }
+  nccl_test::SetLogEcho(true);
+  EXPECT_EQ(Refused(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Causes, NcclDeferredWriteRefusalFatal,
     ::testing::Values(FatalCase{absl::StatusCode::kInvalidArgument,
                                 kPrismNcclInternalError},
                       FatalCase{absl::StatusCode::kFailedPrecondition,

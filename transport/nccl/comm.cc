@@ -12,7 +12,8 @@
 #include <mutex>
 #include <new>
 #include <random>
-#include <unordered_set>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/base/random.h"
@@ -102,6 +103,15 @@ struct CommBase : SinkBase {
   Rng rng{1};
   int live_mrs = 0;
   uint32_t test_polls = 0;  // polling isend/irecv/test calls (ReadSideNow)
+  // This comm's figures, logged when it is closed (CloseSend / CloseRecv):
+  // requests test() reported done (successful or not) and the bytes of the
+  // successful ones (send: its size; receive: what arrived).
+  uint64_t requests_done = 0;
+  uint64_t requests_failed = 0;
+  uint64_t bytes_done = 0;
+  // Prism WRITEs of this comm (send: payloads; receive: CTS frames)
+  // refused for a full queue and tried again (g_writes_refused counts all).
+  uint64_t writes_refused = 0;
   // PRISM_NCCL_CALL_LOG: the reason of the "try again" in a row being
   // answered (0: none), so that a polling loop logs it once.
   int again = 0;
@@ -282,6 +292,26 @@ struct CommBase : SinkBase {
       if (n < 64) return;
     }
   }
+  // One INFO line about the Prism connection of a comm being closed: its
+  // retransmissions, trims and retired paths (ConnectionStats); "" when the
+  // comm has none (tcp-interim) or the endpoint no longer knows it.
+  std::string ConnectionFigures() {
+    if (dep == nullptr) return "";
+    auto cs = dep->ep()->connection_stats(conn);
+    if (!cs.ok()) return "";
+    char b[256];
+    snprintf(
+        b, sizeof(b),
+        "; Prism connection: %llu packets retransmitted, %llu trimmed "
+        "(%llu NACKs as sender, %llu headers as receiver), %llu paths "
+        "retired",
+        static_cast<unsigned long long>(cs->retransmitted_packets),
+        static_cast<unsigned long long>(cs->trims_received + cs->rx_trimmed),
+        static_cast<unsigned long long>(cs->trims_received),
+        static_cast<unsigned long long>(cs->rx_trimmed),
+        static_cast<unsigned long long>(cs->paths_retired));
+    return b;
+  }
   void ReleaseConnection() {
     if (dep == nullptr) return;
     dep->RemoveRoute(conn);
@@ -297,6 +327,7 @@ struct CommBase : SinkBase {
     dep = nullptr;
   }
 #else
+  std::string ConnectionFigures() { return ""; }
   void ReleaseConnection() {}
 #endif
 
@@ -627,7 +658,6 @@ struct SendComm : CommBase {
   // its submission queue, which fills while the engine holds WRITEs back
   // for a full completion queue or send window): transient, the WRITE is
   // tried again (counted).
-  uint64_t writes_refused = 0;
   void WriteRefused() {
     ++writes_refused;
     g_writes_refused.fetch_add(1, std::memory_order_relaxed);
@@ -843,6 +873,7 @@ struct RecvComm : CommBase {
       wr.immediate = o.seq;
       const absl::Status st = dep->ep()->PostWrite(conn, wr);
       if (absl::IsResourceExhausted(st)) {  // again at the next call
+        ++writes_refused;
         g_writes_refused.fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -1140,6 +1171,9 @@ struct ListenComm : CommBase {
 
 struct ConnectState {
   uint32_t magic = kCommMagic;
+  // Written into the handle next to the state's address (WireHandle::
+  // connect_token); unique in the process (NextConnectToken).
+  uint64_t token = 0;
   // The init context (v11) whose connect() started it: its finalize
   // releases it (ReleaseConnectStates); nullptr for the older tables.
   const void* owner = nullptr;
@@ -1167,29 +1201,52 @@ struct ConnectState {
 };
 
 // The connect states this process keeps in handles between connect()
-// calls. A handle crosses processes (NCCL's bootstrap carries it from the
-// listener), so its `connect_state` is followed only when it names one of
-// these: a handle from another process, a corrupted one, or one used again
-// after its connect finished is refused with a warning instead of
-// dereferenced. A connect() call takes its state out of the set for the
-// call's length (ConnectStateHold puts it back), so copies of one handle
-// driven on two threads at once never share it: the second call is refused
-// too. Guarded by g_connect_states_mu (connect() may run on several threads
-// for different handles).
+// calls, each with its token. A handle crosses processes (NCCL's bootstrap
+// carries it from the listener), so its `connect_state` is followed only
+// when it names one of these AND carries that state's token: a handle from
+// another process, a corrupted one, or one used again after its connect
+// finished is refused with a warning instead of dereferenced -- also when a
+// later connect's state was allocated at the address the stale copy names
+// (before 2026-12-06 the address alone was compared, so such a copy took
+// over the later connect). A connect() call takes its state out of the map
+// for the call's length (ConnectStateHold puts it back), so copies of one
+// handle driven on two threads at once never share it: the second call is
+// refused too. Guarded by g_connect_states_mu (connect() may run on several
+// threads for different handles).
 std::mutex g_connect_states_mu;
-std::unordered_set<const ConnectState*> g_connect_states;
+std::unordered_map<const ConnectState*, uint64_t> g_connect_states;
+
+// Tokens of new connect states: a process-wide counter from a random start
+// (so a handle from another process is unlikely to carry a live one), never
+// 0, never repeated within the process.
+uint64_t NextConnectToken() {
+  static std::atomic<uint64_t> next{NewNonce() | 1};
+  uint64_t t = next.fetch_add(1, std::memory_order_relaxed);
+  if (t == 0) t = next.fetch_add(1, std::memory_order_relaxed);
+  return t;
+}
 
 void TrackConnectState(const ConnectState* st) {
   std::lock_guard<std::mutex> lock(g_connect_states_mu);
-  g_connect_states.insert(st);
+  g_connect_states[st] = st->token;
 }
 
-// Takes the live connect state a handle names out of the set, or nullptr
-// (none, or another call holds it).
-ConnectState* TakeConnectState(uint64_t bits) {
+enum class Take { kTaken, kUnknown, kStale };
+
+// Takes the live connect state a handle names (its address `bits` and
+// `token`) out of the map. kUnknown: no such state (none, or another call
+// holds it); kStale: a live state sits at that address but it is a later
+// connect's (another token) -- it stays where it is.
+Take TakeConnectState(uint64_t bits, uint64_t token, ConnectState** out) {
+  *out = nullptr;
   auto* st = reinterpret_cast<ConnectState*>(static_cast<uintptr_t>(bits));
   std::lock_guard<std::mutex> lock(g_connect_states_mu);
-  return g_connect_states.erase(st) != 0 ? st : nullptr;
+  auto it = g_connect_states.find(st);
+  if (it == g_connect_states.end()) return Take::kUnknown;
+  if (it->second != token) return Take::kStale;
+  g_connect_states.erase(it);
+  *out = st;
+  return Take::kTaken;
 }
 
 // Puts the state one connect() call holds back into the set when the call
@@ -1286,13 +1343,20 @@ void SetCallLog(int64_t calls) {
   g_call_log.store(calls, std::memory_order_relaxed);
 }
 
-int ReleaseConnectStates(const void* owner, bool every) {
+namespace {
+
+// Releases (ReleaseAbandoned) the connect states in the registry that
+// `doomed_if` picks -- never one a connect() call holds right now, that one
+// is out of the registry -- and logs and counts them ("<who>: released N
+// connect(s) abandoned mid-handshake <why>").
+template <typename Pred>
+int ReleaseConnectStatesIf(Pred doomed_if, const char* who, const char* why) {
   std::vector<ConnectState*> doomed;
   {
     std::lock_guard<std::mutex> lock(g_connect_states_mu);
     for (auto it = g_connect_states.begin(); it != g_connect_states.end();) {
-      if (every || (*it)->owner == owner) {
-        doomed.push_back(const_cast<ConnectState*>(*it));
+      if (doomed_if(*it->first)) {
+        doomed.push_back(const_cast<ConnectState*>(it->first));
         it = g_connect_states.erase(it);
       } else {
         ++it;
@@ -1306,11 +1370,34 @@ int ReleaseConnectStates(const void* owner, bool every) {
     const uint64_t total =
         g_abandoned_connects.fetch_add(doomed.size()) + doomed.size();
     PRISM_NCCL_INFO(
-        "finalize: released %zu connect(s) abandoned mid-handshake (socket, "
+        "%s: released %zu connect(s) abandoned mid-handshake%s (socket, "
         "Prism connection, CTS ring); %llu in this process",
-        doomed.size(), static_cast<unsigned long long>(total));
+        who, doomed.size(), why, static_cast<unsigned long long>(total));
   }
   return static_cast<int>(doomed.size());
+}
+
+// Connects nobody has called for twice PRISM_CONNECT_TIMEOUT_MS since their
+// first call: a connect still being polled fails at its own bound (once
+// past it, at its next call), so only an abandoned one lives that long.
+// This is what releases the abandoned connects of the v10 and older tables
+// (no finalize; their init keeps the plugin's reference for good, so the
+// last finalize never comes) and those of a v11 context that lives on.
+// Called when a connect starts and at listen.
+void ReleaseExpiredConnectStates(uint32_t timeout_ms) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = 2 * std::chrono::milliseconds(timeout_ms);
+  ReleaseConnectStatesIf(
+      [&](const ConnectState& st) { return now - st.started >= limit; },
+      "connect", " (no call for twice PRISM_CONNECT_TIMEOUT_MS)");
+}
+
+}  // namespace
+
+int ReleaseConnectStates(const void* owner, bool every) {
+  return ReleaseConnectStatesIf(
+      [&](const ConnectState& st) { return every || st.owner == owner; },
+      "finalize", "");
 }
 
 PluginCounters Counters() {
@@ -1350,6 +1437,7 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
     return kPrismNcclInvalidArgument;
   }
   *listen_comm = nullptr;
+  ReleaseExpiredConnectStates(dev.config->connect_timeout_ms);
   sockaddr_storage bound{};
   socklen_t bound_len = 0;
   auto fd =
@@ -1424,8 +1512,20 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   ConnectState* st = nullptr;
   ConnectStateHold hold;
   if (h.connect_state != 0) {
-    st = TakeConnectState(h.connect_state);
-    if (st == nullptr) {
+    const Take took = TakeConnectState(h.connect_state, h.connect_token, &st);
+    if (took == Take::kStale) {
+      ++g_api_errors;
+      PRISM_NCCL_WARN(
+          "connect: stale handle refused: it names connect state 0x%llx with "
+          "token %llu, but the connect in progress there now is a later one "
+          "(another token); the handle's own connect has finished and its "
+          "state's memory was reused (a copy of a handle used again after "
+          "its connect completed, failed or was released)",
+          static_cast<unsigned long long>(h.connect_state),
+          static_cast<unsigned long long>(h.connect_token));
+      return kPrismNcclInvalidArgument;
+    }
+    if (took != Take::kTaken) {
       ++g_api_errors;
       PRISM_NCCL_WARN(
           "connect: the handle names a connect in progress (0x%llx) that this "
@@ -1440,6 +1540,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
   }
   auto save = [&](ConnectState* s) {
     h.connect_state = reinterpret_cast<uintptr_t>(s);
+    h.connect_token = s != nullptr ? s->token : 0;
     memcpy(handle, &h, sizeof(h));
   };
   auto fail = [&](const char* what, int err) {
@@ -1457,6 +1558,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     return kPrismNcclRemoteError;
   };
   if (st == nullptr) {
+    ReleaseExpiredConnectStates(dev.config->connect_timeout_ms);
     sockaddr_storage peer{};
     socklen_t len = 0;
     if (h.family == AF_INET) {
@@ -1493,6 +1595,7 @@ PrismNcclResult Connect(const DeviceContext& dev, void* handle,
     }
     st->fd = *fd;
     st->owner = owner;
+    st->token = NextConnectToken();
     st->hello.magic = kHelloMagic;
     st->hello.version = kProtoVersion;
     st->hello.nonce = h.nonce;
@@ -1871,18 +1974,19 @@ PrismNcclResult CloseSend(void* send_comm) {
     std::lock_guard<std::mutex> lock(s->mu);
     CloseFd(s->fd);
     s->fd = -1;
-    uint64_t refused = 0;
-#ifdef PRISM_NCCL_HAVE_ENDPOINT
-    refused = s->writes_refused;
-#endif
     PRISM_NCCL_INFO(
-        "dev %d send comm closed: %llu CTS through Prism, %llu CTS and %llu "
-        "bytes on the side channel after the handshake, %llu WRITEs refused "
-        "for a full queue and tried again",
-        s->dev, static_cast<unsigned long long>(s->cts_via_prism),
+        "dev %d send comm closed: %llu requests done (%llu failed), %llu "
+        "bytes sent; %llu CTS through Prism, %llu CTS and %llu bytes on the "
+        "side channel after the handshake; %llu WRITEs refused for a full "
+        "queue and tried again%s",
+        s->dev, static_cast<unsigned long long>(s->requests_done),
+        static_cast<unsigned long long>(s->requests_failed),
+        static_cast<unsigned long long>(s->bytes_done),
+        static_cast<unsigned long long>(s->cts_via_prism),
         static_cast<unsigned long long>(s->cts_via_side),
         static_cast<unsigned long long>(s->side_rx_bytes),
-        static_cast<unsigned long long>(refused));
+        static_cast<unsigned long long>(s->writes_refused),
+        s->ConnectionFigures().c_str());
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     // Deregistered after the connection is closed (ReleaseConnection).
     if (s->cts_ring_lkey != 0) s->deferred_lkeys.push_back(s->cts_ring_lkey);
@@ -1905,6 +2009,15 @@ PrismNcclResult CloseRecv(void* recv_comm) {
     std::lock_guard<std::mutex> lock(r->mu);
     CloseFd(r->fd);
     r->fd = -1;
+    PRISM_NCCL_INFO(
+        "dev %d recv comm closed: %llu requests done (%llu failed), %llu "
+        "bytes received; %llu CTS WRITEs refused for a full queue and tried "
+        "again%s",
+        r->dev, static_cast<unsigned long long>(r->requests_done),
+        static_cast<unsigned long long>(r->requests_failed),
+        static_cast<unsigned long long>(r->bytes_done),
+        static_cast<unsigned long long>(r->writes_refused),
+        r->ConnectionFigures().c_str());
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     if (r->cts_src_lkey != 0) r->deferred_lkeys.push_back(r->cts_src_lkey);
 #endif
@@ -2288,6 +2401,8 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
   if (!r->done) return c->failed ? c->failure : kPrismNcclSuccess;
   *done = 1;
   const PrismNcclResult result = r->result;
+  ++c->requests_done;
+  if (result != kPrismNcclSuccess) ++c->requests_failed;
   PRISM_NCCL_CALL(
       "%p test %s req %p done: %llu B, result %d", static_cast<void*>(c),
       c->kind == CommKind::kSend ? "send" : "recv", request,
@@ -2296,12 +2411,12 @@ PrismNcclResult Test(void* request, int* done, int* sizes) {
       static_cast<int>(result));
   if (c->kind == CommKind::kSend) {
     if (sizes != nullptr) sizes[0] = static_cast<int>(r->size);
+    if (result == kPrismNcclSuccess) c->bytes_done += r->size;
     static_cast<SendComm*>(c)->Free(r);
   } else {
-    if (sizes != nullptr) {
-      for (int i = 0; i < r->n; ++i) {
-        sizes[i] = static_cast<int>(r->slots[i].received);
-      }
+    for (int i = 0; i < r->n; ++i) {
+      if (sizes != nullptr) sizes[i] = static_cast<int>(r->slots[i].received);
+      if (result == kPrismNcclSuccess) c->bytes_done += r->slots[i].received;
     }
     r->in_use = false;
   }

@@ -59,7 +59,10 @@ PrismNcclResult Listen(const DeviceContext& dev, void* handle,
                        void** listen_comm);
 // `owner`: the v11 init context of the call (nullptr for the older
 // tables); a connect NCCL abandons mid-handshake is released when its owner
-// is finalized (ReleaseConnectStates).
+// is finalized (ReleaseConnectStates), or, whatever its table, once nobody
+// has called it for twice PluginConfig::connect_timeout_ms, by the next
+// listen or new connect (the only release for the v10 and older tables,
+// which have no finalize). Both are logged and counted.
 PrismNcclResult Connect(const DeviceContext& dev, void* handle,
                         void** send_comm, const void* owner = nullptr);
 PrismNcclResult Accept(void* listen_comm, void** recv_comm);

@@ -19,6 +19,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+#include "transport/runtime/conn_blob.h"
+#endif
 
 namespace prism::nccl {
 namespace {
@@ -248,6 +251,53 @@ std::string InterfaceIpv6(const HostInfo& host, const std::string& ifname) {
   return "";
 }
 
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+// The plane addresses of `d` must fit the connection blob of its Prism udp
+// connections (ConnectionBlob::kMaxBytes = 255 bytes; the Hello/Ack carry
+// nothing bigger): after the first plane's address, each plane costs 2
+// bytes, plus each byte of its address that differs from the first plane's,
+// plus 2 for its port when the planes' ports differ (PRISM_PORT=0: each
+// plane's socket gets its own ephemeral port). The blob is encoded here as
+// the endpoint will (runtime::EncodeBlob); before 2026-12-06 unrelated
+// addresses passed init and every connect and accept failed.
+absl::Status CheckPlanesFitTheBlob(const PluginConfig& cfg, size_t index,
+                                   const DeviceConfig& d) {
+  runtime::ConnInfoWire w;
+  w.datapath = runtime::BlobDatapath::kUdp;
+  w.info.conn_id = 1;
+  w.info.num_paths = cfg.paths;
+  w.info.num_planes = static_cast<uint16_t>(d.plane_addrs.size());
+  w.info.mtu_payload = cfg.link_mtu;  // below 64 KiB, as the real one
+  size_t need = 18 + 2 + 16;          // conn_blob.h: fixed part, plane 0
+  for (size_t p = 0; p < d.plane_addrs.size(); ++p) {
+    runtime::BlobAddress a;
+    if (inet_pton(AF_INET6, d.plane_addrs[p].c_str(), a.addr.data()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PRISM_UDP_ADDRS: '", d.plane_addrs[p], "' is not an IPv6 address"));
+    }
+    a.port = cfg.port != 0 ? cfg.port : static_cast<uint16_t>(1 + p);
+    if (p > 0) {
+      need += 2 + (cfg.port != 0 ? 0 : 2);
+      for (int i = 0; i < 16; ++i) need += a.addr[i] != w.planes[0].addr[i];
+    }
+    w.planes.push_back(a);
+  }
+  if (EncodeBlob(w).ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "PRISM_UDP_ADDRS: the ", d.plane_addrs.size(),
+      " plane addresses of device ", index, " (", d.name, ") need ", need,
+      " bytes of connection info, more than the ", ConnectionBlob::kMaxBytes,
+      " a Prism udp connection carries: each plane after the first costs 2 "
+      "bytes, plus each byte of its address that differs from the first "
+      "plane's",
+      cfg.port != 0 ? ""
+                    : ", plus 2 for its own port (PRISM_PORT unset or 0: an "
+                      "ephemeral port per plane)",
+      "; use plane addresses that share a prefix with the first, fewer "
+      "planes, or a fixed PRISM_PORT"));
+}
+#endif
+
 absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
                                PluginConfig* cfg) {
   if (auto s = ParseEngineOptions(env, cfg); !s.ok()) return s;
@@ -327,6 +377,13 @@ absl::Status ResolvePlaneAddrs(const EnvGetter& env, const HostInfo& host,
           " (PRISM_PLANES / PRISM_UDP_ADDRS): every plane needs a path"));
     }
   }
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  for (size_t i = 0; i < cfg->devices.size(); ++i) {
+    if (auto s = CheckPlanesFitTheBlob(*cfg, i, cfg->devices[i]); !s.ok()) {
+      return s;
+    }
+  }
+#endif
   // Connections span every plane of the device.
   cfg->planes = static_cast<uint16_t>(cfg->devices[0].plane_addrs.size());
   return absl::OkStatus();

@@ -22,8 +22,12 @@ inline constexpr uint32_t kHelloMagic = 0x434d5250;   // "PRMC"
 inline constexpr uint32_t kProtoVersion = 3;  // 3: Hello carries the CTS ring
 
 // The listener's address in NCCL's 128-byte handle buffer. `connect_state`
-// is 0 as written by listen(); connect() keeps its in-progress state there
-// between the repeated calls NCCL makes with the same buffer.
+// and `connect_token` are 0 as written by listen(); connect() keeps its
+// in-progress state there between the repeated calls NCCL makes with the
+// same buffer: the state's address and the token it was created with (a
+// process-wide counter), so that a stale copy of a handle whose state was
+// freed and whose address a later connect's state reuses is told apart
+// (comm.cc, TakeConnectState).
 struct WireHandle {
   uint32_t magic;
   uint16_t version;
@@ -34,6 +38,7 @@ struct WireHandle {
   uint64_t nonce;
   uint8_t addr[16];
   uint64_t connect_state;
+  uint64_t connect_token;
 };
 static_assert(sizeof(WireHandle) <= kPrismNcclHandleMaxSize);
 static_assert(offsetof(WireHandle, family) == 6 &&
@@ -41,7 +46,9 @@ static_assert(offsetof(WireHandle, family) == 6 &&
               offsetof(WireHandle, mode) == 12 &&
               offsetof(WireHandle, nonce) == 16 &&
               offsetof(WireHandle, addr) == 24 &&
-              offsetof(WireHandle, connect_state) == 40);
+              offsetof(WireHandle, connect_state) == 40 &&
+              offsetof(WireHandle, connect_token) == 48 &&
+              sizeof(WireHandle) == 56);
 
 // Hello (connect -> accept) and Ack (accept -> connect).
 struct HelloMsg {
