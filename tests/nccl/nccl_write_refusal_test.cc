@@ -200,15 +200,40 @@ class NcclWriteRefusal : public ::testing::Test {
   // isend of the payload until it gives a request or an error (10 s at
   // most); the result, *nulls the "try again" answers.
   int IsendUntil(void** req, int* nulls) {
+    return IsendFromUntil(sbuf_.data(), smh_, req, nulls);
+  }
+  // The same from any registered buffer.
+  int IsendFromUntil(void* buf, void* mh, void** req, int* nulls) {
     *nulls = 0;
     const auto start = Clock::now();
     while (Clock::now() - start < std::chrono::seconds(10)) {
       *req = nullptr;
-      const int r = Isend(send_, sbuf_.data(), kPayload, 7, smh_, req);
+      const int r = Isend(send_, buf, kPayload, 7, mh, req);
       if (r != kOk || *req != nullptr) return r;
       ++*nulls;
     }
     return -1;
+  }
+
+  // test() the send request and the posted receive until both are done
+  // (20 s at most); *rsize is the size the receive reported.
+  void TestBothUntilDone(void* sreq, int* rsize) {
+    bool sdone = false, rdone = false;
+    const auto start = Clock::now();
+    while ((!sdone || !rdone) &&
+           Clock::now() - start < std::chrono::seconds(20)) {
+      int done = 0;
+      if (!sdone) {
+        ASSERT_EQ(nccl::Test(sreq, &done, nullptr), kOk);
+        sdone = done != 0;
+      }
+      done = 0;
+      if (!rdone) {
+        ASSERT_EQ(nccl::Test(rreq_, &done, rsize), kOk);
+        rdone = done != 0;
+      }
+    }
+    ASSERT_TRUE(sdone && rdone);
   }
 
   PluginConfig cfg_;
@@ -239,23 +264,8 @@ TEST_F(NcclWriteRefusal, QueueFullIsTryAgain) {
   EXPECT_EQ(Counters().writes_refused - counted, 3u);
   EXPECT_EQ(WarningsSince(log_from, ""), 0);
   // Both requests complete; the receiver got the bytes.
-  bool sdone = false, rdone = false;
   int rsize = -1;
-  const auto start = Clock::now();
-  while ((!sdone || !rdone) &&
-         Clock::now() - start < std::chrono::seconds(20)) {
-    int done = 0;
-    if (!sdone) {
-      ASSERT_EQ(nccl::Test(sreq, &done, nullptr), kOk);
-      sdone = done != 0;
-    }
-    done = 0;
-    if (!rdone) {
-      ASSERT_EQ(nccl::Test(rreq_, &done, &rsize), kOk);
-      rdone = done != 0;
-    }
-  }
-  ASSERT_TRUE(sdone && rdone);
+  ASSERT_NO_FATAL_FAILURE(TestBothUntilDone(sreq, &rsize));
   EXPECT_EQ(rsize, static_cast<int>(kPayload));
   EXPECT_EQ(0, memcmp(rbuf_.data(), sbuf_.data(), kPayload));
   EXPECT_EQ(rbuf_[kPayload], 0x5c);
@@ -333,13 +343,8 @@ class NcclDeferredWriteRefusal : public NcclWriteRefusal {
   // isend from device memory until it gives a request (the staged send is
   // queued, its WRITE not posted yet) or an error.
   int IsendDeviceUntil(void** req) {
-    const auto start = Clock::now();
-    while (Clock::now() - start < std::chrono::seconds(10)) {
-      *req = nullptr;
-      const int r = Isend(send_, dbuf_, kPayload, 7, dmh_, req);
-      if (r != kOk || *req != nullptr) return r;
-    }
-    return -1;
+    int nulls = 0;
+    return IsendFromUntil(dbuf_, dmh_, req, &nulls);
   }
 
   FakeGpu gpu_;
@@ -360,23 +365,8 @@ TEST_F(NcclDeferredWriteRefusal, QueueFullIsRetriedLater) {
   ASSERT_EQ(IsendDeviceUntil(&sreq), kOk);
   ASSERT_NE(sreq, nullptr);
   EXPECT_EQ(Refused(), 0) << "the staged send's WRITE was posted by isend";
-  bool sdone = false, rdone = false;
   int rsize = -1;
-  const auto start = Clock::now();
-  while ((!sdone || !rdone) &&
-         Clock::now() - start < std::chrono::seconds(20)) {
-    int done = 0;
-    if (!sdone) {
-      ASSERT_EQ(nccl::Test(sreq, &done, nullptr), kOk);
-      sdone = done != 0;
-    }
-    done = 0;
-    if (!rdone) {
-      ASSERT_EQ(nccl::Test(rreq_, &done, &rsize), kOk);
-      rdone = done != 0;
-    }
-  }
-  ASSERT_TRUE(sdone && rdone);
+  ASSERT_NO_FATAL_FAILURE(TestBothUntilDone(sreq, &rsize));
   EXPECT_EQ(Refused(), 3);
   EXPECT_EQ(Counters().writes_refused - counted, 3u);
   EXPECT_EQ(WarningsSince(log_from, ""), 0);
