@@ -317,6 +317,11 @@ TEST(NcclFakePeer, DataFloodFailsTheReceive) {
   PostedReceive p;
   ASSERT_NO_FATAL_FAILURE(PostOneReceive(&peer, recv, &p));
   ASSERT_TRUE(peer.Flood(p.cts.e[0].addr, p.cts.e[0].rkey, 16, 5, 600));
+  // Sent is not yet received: give the plugin's Prism loop time to take the
+  // whole flood in before the first test() drains it (a test() while it is
+  // still arriving sees the bad slot index first, a protocol error, and
+  // the inbox never overflows; seen under TSan with parallel ctest load).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const size_t log_from = LogSnapshot().size();
   SetLogEcho(false);
   int got = -1;
