@@ -155,6 +155,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -351,22 +355,78 @@ inline __attribute__((always_inline)) void CopyBlocks(uint8_t* dst,
   if (blocks < len) std::memcpy(dend, send, len - blocks);
 }
 
-// Default placement. Copies in fixed 64-byte blocks (vector moves) rather
-// than calling memcpy for the whole packet: glibc uses `rep movsb` for
-// packet-sized copies, which on some CPUs (AMD Zen) runs several times
-// slower when destination and source are close modulo 4 KiB, as placement
-// into a region often makes them. Measured in bench/engine_bench.cc:
-// BM_EngineLoopback_GlibcPlacer_... (memcpy per packet) is ~7x slower than
-// the default there, and the default's copy costs about as much as one
-// 1 MiB memcpy of the same bytes (BM_Memcpy_1MiB). A 32-byte AVX2 variant
-// with aligned stores measured the same within noise (2026-12-02).
+// One `rep movsb`: the CPU's string move, which with ERMS/FSRM moves whole
+// lines without the per-instruction cost of a vector loop (and, on AMD Zen
+// 5, faster than it: docs/benchmarks.md, "Placement copy method").
+inline __attribute__((always_inline)) void CopyString(uint8_t* dst,
+                                                      const uint8_t* src,
+                                                      uint32_t len) {
+#if defined(__has_feature)
+#define PRISM_COPY_SANITIZED \
+  (__has_feature(address_sanitizer) || __has_feature(thread_sanitizer))
+#else
+#define PRISM_COPY_SANITIZED 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || \
+    PRISM_COPY_SANITIZED
+  // Sanitizers do not see inside inline assembly: memcpy, which they
+  // check, keeps a placement out of bounds visible in those builds.
+  std::memcpy(dst, src, len);
+#elif defined(__x86_64__)
+  size_t n = len;
+  asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+#else
+  CopyBlocks(dst, src, len);
+#endif
+}
+
+// DefaultCopyMethod's CPU test (see engine.h): AMD, family 1Ah or later
+// (base family 0Fh plus the extended family), ERMS (CPUID 7.0 EBX bit 9)
+// and FSRM (CPUID 7.0 EDX bit 4).
+CopyMethod DetectCopyMethod() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0 || a < 7) return CopyMethod::kVector;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;
+  if (!amd) return CopyMethod::kVector;  // "AuthenticAMD"
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return CopyMethod::kVector;
+  const unsigned base = (a >> 8) & 0xF;
+  const unsigned family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+  if (family < 0x1A) return CopyMethod::kVector;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return CopyMethod::kVector;
+  const bool erms = (b >> 9) & 1, fsrm = (d >> 4) & 1;
+  return erms && fsrm ? CopyMethod::kString : CopyMethod::kVector;
+#else
+  return CopyMethod::kVector;
+#endif
+}
+
+// Default placement: CopyBlocks (kVector) or CopyString (kString) as the
+// method chosen once per process (DefaultCopyMethod) says, fixed when the
+// engine is constructed. Not glibc's memcpy: glibc uses `rep movsb` for
+// packet-sized copies whatever the CPU, which on AMD Zen 3/4 runs several
+// times slower when destination and source are close modulo 4 KiB, as
+// placement into a region often makes them (BM_EngineLoopback_GlibcPlacer_
+// ... measured ~7x slower than the vector loop on 2026-12-02's machine). A
+// 32-byte AVX2 variant with aligned stores measured the same as the 16-byte
+// loop (2026-12-02), as did AVX-512 moves on Zen 5 (2026-12-06).
 class MemcpyPlacer final : public Placer {
  public:
+  explicit MemcpyPlacer(CopyMethod method)
+      : string_((method == CopyMethod::kAuto ? DefaultCopyMethod() : method) ==
+                CopyMethod::kString) {}
   bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
              const MemoryRegion&) override {
-    CopyBlocks(dst, src, len);
+    if (string_ && len >= kStringCopyMinLen) {
+      CopyString(dst, src, len);
+    } else {
+      CopyBlocks(dst, src, len);
+    }
     return true;
   }
+
+ private:
+  bool string_;
 };
 // A connection's cached share of NextEventTime and what PollTransmit needs
 // to know to skip it (see Impl::Touch / Impl::Refresh). Kept in a dense array
@@ -4038,7 +4098,7 @@ class Engine::Impl {
 
   EngineOptions opt_;
   Rng rng_;
-  MemcpyPlacer memcpy_placer_;
+  MemcpyPlacer memcpy_placer_{opt_.copy_method};
   Placer* placer_;
   EngineStats stats_;
   Time last_now_ = 0;
@@ -4181,8 +4241,35 @@ absl::Status Engine::SetPlaneUp(ConnId conn, uint16_t plane, bool up,
   return impl_->SetPlaneUp(conn, plane, up, now);
 }
 
+CopyMethod DefaultCopyMethod() {
+  static const CopyMethod method = DetectCopyMethod();
+  return method;
+}
+
+const char* CopyMethodName(CopyMethod m) {
+  switch (m) {
+    case CopyMethod::kAuto:
+      return "auto";
+    case CopyMethod::kVector:
+      return "vector";
+    case CopyMethod::kString:
+      return "string";
+  }
+  return "?";
+}
+
+void PlacementCopyWith(CopyMethod m, uint8_t* dst, const uint8_t* src,
+                       uint32_t len) {
+  if (m == CopyMethod::kAuto) m = DefaultCopyMethod();
+  if (m == CopyMethod::kString && len >= kStringCopyMinLen) {
+    CopyString(dst, src, len);
+  } else {
+    CopyBlocks(dst, src, len);
+  }
+}
+
 void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
-  CopyBlocks(dst, src, len);
+  PlacementCopyWith(DefaultCopyMethod(), dst, src, len);
 }
 
 }  // namespace prism

@@ -135,10 +135,32 @@ class Placer {
                      const MemoryRegion& region) = 0;
 };
 
-// The default placer's copy (64-byte blocks of 16-byte vector moves, the
-// tail by memcpy), exported for custom placers and for benchmarks that
-// measure it against memcpy (bench/engine_bench.cc).
+// How the default placer copies a payload:
+//   kVector: 64-byte blocks of 16-byte vector moves, the destination
+//            prefetched ahead of the stores, the tail by memcpy;
+//   kString: one `rep movsb` (x86 "fast short" string move) for payloads of
+//            kStringCopyMinLen bytes or more, kVector below.
+//   kAuto:   DefaultCopyMethod().
+// DefaultCopyMethod() is chosen once per process from the CPU (CPUID): kString
+// on AMD family 1Ah (Zen 5) and later with ERMS and FSRM, where it measured
+// faster than kVector inside the engine loopback; kVector elsewhere (on
+// Intel it measured no faster; on AMD Zen 3/4 `rep movsb` is known to slow
+// down several times when destination and source are close modulo 4 KiB).
+// The choice changes speed only, never what is written: both write exactly
+// the bytes memcpy writes (tests/engine/placement_copy_test.cc). Numbers:
+// docs/benchmarks.md, "Placement copy method".
+enum class CopyMethod : uint8_t { kAuto, kVector, kString };
+inline constexpr uint32_t kStringCopyMinLen = 256;
+CopyMethod DefaultCopyMethod();            // kVector or kString, never kAuto
+const char* CopyMethodName(CopyMethod m);  // "auto", "vector", "string"
+
+// The default placer's copy (DefaultCopyMethod()), exported for custom
+// placers and for benchmarks that measure it against memcpy
+// (bench/engine_bench.cc); PlacementCopyWith uses the given method (kString
+// falls back to kVector on a CPU that is not x86-64).
 void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len);
+void PlacementCopyWith(CopyMethod m, uint8_t* dst, const uint8_t* src,
+                       uint32_t len);
 
 struct EngineOptions {
   uint64_t seed = 1;
@@ -165,8 +187,12 @@ struct EngineOptions {
   // the most entries it held: at most this many plus the kConnectionError
   // completions (one per failed connection).
   uint32_t cq_capacity = 65536;
-  // Placement strategy; nullptr = memcpy. Not owned; must outlive the engine.
+  // Placement strategy; nullptr = the default placer (a copy by
+  // `copy_method`). Not owned; must outlive the engine.
   Placer* placer = nullptr;
+  // The default placer's copy (see CopyMethod above); kAuto = the CPU's.
+  // Speed only: what lands in memory is the same either way.
+  CopyMethod copy_method = CopyMethod::kAuto;
 };
 
 struct ConnectionOptions {
