@@ -616,5 +616,93 @@ TEST(EndpointFlush, WritesStillInTheEndpointAreCancelledByClose) {
   }
 }
 
+// The connection fails while A's queue is full (its flushed WRITE and its
+// kConnectionError wait in A's engine) and A closes it before polling: the
+// WRITEs A's Endpoint still held were flushed by the failure, not
+// cancelled by the close, so they complete kAborted, after the engine's
+// completions of the connection, which the close does not discard.
+TEST(EndpointFlush, CloseAfterAnUnreportedFailureStillFlushesWithAborted) {
+  constexpr uint32_t kCapacity = 8;
+  constexpr int kMessages = 40;
+  auto a = *Endpoint::Create(Udp(kCapacity));
+  auto b = *Endpoint::Create(Udp(65536));
+  auto d = *Endpoint::Create(Udp(65536));
+  ConnectionOptions quick = Conn();
+  quick.connection_timeout = 300 * kMillisecond;
+  quick.max_outstanding_messages = 1;
+  const auto [cab, cba] = Link(*a, *b, quick, Conn());
+  const auto [cad, cda] = Link(*a, *d, Conn(), Conn());
+  ASSERT_NE(cab, 0u);
+  ASSERT_NE(cad, 0u);
+  (void)cba;
+  std::vector<uint8_t> abuf(1 << 16, 0), bbuf(4096), dbuf(1 << 16, 5);
+  auto ma = *a->RegisterMemory(abuf.data(), abuf.size(),
+                               kAccessLocal | kAccessRemoteWrite);
+  auto mb = *b->RegisterMemory(bbuf.data(), bbuf.size(), kAccessRemoteWrite);
+  auto md = *d->RegisterMemory(dbuf.data(), dbuf.size(), kAccessLocal);
+  b.reset();  // A's WRITEs to B are never acknowledged
+  WriteRequest w;
+  w.local_addr = abuf.data();
+  w.length = 100;
+  w.lkey = ma.lkey;
+  w.remote_addr = mb.addr;
+  w.rkey = mb.rkey;
+  for (uint64_t id = 777; id <= 779; ++id) {  // 1 in the engine, 2 held
+    w.wr_id = id;
+    ASSERT_TRUE(a->PostWrite(cab, w).ok());
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    WriteRequest r;
+    r.wr_id = i;
+    r.local_addr = dbuf.data();
+    r.length = 64;
+    r.lkey = md.lkey;
+    r.remote_addr = ma.addr + 4096;
+    r.rkey = ma.rkey;
+    r.has_immediate = true;
+    r.immediate = i;
+    ASSERT_TRUE(d->PostWrite(cda, r).ok());
+  }
+  // The failure reached A's engine queue (one beyond its capacity), not
+  // A's Endpoint queue (full).
+  const Time wait_end = Endpoint::Now() + 10 * kSecond;
+  while (a->stats().cq_peak <= kCapacity && Endpoint::Now() < wait_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GT(a->stats().cq_peak, kCapacity) << "the failure did not queue";
+  ASSERT_TRUE(a->CloseConnection(cab).ok());
+
+  std::vector<Completion> ab;  // A's completions of cab, in order
+  int received = 0;
+  Completion c[16];
+  const Time deadline = Endpoint::Now() + 10 * kSecond;
+  while ((received < kMessages || ab.size() < 4) &&
+         Endpoint::Now() < deadline) {
+    const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].conn == cab) {
+        ab.push_back(c[i]);
+      } else {
+        EXPECT_EQ(c[i].type, CompletionType::kRecvImmediate);
+        EXPECT_EQ(c[i].immediate, static_cast<uint32_t>(received));
+        ++received;
+      }
+    }
+  }
+  EXPECT_EQ(received, kMessages);
+  ASSERT_EQ(ab.size(), 4u);
+  EXPECT_EQ(ab[0].type, CompletionType::kWrite);
+  EXPECT_EQ(ab[0].wr_id, 777u);
+  EXPECT_EQ(ab[0].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ab[1].type, CompletionType::kConnectionError);
+  EXPECT_EQ(ab[1].wr_id, 777u);
+  for (size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(ab[i].type, CompletionType::kWrite);
+    EXPECT_EQ(ab[i].wr_id, 776u + i);
+    EXPECT_EQ(ab[i].status, absl::StatusCode::kAborted) << ab[i].wr_id;
+  }
+  EXPECT_EQ(a->WaitCompletions(c, 16, 50 * kMillisecond), 0u)
+      << "each exactly once";
+}
+
 }  // namespace
 }  // namespace prism
