@@ -477,6 +477,8 @@ TEST(EndpointCq, ConnectionErrorWhileFullIsReported) {
 // connection (kNotFound). Before 2026-12-06 the parked ones completed with
 // kFailedPrecondition and the kConnectionError carried wr_id 0.
 TEST(EndpointFlush, WritesStillInTheEndpointAreAbortedAfterAFailure) {
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> src(4096, 3), dst(4096);
   auto a = *Endpoint::Create(Udp(64));
   auto b = *Endpoint::Create(Udp(64));
   ConnectionOptions co = Conn();
@@ -485,7 +487,6 @@ TEST(EndpointFlush, WritesStillInTheEndpointAreAbortedAfterAFailure) {
   const auto [cab, cba] = Link(*a, *b, co, Conn());
   ASSERT_NE(cab, 0u);
   (void)cba;
-  std::vector<uint8_t> src(4096, 3), dst(4096);
   auto ms = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
   auto md = *b->RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
   b.reset();  // nothing is ever acknowledged: the connection times out
@@ -558,6 +559,8 @@ TEST(EndpointFlush, WritesStillInTheEndpointAreAbortedAfterAFailure) {
 // as before. Before 2026-12-06 the parked ones completed with kNotFound.
 TEST(EndpointFlush, WritesStillInTheEndpointAreCancelledByClose) {
   constexpr uint32_t kCapacity = 8;
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> src(4096, 3), dst(4096);
   auto a = *Endpoint::Create(Udp(kCapacity));
   auto b = *Endpoint::Create(Udp(64));
   ConnectionOptions co = Conn();
@@ -568,7 +571,6 @@ TEST(EndpointFlush, WritesStillInTheEndpointAreCancelledByClose) {
   ASSERT_NE(cab2, 0u);
   (void)cba;
   (void)cba2;
-  std::vector<uint8_t> src(4096, 3), dst(4096);
   auto ms = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
   auto md = *b->RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
   // B stops answering: nothing of cab is acknowledged, so 2 WRITEs stay in
@@ -624,6 +626,8 @@ TEST(EndpointFlush, WritesStillInTheEndpointAreCancelledByClose) {
 TEST(EndpointFlush, CloseAfterAnUnreportedFailureStillFlushesWithAborted) {
   constexpr uint32_t kCapacity = 8;
   constexpr int kMessages = 40;
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> abuf(1 << 16, 0), bbuf(4096), dbuf(1 << 16, 5);
   auto a = *Endpoint::Create(Udp(kCapacity));
   auto b = *Endpoint::Create(Udp(65536));
   auto d = *Endpoint::Create(Udp(65536));
@@ -635,7 +639,6 @@ TEST(EndpointFlush, CloseAfterAnUnreportedFailureStillFlushesWithAborted) {
   ASSERT_NE(cab, 0u);
   ASSERT_NE(cad, 0u);
   (void)cba;
-  std::vector<uint8_t> abuf(1 << 16, 0), bbuf(4096), dbuf(1 << 16, 5);
   auto ma = *a->RegisterMemory(abuf.data(), abuf.size(),
                                kAccessLocal | kAccessRemoteWrite);
   auto mb = *b->RegisterMemory(bbuf.data(), bbuf.size(), kAccessRemoteWrite);
