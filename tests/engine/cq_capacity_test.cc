@@ -326,6 +326,7 @@ TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
   EXPECT_GT(s.st.rnr_probes_sent, 10u);
   size_t writes = 0, failed = 0, errors = 0;
   uint64_t next_wr_id = 0;
+  Completion culprit;
   for (const Completion& c : s.cq) {
     if (c.type == CompletionType::kWrite) {
       EXPECT_EQ(c.wr_id, next_wr_id++);  // in posting order
@@ -335,6 +336,7 @@ TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
         EXPECT_EQ(c.status, failed == 0 ? absl::StatusCode::kResourceExhausted
                                         : absl::StatusCode::kAborted)
             << c.wr_id;
+        if (failed == 0) culprit = c;
         ++failed;
       } else {
         EXPECT_EQ(failed, 0u) << c.wr_id;
@@ -343,6 +345,10 @@ TEST(CqCapacity, RnrTimeoutFailsTheConnectionAfterTheStall) {
       ++errors;
       EXPECT_EQ(c.status, absl::StatusCode::kResourceExhausted);
       EXPECT_EQ(writes, s.posted);  // after every WRITE's completion
+      // It names the stuck WRITE (the one that got the cause).
+      EXPECT_EQ(c.wr_id, culprit.wr_id);
+      EXPECT_EQ(c.msn, culprit.msn);
+      EXPECT_EQ(c.byte_len, culprit.byte_len);
     }
   }
   EXPECT_EQ(writes, s.posted);  // every WRITE completed, OK or failed
@@ -415,7 +421,12 @@ TEST(CqCapacity, PostWriteRefusedAtCapacityAcceptedAfterPolling) {
     return h.engine(0).PostWrite(h.now(), c0, w);
   };
   // Four outstanding WRITEs reserve the four slots.
+  EXPECT_FALSE(h.engine(0).CompletionQueueFull());
   for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(post(id).ok()) << id;
+  // The direct signal (prism::Endpoint parks WRITEs by it): full with
+  // nothing queued, all four slots reserved.
+  EXPECT_TRUE(h.engine(0).CompletionQueueFull());
+  EXPECT_EQ(h.engine(0).CompletionsQueued(), 0u);
   absl::Status st = post(5);
   EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
   EXPECT_NE(st.message().find("cq_capacity"), std::string::npos) << st;
@@ -430,8 +441,12 @@ TEST(CqCapacity, PostWriteRefusedAtCapacityAcceptedAfterPolling) {
   EXPECT_TRUE(absl::IsResourceExhausted(post(5)));
   EXPECT_EQ(h.engine(0).stats().writes_refused_cq_full, 2u);
   EXPECT_EQ(h.engine(0).stats().cq_peak, 4u);
+  EXPECT_TRUE(h.engine(0).CompletionQueueFull());
+  EXPECT_EQ(h.engine(0).CompletionsQueued(), 4u);
   // Polling one frees one slot: one more WRITE, then refused again.
   EXPECT_EQ(h.PollNow(0, 1), 1u);
+  EXPECT_FALSE(h.engine(0).CompletionQueueFull());
+  EXPECT_EQ(h.engine(0).CompletionsQueued(), 3u);
   EXPECT_TRUE(post(5).ok());
   EXPECT_TRUE(absl::IsResourceExhausted(post(6)));
   // Polling the rest frees the rest.
@@ -519,8 +534,9 @@ TEST(CqCapacity, FailureWhileFullStillReportsItsCompletions) {
       },
       50 * kMillisecond))
       << h.engine(0).connection_stats(c0)->ToString();
-  EXPECT_TRUE(
-      absl::IsFailedPrecondition(h.engine(0).PostWrite(h.now(), c0, bad)));
+  // A WRITE posted to the failed connection is refused with the flush
+  // code (before 2026-12-06: FailedPrecondition, as before Connect).
+  EXPECT_TRUE(absl::IsAborted(h.engine(0).PostWrite(h.now(), c0, bad)));
   EXPECT_EQ(h.engine(0).stats().cq_peak, 5u);  // capacity + the error
   EXPECT_EQ(h.PollNow(0), 8u);
   const auto& cq = h.completions(0);
@@ -544,6 +560,7 @@ TEST(CqCapacity, FailureWhileFullStillReportsItsCompletions) {
         ++errors;
         error_at = i;
         EXPECT_EQ(c.status, absl::StatusCode::kPermissionDenied);
+        EXPECT_EQ(c.wr_id, 77u) << "names the WRITE that failed";
         break;
     }
   }

@@ -998,6 +998,11 @@ TEST(Engine, ConnectionTimeoutFailsTheOldestWriteAndFlushesTheRest) {
   EXPECT_EQ(cq[3].status, absl::StatusCode::kAborted);
   EXPECT_EQ(cq[4].type, CompletionType::kConnectionError);
   EXPECT_EQ(cq[4].status, absl::StatusCode::kDeadlineExceeded);
+  // The kConnectionError names the WRITE that timed out (not a flushed one).
+  EXPECT_EQ(cq[4].wr_id, 2u);
+  EXPECT_EQ(cq[4].msn, cq[1].msn);
+  EXPECT_EQ(cq[4].byte_len, 16384u);
+  EXPECT_EQ(cq[4].remote_addr, dmr.addr + 2 * 16384);
   EXPECT_GE(h.now(), 2 * kMillisecond + o.connection_timeout);
 }
 
@@ -1339,8 +1344,13 @@ TEST(Engine, DeregisteredTargetRejectsWritesWithBadKey) {
   EXPECT_EQ(cq[1].status, absl::StatusCode::kAborted);
   EXPECT_EQ(cq[2].type, CompletionType::kConnectionError);
   EXPECT_EQ(cq[2].status, absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(p.Write(30, 3, 0, 1, 0).code(),
-            absl::StatusCode::kFailedPrecondition);
+  // It names the WRITE the NACK was for, as that WRITE's completion does.
+  EXPECT_EQ(cq[2].wr_id, 1u);
+  EXPECT_EQ(cq[2].msn, cq[0].msn);
+  EXPECT_EQ(cq[2].byte_len, 4096u);
+  EXPECT_EQ(cq[2].remote_addr, cq[0].remote_addr);
+  // Posting to the failed connection: refused with the flush code.
+  EXPECT_EQ(p.Write(30, 3, 0, 1, 0).code(), absl::StatusCode::kAborted);
 }
 
 TEST(Engine, OutOfRangeRemoteWriteFailsWithOutOfRange) {
@@ -1476,6 +1486,9 @@ TEST(Engine, ApiMisuseGetsClearStatus) {
   EXPECT_TRUE(q.Write(0, 2, 0, 1, 0).ok());
   EXPECT_EQ(q.Write(0, 3, 0, 1, 0).code(),
             absl::StatusCode::kResourceExhausted);
+  // The message limit, not the completion queue: CompletionQueueFull()
+  // tells the two refusals apart.
+  EXPECT_FALSE(q.a->CompletionQueueFull());
   // A source region with outstanding writes cannot be deregistered.
   EXPECT_EQ(q.a->DeregisterMemory(q.smr.lkey).code(),
             absl::StatusCode::kFailedPrecondition);

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "prism/endpoint.h"
 #include "transport/base/random.h"
+#include "transport/runtime/endpoint_testing.h"
 
 namespace prism {
 namespace {
@@ -305,9 +306,12 @@ TEST(EndpointCq, WriteRefusedByTheEngineWaitsForRoomInsteadOfRetrying) {
   ASSERT_EQ(a->datapath_stats().cq_depth, kCapacity);
   ASSERT_GT(a->stats().cq_delivery_holds, 0u);
 
-  // A takes one immediate at a time and posts a WRITE to B, until its
-  // Endpoint admits one (its loop may refill the freed slot first: then the
-  // Endpoint refuses and A takes another).
+  // A takes one immediate and posts a WRITE to B, on A's loop thread
+  // between two iterations (a test hook): the loop cannot refill the slot
+  // the poll freed before the PostWrite takes it, so the Endpoint admits
+  // the WRITE, and the loop then hands it to an engine whose queue is full.
+  // (Before 2026-12-06 the test did this from its own thread and skipped
+  // when the loop won that race, as it did under parallel ctest load.)
   WriteRequest w;
   w.wr_id = 4242;
   w.local_addr = asrc.data();
@@ -315,25 +319,18 @@ TEST(EndpointCq, WriteRefusedByTheEngineWaitsForRoomInsteadOfRetrying) {
   w.lkey = mas.lkey;
   w.remote_addr = mbd.addr;
   w.rkey = mbd.rkey;
-  uint32_t next_imm = 0;
-  bool admitted = false;
-  while (!admitted && next_imm < 20) {
-    ASSERT_EQ(a->PollCompletions(c, 1), 1u);
-    ASSERT_EQ(c[0].type, CompletionType::kRecvImmediate);
-    ASSERT_EQ(c[0].immediate, next_imm);
-    ++next_imm;
-    const absl::Status s = a->PostWrite(ca, w);
-    ASSERT_TRUE(s.ok() || absl::IsResourceExhausted(s)) << s;
-    admitted = s.ok();
-  }
-  if (!admitted) {
-    // A race the test cannot control: the loop refilled every slot A freed
-    // before A's PostWrite took it (seen under parallel ctest load), and
-    // polling further would drain the engine's held deliveries, leaving
-    // nothing to refuse the WRITE. Nothing was checked; say so.
-    GTEST_SKIP() << "the Endpoint refused all " << next_imm
-                 << " WRITEs (its loop refilled each freed slot first)";
-  }
+  size_t polled = 0;
+  Completion first;
+  absl::Status post = absl::UnknownError("not run");
+  ASSERT_TRUE(runtime::RunOnLoopThreadForTesting(*a, [&] {
+                polled = a->PollCompletions(&first, 1);
+                post = a->PostWrite(ca, w);
+              }).ok());
+  ASSERT_EQ(polled, 1u);
+  ASSERT_EQ(first.type, CompletionType::kRecvImmediate);
+  ASSERT_EQ(first.immediate, 0u);
+  ASSERT_TRUE(post.ok()) << post;
+  uint32_t next_imm = 1;
   // The engine's held deliveries take every slot freed (they come first),
   // so it refuses the WRITE; the loop then sleeps and wakes (timers, at
   // least every max_sleep) without trying it again.
@@ -455,6 +452,7 @@ TEST(EndpointCq, ConnectionErrorWhileFullIsReported) {
         case CompletionType::kConnectionError:
           EXPECT_EQ(c[i].conn, cab);
           EXPECT_NE(c[i].status, absl::StatusCode::kOk);
+          EXPECT_EQ(c[i].wr_id, 777u) << "names the WRITE that failed";
           ++conn_errors;
           break;
       }
@@ -467,6 +465,246 @@ TEST(EndpointCq, ConnectionErrorWhileFullIsReported) {
   EXPECT_EQ(conn_errors, 1);
   EXPECT_EQ(memcmp(abuf.data(), dbuf.data(), kMessages * kLen), 0);
   EXPECT_LE(a->datapath_stats().cq_peak, kCapacity);
+}
+
+// WRITEs the Endpoint still holds (parked by the connection's
+// max_outstanding_messages, never handed to the engine) when the connection
+// fails complete as the engine's outstanding ones do: the engine's first
+// (the oldest with the cause, the other kAborted), its kConnectionError
+// naming the culprit, then the Endpoint's, kAborted, in posting order, each
+// exactly once. A WRITE posted after the failure was reported is flushed
+// too (kAborted); one posted after CloseConnection is for an unknown
+// connection (kNotFound). Before 2026-12-06 the parked ones completed with
+// kFailedPrecondition and the kConnectionError carried wr_id 0.
+TEST(EndpointFlush, WritesStillInTheEndpointAreAbortedAfterAFailure) {
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> src(4096, 3), dst(4096);
+  auto a = *Endpoint::Create(Udp(64));
+  auto b = *Endpoint::Create(Udp(64));
+  ConnectionOptions co = Conn();
+  co.max_outstanding_messages = 2;
+  co.connection_timeout = 300 * kMillisecond;
+  const auto [cab, cba] = Link(*a, *b, co, Conn());
+  ASSERT_NE(cab, 0u);
+  (void)cba;
+  auto ms = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
+  auto md = *b->RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  b.reset();  // nothing is ever acknowledged: the connection times out
+  auto write = [&](uint64_t wr_id) {
+    WriteRequest w;
+    w.wr_id = wr_id;
+    w.local_addr = src.data();
+    w.length = 100 + wr_id;
+    w.lkey = ms.lkey;
+    w.remote_addr = md.addr + wr_id;
+    w.rkey = md.rkey;
+    return w;
+  };
+  constexpr uint64_t kFirst = 100, kCount = 6;  // 2 in the engine, 4 parked
+  for (uint64_t i = 0; i < kCount; ++i)
+    ASSERT_TRUE(a->PostWrite(cab, write(kFirst + i)).ok());
+
+  std::vector<Completion> got;
+  Completion c[16];
+  const Time deadline = Endpoint::Now() + 10 * kSecond;
+  while (got.size() < kCount + 1 && Endpoint::Now() < deadline) {
+    const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+    got.insert(got.end(), c, c + n);
+  }
+  ASSERT_EQ(got.size(), kCount + 1);
+  // The engine's: the timed-out WRITE, the flushed one, the error.
+  EXPECT_EQ(got[0].type, CompletionType::kWrite);
+  EXPECT_EQ(got[0].wr_id, kFirst);
+  EXPECT_EQ(got[0].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(got[1].type, CompletionType::kWrite);
+  EXPECT_EQ(got[1].wr_id, kFirst + 1);
+  EXPECT_EQ(got[1].status, absl::StatusCode::kAborted);
+  EXPECT_EQ(got[2].type, CompletionType::kConnectionError);
+  EXPECT_EQ(got[2].conn, cab);
+  EXPECT_EQ(got[2].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(got[2].wr_id, kFirst) << "names the WRITE that failed";
+  EXPECT_EQ(got[2].msn, got[0].msn);
+  EXPECT_EQ(got[2].byte_len, 100 + kFirst);
+  // The Endpoint's: flushed, in posting order, after the engine's.
+  for (uint64_t i = 2; i < kCount; ++i) {
+    const Completion& x = got[i + 1];
+    EXPECT_EQ(x.type, CompletionType::kWrite) << i;
+    EXPECT_EQ(x.conn, cab) << i;
+    EXPECT_EQ(x.wr_id, kFirst + i);
+    EXPECT_EQ(x.status, absl::StatusCode::kAborted) << x.wr_id;
+    EXPECT_EQ(x.byte_len, 100 + kFirst + i);
+  }
+  // Posted after the failure was reported: flushed as well.
+  ASSERT_TRUE(a->PostWrite(cab, write(200)).ok());
+  ASSERT_EQ(a->WaitCompletions(c, 16, 5 * kSecond), 1u);
+  EXPECT_EQ(c[0].type, CompletionType::kWrite);
+  EXPECT_EQ(c[0].wr_id, 200u);
+  EXPECT_EQ(c[0].status, absl::StatusCode::kAborted);
+  // Closing a failed connection adds nothing; a WRITE posted after the
+  // close is for an unknown connection.
+  ASSERT_TRUE(a->CloseConnection(cab).ok());
+  ASSERT_TRUE(a->PostWrite(cab, write(300)).ok());
+  ASSERT_EQ(a->WaitCompletions(c, 16, 5 * kSecond), 1u);
+  EXPECT_EQ(c[0].wr_id, 300u);
+  EXPECT_EQ(c[0].status, absl::StatusCode::kNotFound);
+  EXPECT_EQ(a->WaitCompletions(c, 16, 50 * kMillisecond), 0u)
+      << "each exactly once";
+  EXPECT_EQ(a->datapath_stats().cq_depth, 0u);
+}
+
+// CloseConnection while WRITEs are outstanding in the engine and parked in
+// the Endpoint: every one completes with kCancelled, in posting order (the
+// engine's, then the Endpoint's), no kConnectionError, each exactly once;
+// and the completion queue's accounting lets as many WRITEs in afterwards
+// as before. Before 2026-12-06 the parked ones completed with kNotFound.
+TEST(EndpointFlush, WritesStillInTheEndpointAreCancelledByClose) {
+  constexpr uint32_t kCapacity = 8;
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> src(4096, 3), dst(4096);
+  auto a = *Endpoint::Create(Udp(kCapacity));
+  auto b = *Endpoint::Create(Udp(64));
+  ConnectionOptions co = Conn();
+  co.max_outstanding_messages = 2;
+  const auto [cab, cba] = Link(*a, *b, co, Conn());
+  const auto [cab2, cba2] = Link(*a, *b, Conn(), Conn());
+  ASSERT_NE(cab, 0u);
+  ASSERT_NE(cab2, 0u);
+  (void)cba;
+  (void)cba2;
+  auto ms = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
+  auto md = *b->RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  // B stops answering: nothing of cab is acknowledged, so 2 WRITEs stay in
+  // A's engine and the rest in A's Endpoint.
+  b.reset();
+  WriteRequest w;
+  w.local_addr = src.data();
+  w.length = 64;
+  w.lkey = ms.lkey;
+  w.remote_addr = md.addr;
+  w.rkey = md.rkey;
+  constexpr uint64_t kCount = kCapacity;  // fills A's queue accounting
+  for (uint64_t i = 0; i < kCount; ++i) {
+    w.wr_id = 500 + i;
+    ASSERT_TRUE(a->PostWrite(cab, w).ok()) << i;
+  }
+  w.wr_id = 999;
+  EXPECT_TRUE(absl::IsResourceExhausted(a->PostWrite(cab2, w)));
+  // Let the loop hand the first two to the engine (they are sent).
+  const Time until = Endpoint::Now() + 5 * kSecond;
+  while (a->connection_stats(cab)->tx_data_packets == 0 &&
+         Endpoint::Now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(a->CloseConnection(cab).ok());
+  Completion c[16];
+  std::vector<Completion> got;
+  const Time deadline = Endpoint::Now() + 5 * kSecond;
+  while (got.size() < kCount && Endpoint::Now() < deadline) {
+    const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+    got.insert(got.end(), c, c + n);
+  }
+  ASSERT_EQ(got.size(), kCount);
+  for (uint64_t i = 0; i < kCount; ++i) {
+    EXPECT_EQ(got[i].type, CompletionType::kWrite) << i;
+    EXPECT_EQ(got[i].conn, cab) << i;
+    EXPECT_EQ(got[i].wr_id, 500 + i);
+    EXPECT_EQ(got[i].status, absl::StatusCode::kCancelled) << got[i].wr_id;
+  }
+  EXPECT_EQ(a->WaitCompletions(c, 16, 50 * kMillisecond), 0u)
+      << "no kConnectionError, nothing twice";
+  // Every slot came back: kCapacity WRITEs are admitted again.
+  for (uint64_t i = 0; i < kCount; ++i) {
+    w.wr_id = 600 + i;
+    EXPECT_TRUE(a->PostWrite(cab2, w).ok()) << i;
+  }
+}
+
+// The connection fails while A's queue is full (its flushed WRITE and its
+// kConnectionError wait in A's engine) and A closes it before polling: the
+// WRITEs A's Endpoint still held were flushed by the failure, not
+// cancelled by the close, so they complete kAborted, after the engine's
+// completions of the connection, which the close does not discard.
+TEST(EndpointFlush, CloseAfterAnUnreportedFailureStillFlushesWithAborted) {
+  constexpr uint32_t kCapacity = 8;
+  constexpr int kMessages = 40;
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> abuf(1 << 16, 0), bbuf(4096), dbuf(1 << 16, 5);
+  auto a = *Endpoint::Create(Udp(kCapacity));
+  auto b = *Endpoint::Create(Udp(65536));
+  auto d = *Endpoint::Create(Udp(65536));
+  ConnectionOptions quick = Conn();
+  quick.connection_timeout = 300 * kMillisecond;
+  quick.max_outstanding_messages = 1;
+  const auto [cab, cba] = Link(*a, *b, quick, Conn());
+  const auto [cad, cda] = Link(*a, *d, Conn(), Conn());
+  ASSERT_NE(cab, 0u);
+  ASSERT_NE(cad, 0u);
+  (void)cba;
+  auto ma = *a->RegisterMemory(abuf.data(), abuf.size(),
+                               kAccessLocal | kAccessRemoteWrite);
+  auto mb = *b->RegisterMemory(bbuf.data(), bbuf.size(), kAccessRemoteWrite);
+  auto md = *d->RegisterMemory(dbuf.data(), dbuf.size(), kAccessLocal);
+  b.reset();  // A's WRITEs to B are never acknowledged
+  WriteRequest w;
+  w.local_addr = abuf.data();
+  w.length = 100;
+  w.lkey = ma.lkey;
+  w.remote_addr = mb.addr;
+  w.rkey = mb.rkey;
+  for (uint64_t id = 777; id <= 779; ++id) {  // 1 in the engine, 2 held
+    w.wr_id = id;
+    ASSERT_TRUE(a->PostWrite(cab, w).ok());
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    WriteRequest r;
+    r.wr_id = i;
+    r.local_addr = dbuf.data();
+    r.length = 64;
+    r.lkey = md.lkey;
+    r.remote_addr = ma.addr + 4096;
+    r.rkey = ma.rkey;
+    r.has_immediate = true;
+    r.immediate = i;
+    ASSERT_TRUE(d->PostWrite(cda, r).ok());
+  }
+  // The failure reached A's engine queue (one beyond its capacity), not
+  // A's Endpoint queue (full).
+  const Time wait_end = Endpoint::Now() + 10 * kSecond;
+  while (a->stats().cq_peak <= kCapacity && Endpoint::Now() < wait_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GT(a->stats().cq_peak, kCapacity) << "the failure did not queue";
+  ASSERT_TRUE(a->CloseConnection(cab).ok());
+
+  std::vector<Completion> ab;  // A's completions of cab, in order
+  int received = 0;
+  Completion c[16];
+  const Time deadline = Endpoint::Now() + 10 * kSecond;
+  while ((received < kMessages || ab.size() < 4) &&
+         Endpoint::Now() < deadline) {
+    const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].conn == cab) {
+        ab.push_back(c[i]);
+      } else {
+        EXPECT_EQ(c[i].type, CompletionType::kRecvImmediate);
+        EXPECT_EQ(c[i].immediate, static_cast<uint32_t>(received));
+        ++received;
+      }
+    }
+  }
+  EXPECT_EQ(received, kMessages);
+  ASSERT_EQ(ab.size(), 4u);
+  EXPECT_EQ(ab[0].type, CompletionType::kWrite);
+  EXPECT_EQ(ab[0].wr_id, 777u);
+  EXPECT_EQ(ab[0].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ab[1].type, CompletionType::kConnectionError);
+  EXPECT_EQ(ab[1].wr_id, 777u);
+  for (size_t i = 2; i < 4; ++i) {
+    EXPECT_EQ(ab[i].type, CompletionType::kWrite);
+    EXPECT_EQ(ab[i].wr_id, 776u + i);
+    EXPECT_EQ(ab[i].status, absl::StatusCode::kAborted) << ab[i].wr_id;
+  }
+  EXPECT_EQ(a->WaitCompletions(c, 16, 50 * kMillisecond), 0u)
+      << "each exactly once";
 }
 
 }  // namespace

@@ -72,7 +72,9 @@
 // (NACK NO_BUFFER, nothing sent since acked) that long
 // (kResourceExhausted). Either way the oldest outstanding WRITE (the one
 // the peer never acknowledged) and the kConnectionError completion carry
-// the cause, every other outstanding WRITE kAborted (FlushWrites).
+// the cause, every other outstanding WRITE kAborted (FlushWrites); the
+// kConnectionError names that WRITE (its wr_id, msn, byte_len and
+// remote_addr). PostWrite on a failed connection says Aborted.
 //
 // Receiver. DATA is checked in this order: decodes (header CRC, lengths),
 // known and connected connection, payload no larger than the peer's MTU,
@@ -187,8 +189,9 @@ constexpr uint8_t kPlaneRepeats = 8;  // PLANE_STATUS repeats per change
 constexpr uint32_t kMaxPlanes = 32;
 // The longest NO_BUFFER pause is rto_min << kMaxRnrShift (Conn::rnr_until).
 constexpr uint8_t kMaxRnrShift = 4;
-// EngineOptions::cq_capacity's upper bound (56 bytes a completion: 896 MiB).
-constexpr uint32_t kMaxCqCapacity = 1u << 24;
+// EngineOptions::cq_capacity's upper bound: EngineOptions::kMaxCqCapacity
+// (prism/engine.h; 56 bytes a completion: 896 MiB).
+constexpr uint32_t kMaxCqCapacity = EngineOptions::kMaxCqCapacity;
 // AckEvent::stranded_bytes looks at most this many of the oldest
 // transmissions in flight.
 constexpr uint32_t kStrandedScan = 64;
@@ -1046,8 +1049,10 @@ class Engine::Impl {
           absl::StrCat("connection ", id, " is not connected"));
     }
     if (c->failed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("connection ", id, " has failed"));
+      // As a verbs QP in the error state flushes what is posted to it
+      // (IBV_WC_WR_FLUSH_ERR): the same code as the WRITEs the failure
+      // flushed (see prism/engine.h).
+      return absl::AbortedError(absl::StrCat("connection ", id, " has failed"));
     }
     if (req.length > 0xFFFFFFFFull) {
       return absl::InvalidArgumentError("WRITE longer than 2^32-1 bytes");
@@ -1455,6 +1460,9 @@ class Engine::Impl {
   // the capacity.
   bool CqRoom() const {
     return cq_tail_ - cq_head_ + cq_reserved_ < opt_.cq_capacity;
+  }
+  size_t CompletionsQueued() const {
+    return static_cast<size_t>(cq_tail_ - cq_head_);
   }
 
   // Re-runs in-order delivery for the held connections, oldest hold first,
@@ -3386,8 +3394,16 @@ class Engine::Impl {
   // IBV_WC_WR_FLUSH_ERR. For a timeout (connection_timeout, rnr_timeout)
   // that is the oldest outstanding one, msg_una: the one the peer never
   // acknowledged.
+  // The kConnectionError names the culprit: its wr_id, byte_len,
+  // remote_addr and msn are those of that WRITE's own completion (msn alone
+  // when it is no longer outstanding).
   void FlushWrites(Conn* c, absl::StatusCode code, absl::StatusCode culprit,
                    uint32_t culprit_msn) {
+    Completion err;
+    err.type = CompletionType::kConnectionError;
+    err.conn = c->id;
+    err.status = culprit;
+    err.msn = culprit_msn;
     while (c->msg_una != c->post_msn) {
       TxMsg& m = c->Msg(c->msg_una);
       Completion cpl;
@@ -3397,18 +3413,19 @@ class Engine::Impl {
       cpl.byte_len = m.len;
       cpl.remote_addr = m.remote_addr;
       cpl.msn = c->msg_una;
-      cpl.status = c->msg_una == culprit_msn ? culprit : code;
+      cpl.status = code;
+      if (c->msg_una == culprit_msn) {
+        cpl.status = culprit;
+        err.wr_id = cpl.wr_id;
+        err.byte_len = cpl.byte_len;
+        err.remote_addr = cpl.remote_addr;
+      }
       PushWriteCompletion(cpl);
       if (regions_[m.region].refs > 0) --regions_[m.region].refs;
       ++c->msg_una;
     }
-    if (c->connected && code != absl::StatusCode::kCancelled) {
-      Completion cpl;
-      cpl.type = CompletionType::kConnectionError;
-      cpl.conn = c->id;
-      cpl.status = culprit;
-      PushCompletion(cpl);
-    }
+    if (c->connected && code != absl::StatusCode::kCancelled)
+      PushCompletion(err);
     c->failed = true;
     c->all_head = c->all_tail = kNil;
     c->inflight_bytes = 0;
@@ -4229,6 +4246,8 @@ Time Engine::NextEventTime() const { return impl_->NextEventTime(); }
 size_t Engine::PollCompletions(Completion* out, size_t max) {
   return impl_->PollCompletions(out, max);
 }
+bool Engine::CompletionQueueFull() const { return !impl_->CqRoom(); }
+size_t Engine::CompletionsQueued() const { return impl_->CompletionsQueued(); }
 EngineStats Engine::stats() const { return impl_->stats(); }
 absl::StatusOr<ConnectionStats> Engine::connection_stats(ConnId conn) const {
   return impl_->connection_stats(conn);

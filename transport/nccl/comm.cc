@@ -343,6 +343,33 @@ struct CommBase : SinkBase {
   // True while some request of this comm is not complete.
   virtual bool HasOutstanding() const { return false; }
 
+#ifdef PRISM_NCCL_HAVE_ENDPOINT
+  // A WRITE completed with an error. The one that met a connection failure
+  // carries the cause and is a warning; the others the failure flushed
+  // (kAborted) or a close cancelled (kCancelled) are its consequences,
+  // logged at INFO (the kConnectionError that follows names the cause once).
+  void WriteFailed(const Completion& c, const char* what, uint64_t bytes) {
+    const bool flushed = c.status == absl::StatusCode::kAborted ||
+                         c.status == absl::StatusCode::kCancelled;
+    PRISM_NCCL_LOG(flushed ? kPrismNcclLogInfo : kPrismNcclLogWarn,
+                   kPrismNcclFlagNet, "dev %d: Prism %s %llu bytes %s (%s)",
+                   dev, what, static_cast<unsigned long long>(bytes),
+                   flushed ? "flushed" : "failed",
+                   absl::StatusCodeToString(c.status).c_str());
+  }
+  // The connection failed: the comm fails, naming the cause and the WRITE
+  // that met it (the kConnectionError carries its length and MSN).
+  void ConnectionFailed(const Completion& c, const char* writes) {
+    char what[192];
+    snprintf(what, sizeof(what),
+             "Prism connection failed: %s (at the %sWRITE of %llu bytes, "
+             "msn %u)",
+             absl::StatusCodeToString(c.status).c_str(), writes,
+             static_cast<unsigned long long>(c.byte_len), c.msn);
+    Fail(kPrismNcclRemoteError, what, 0);
+  }
+#endif
+
   // Fails the comm: every later call reports `r`. The first failure is the
   // root cause and stays what the comm reports; later ones (often its
   // consequences, e.g. the protocol errors of the completions that follow
@@ -786,7 +813,7 @@ struct SendComm : CommBase {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     DrainInbox([this](const Completion& c) {
       if (c.type == CompletionType::kConnectionError) {
-        Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
+        ConnectionFailed(c, "");
         return;
       }
       if (c.type == CompletionType::kRecvImmediate) {
@@ -801,9 +828,7 @@ struct SendComm : CommBase {
       if (!r.in_use || r.done || r.gen != gen) return;
       r.done = true;
       if (c.status != absl::StatusCode::kOk) {
-        PRISM_NCCL_WARN("dev %d: Prism WRITE of %llu bytes failed (status %d)",
-                        dev, static_cast<unsigned long long>(r.size),
-                        static_cast<int>(c.status));
+        WriteFailed(c, "WRITE of", r.size);
         r.result = kPrismNcclRemoteError;
       }
     });
@@ -1103,14 +1128,13 @@ struct RecvComm : CommBase {
 #ifdef PRISM_NCCL_HAVE_ENDPOINT
     DrainInbox([this](const Completion& c) {
       if (c.type == CompletionType::kConnectionError) {
-        Fail(kPrismNcclRemoteError, "Prism connection failed", 0);
+        ConnectionFailed(c, "CTS ");
         return;
       }
       if (c.type == CompletionType::kWrite) {  // a CTS WRITE was delivered
         cts_busy[c.wr_id % kMaxRequests] = false;
         if (c.status != absl::StatusCode::kOk) {
-          PRISM_NCCL_WARN("dev %d: CTS WRITE failed (status %d)", dev,
-                          static_cast<int>(c.status));
+          WriteFailed(c, "CTS WRITE of", c.byte_len);
           Fail(kPrismNcclRemoteError, "CTS WRITE failed", 0);
         }
         return;

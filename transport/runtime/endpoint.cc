@@ -2,6 +2,7 @@
 #include "prism/endpoint.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -9,6 +10,7 @@
 #include "transport/backends/udp/udp_datapath.h"
 #include "transport/runtime/conn_blob.h"
 #include "transport/runtime/datapath_adapter.h"
+#include "transport/runtime/endpoint_testing.h"
 #include "transport/runtime/event_loop.h"
 #include "transport/wire/packet.h"
 
@@ -235,6 +237,9 @@ class EndpointImpl : public Endpoint {
     absl::Status out;
     loop_->Run([&](Time) {
       out = engine_->CloseConnection(conn);
+      // The WRITEs of it the loop still holds complete with kCancelled,
+      // after the engine's.
+      if (out.ok()) loop_->ConnectionClosed(conn);
       auto it = peers_.find(conn);
       if (out.ok() && it != peers_.end()) {
         // The peer slot stays reserved until the engine stops sending to it;
@@ -325,6 +330,10 @@ class EndpointImpl : public Endpoint {
   }
   uint32_t mtu_payload() const override { return mtu_payload_; }
 
+  void RunOnLoop(const std::function<void()>& fn) {
+    loop_->Run([&](Time) { fn(); });
+  }
+
  private:
   EndpointOptions opt_;
   std::unique_ptr<DatapathAdapter> dp_;
@@ -335,6 +344,16 @@ class EndpointImpl : public Endpoint {
 };
 
 }  // namespace
+
+absl::Status RunOnLoopThreadForTesting(Endpoint& endpoint,
+                                       const std::function<void()>& fn) {
+  auto* impl = dynamic_cast<EndpointImpl*>(&endpoint);
+  if (impl == nullptr)
+    return absl::InvalidArgumentError("not an Endpoint made by Create()");
+  impl->RunOnLoop(fn);
+  return absl::OkStatus();
+}
+
 }  // namespace runtime
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(

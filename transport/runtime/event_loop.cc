@@ -112,6 +112,69 @@ void EventLoop::Run(const std::function<void(Time)>& fn) {
   cmd_cv_.wait(l, [&] { return cmd.done; });
 }
 
+void EventLoop::ConnectionClosed(ConnId conn) {
+  // WRITEs posted before the close may still be in the submission queue:
+  // take them first (Iterate does the same, in the same order).
+  {
+    std::lock_guard<std::mutex> l(sq_mu_);
+    for (auto& s : sq_) pending_.push_back(s);
+    sq_.clear();
+  }
+  // The engine's completions of the connection (its kCancelled WRITEs; a
+  // kConnectionError it had not yet given out) are the last it queued:
+  // the loop's go after them.
+  const uint64_t mark = engine_polled_ + engine_->CompletionsQueued();
+  absl::StatusCode code = absl::StatusCode::kCancelled;
+  auto f = std::find(failed_.begin(), failed_.end(), conn);
+  if (f != failed_.end()) {
+    code = absl::StatusCode::kAborted;  // it had failed first
+    failed_.erase(f);
+  }
+  for (Submit& s : pending_) {
+    if (s.conn != conn || s.error != absl::StatusCode::kOk) continue;
+    s.error = code;
+    s.release_at = mark;
+  }
+  if (mark > engine_polled_) closed_.push_back(Closed{conn, mark});
+  parked_.erase(std::remove(parked_.begin(), parked_.end(), conn),
+                parked_.end());
+}
+
+void EventLoop::NoteEngineCompletions(const Completion* c, size_t n) {
+  engine_polled_ += n;
+  for (size_t i = 0; i < n; ++i) {
+    if (c[i].type != CompletionType::kConnectionError) continue;
+    const ConnId conn = c[i].conn;
+    bool closed = false;
+    for (const Closed& x : closed_) closed |= x.conn == conn;
+    if (!closed) {
+      if (std::find(failed_.begin(), failed_.end(), conn) == failed_.end())
+        failed_.push_back(conn);
+      continue;
+    }
+    // Closed after it failed, before the loop saw the failure: its WRITEs
+    // still here were flushed by the failure, not cancelled by the close.
+    for (Submit& s : pending_) {
+      if (s.conn == conn && s.error == absl::StatusCode::kCancelled)
+        s.error = absl::StatusCode::kAborted;
+    }
+  }
+  if (!closed_.empty()) {
+    closed_.erase(std::remove_if(closed_.begin(), closed_.end(),
+                                 [&](const Closed& x) {
+                                   return x.release_at <= engine_polled_;
+                                 }),
+                  closed_.end());
+  }
+}
+
+bool EventLoop::EmitFlushed(const Completion& c) {
+  if (opt_.completion_filter == nullptr) return PushCompletions(&c, 1);
+  opt_.completion_filter->Offer(&c, 1);
+  ++filter_held_;
+  return false;
+}
+
 absl::Status EventLoop::Post(ConnId conn, const WriteRequest& req) {
   if (queued_.load(std::memory_order_relaxed) >= opt_.submit_queue_size)
     return absl::ResourceExhaustedError("submission queue full");
@@ -350,6 +413,13 @@ bool EventLoop::Iterate(Time now) {
         continue;
       }
       if (it->error == absl::StatusCode::kOk &&
+          std::find(failed_.begin(), failed_.end(), it->conn) !=
+              failed_.end()) {
+        // Its connection failed and the engine's completions of it (its
+        // kConnectionError last) have left the engine: flushed.
+        it->error = absl::StatusCode::kAborted;
+      }
+      if (it->error == absl::StatusCode::kOk &&
           (engine_cq_full_ || std::find(parked_.begin(), parked_.end(),
                                         it->conn) != parked_.end())) {
         // Parked: the engine refused and nothing that could change its
@@ -358,10 +428,17 @@ bool EventLoop::Iterate(Time now) {
         ++it;
         continue;
       }
+      if (it->error != absl::StatusCode::kOk &&
+          engine_polled_ < it->release_at) {
+        // Its closed connection's own completions are still in the engine.
+        blocked_.push_back(it->conn);
+        ++it;
+        continue;
+      }
       absl::Status s = it->error != absl::StatusCode::kOk
                            ? absl::Status(it->error, "")
                            : engine_->PostWrite(now, it->conn, it->req);
-      if (absl::IsResourceExhausted(s)) {
+      if (absl::IsResourceExhausted(s) && it->error == absl::StatusCode::kOk) {
         // Refused for want of a completion slot (the engine's whole queue:
         // every connection's WRITEs wait) or for the connection's
         // max_outstanding_messages (only its own). Either way only
@@ -372,13 +449,20 @@ bool EventLoop::Iterate(Time now) {
         writes_deferred_.store(
             writes_deferred_.load(std::memory_order_relaxed) + 1,
             std::memory_order_relaxed);
-        const uint64_t refused = engine_->stats().writes_refused_cq_full;
-        if (refused != engine_refused_seen_) {
-          engine_refused_seen_ = refused;
+        if (engine_->CompletionQueueFull()) {
           engine_cq_full_ = true;
         } else {
           parked_.push_back(it->conn);
         }
+        ++it;
+        continue;
+      }
+      if (absl::IsAborted(s) && it->error == absl::StatusCode::kOk) {
+        // The connection failed; its flushed WRITEs and kConnectionError
+        // are still in the engine. This one completes (kAborted) after
+        // them: parked until completions leave the engine.
+        blocked_.push_back(it->conn);
+        parked_.push_back(it->conn);
         ++it;
         continue;
       }
@@ -398,7 +482,20 @@ bool EventLoop::Iterate(Time now) {
         c.conn = it->conn;
         c.wr_id = it->req.wr_id;
         c.byte_len = it->req.length;
-        notify |= PushCompletions(&c, 1);
+        c.remote_addr = it->req.remote_addr;
+        if (s.code() == absl::StatusCode::kAborted ||
+            s.code() == absl::StatusCode::kCancelled ||
+            s.code() == absl::StatusCode::kNotFound) {
+          // Flushed by a failure or a close (or for a connection gone):
+          // behind the engine's own completions, which may still sit in
+          // the filter. (An error for a WRITE on a live connection, e.g. a
+          // bad lkey, goes straight to the queue: through the verbs
+          // filter it would release the connection's held completions
+          // before their message close.)
+          notify |= EmitFlushed(c);
+        } else {
+          notify |= PushCompletions(&c, 1);
+        }
       }
       it = pending_.erase(it);
       ++taken;
@@ -458,8 +555,10 @@ bool EventLoop::Iterate(Time now) {
     const size_t k = engine_->PollCompletions(comp_, want);
     if (k == 0) break;
     work = true;
+    NoteEngineCompletions(comp_, k);
     // Room in the engine's queue (and, for a kWrite, a connection's
-    // outstanding count may have dropped): parked WRITEs try again.
+    // outstanding count may have dropped; or a failed connection's
+    // kConnectionError came out): parked WRITEs try again.
     engine_cq_full_ = false;
     parked_.clear();
     room -= k;

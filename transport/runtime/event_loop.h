@@ -34,6 +34,17 @@
 // LoopCounters::writes_refused_cq_full) while unpolled completions plus
 // WRITEs accepted and not yet completed into the queue reach C.
 //
+// WRITEs still in the loop (queued by Post, or parked: not yet handed to
+// the engine) when their connection fails or is closed complete as the
+// engine's own outstanding WRITEs do, after them, in posting order:
+// kAborted once the connection's kConnectionError has left the engine
+// (the engine refuses a WRITE for a failed connection with kAborted; the
+// loop keeps it until then), kCancelled once everything the engine had
+// queued when ConnectionClosed was called has left it (kAborted instead if
+// the connection had failed first). These error completions enter the
+// queue the way engine completions do (through the filter, if any), so
+// they never overtake one produced before them.
+//
 // Thread safety: Run, Post, Poll, Wait and counters may be called from any
 // thread. The engine and the datapath are touched only by the loop thread
 // while it runs (and by the caller of Run, inline, when it does not).
@@ -146,6 +157,12 @@ class EventLoop {
 
   // Runs `fn(now)` on the loop thread and returns when it has run.
   void Run(const std::function<void(Time now)>& fn);
+  // The engine closed `conn` (Engine::CloseConnection succeeded): the
+  // connection's WRITEs still in the loop complete with kCancelled (see
+  // above). WRITEs posted for it after this call get NotFound completions
+  // (an unknown connection). Loop thread only (inside Run), or while the
+  // loop is not running.
+  void ConnectionClosed(ConnId conn);
   // Queues a WRITE. ResourceExhausted when submit_queue_size are queued,
   // or when unpolled completions plus outstanding WRITEs reach cq_capacity.
   absl::Status Post(ConnId conn, const WriteRequest& req);
@@ -163,10 +180,19 @@ class EventLoop {
   struct Submit {
     ConnId conn;
     WriteRequest req;
-    // Not kOk: the engine rejected the WRITE and its error completion waits
-    // for room in the completion queue.
+    // Not kOk: the WRITE completes with this code (the engine rejected it,
+    // or its connection failed or was closed), once the completion queue
+    // has room and, for a closed connection, once engine_polled_ reached
+    // release_at (the engine's own completions of the connection left it).
     absl::StatusCode error = absl::StatusCode::kOk;
+    uint64_t release_at = 0;
   };
+  // Queues a completion the loop made (a WRITE's error) behind everything
+  // taken from the engine so far: through the filter, if any. REQUIRES:
+  // CqRoom() > 0. Returns PushCompletions' result.
+  bool EmitFlushed(const Completion& c);
+  // Step 4 saw these completions leave the engine: notes kConnectionErrors.
+  void NoteEngineCompletions(const Completion* c, size_t n);
 
   void ThreadMain();
   bool Iterate(Time now);
@@ -213,13 +239,23 @@ class EventLoop {
   std::vector<ConnId> blocked_;    // loop thread, per iteration
   // Loop thread: WRITEs the engine refused wait here until its
   // PollCompletions returns something (Iterate, step 4): all of them while
-  // engine_cq_full_ (no completion slot), those of the connections in
-  // parked_ (max_outstanding_messages). engine_refused_seen_ is the
-  // engine's writes_refused_cq_full at the last refusal (the loop is its
-  // only caller of PostWrite), which tells the two apart.
+  // engine_cq_full_ (no completion slot: Engine::CompletionQueueFull()
+  // right after the refusal), those of the connections in parked_
+  // (max_outstanding_messages; or failed, their kConnectionError still in
+  // the engine).
   bool engine_cq_full_ = false;
   std::vector<ConnId> parked_;
-  uint64_t engine_refused_seen_ = 0;
+  // Loop thread: completions taken from the engine so far; connections
+  // whose kConnectionError was taken (until closed); closed connections
+  // whose engine completions may still be in the engine (until
+  // engine_polled_ reaches the mark).
+  uint64_t engine_polled_ = 0;
+  std::vector<ConnId> failed_;
+  struct Closed {
+    ConnId conn;
+    uint64_t release_at;
+  };
+  std::vector<Closed> closed_;
 
   // Completions: a ring of cq_buf_.size() (a power of two) entries, from
   // cq_head_, cq_size_ <= cq_capacity of them queued.

@@ -20,9 +20,21 @@
 // - PostWrite never blocks: it validates its arguments and queues the WRITE
 //   (or refuses: full submission or completion queue, below);
 //   the loop hands it to the engine at its next iteration. A WRITE the
-//   engine rejects later (bad key, closed connection) completes with an
-//   error status; a full engine send queue is not an error (the loop keeps
-//   the WRITE and retries, in order).
+//   engine rejects later (bad key, unknown connection: kNotFound) completes
+//   with that error status; a full engine send queue is not an error (the
+//   loop keeps the WRITE and retries, in order).
+// - Connection failure and close (prism/engine.h "Connection failure"):
+//   the WRITEs the endpoint still holds for the connection (queued, or
+//   parked by backpressure or max_outstanding_messages: not yet handed to
+//   the engine) complete exactly as the engine's outstanding ones do, after
+//   them, in posting order, each exactly once: kAborted (flushed) when the
+//   connection failed -- after its kConnectionError, which names the WRITE
+//   that met the failure (Completion::wr_id, msn) -- and kCancelled when
+//   CloseConnection closed it (kAborted if it had failed first; no
+//   kConnectionError). A WRITE posted to a failed connection later
+//   completes with kAborted too; one posted after CloseConnection returned,
+//   with kNotFound (an unknown connection). Before 2026-12-06 the held
+//   ones completed with kFailedPrecondition / kNotFound.
 // - PollCompletions returns completions of every connection, in the order
 //   the engine produced them. Completion::conn says whose.
 // - The completion queue is bounded, end to end (EndpointOptions::
@@ -168,7 +180,7 @@ struct EndpointOptions {
   // the contract above. In [1, kMaxCqCapacity]; Create() refuses anything
   // else with InvalidArgument. Memory grows on demand (56 bytes an entry,
   // by doubling) to the power of two at or above the most entries held.
-  static constexpr uint32_t kMaxCqCapacity = 1u << 24;
+  static constexpr uint32_t kMaxCqCapacity = EngineOptions::kMaxCqCapacity;
   uint32_t cq_capacity = 65536;
 };
 

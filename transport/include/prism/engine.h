@@ -70,7 +70,11 @@
 //   the failure, completes with the cause; every other outstanding WRITE
 //   completes with kAborted (flushed, IBV_WC_WR_FLUSH_ERR: it may or may not
 //   have been placed at the peer); then a kConnectionError completion
-//   carries the cause too. All in posting order. The causes:
+//   carries the cause too, and names the culprit: its wr_id, msn, byte_len
+//   and remote_addr are those of that WRITE's completion (see Completion).
+//   All in posting order. A WRITE posted to the failed connection later is
+//   refused with kAborted, the flush code (a verbs QP in the error state
+//   flushes it so). The causes:
 //   - NACK BAD_KEY / BAD_RANGE (remote access error, e.g. a deregistered
 //     or too small target region): the WRITE the NACK was for gets
 //     kPermissionDenied / kOutOfRange (IBV_WC_REM_ACCESS_ERR).
@@ -83,6 +87,8 @@
 //     kResourceExhausted (IBV_WC_RNR_RETRY_EXC_ERR).
 //   CloseConnection is no failure: every outstanding WRITE completes with
 //   kCancelled and no kConnectionError is posted.
+//   prism::Endpoint completes the WRITEs it still held (not yet handed to
+//   the engine) the same way, after the engine's: prism/endpoint.h.
 //
 // Typical driver loop (one timestamp per iteration):
 //   now = clock();
@@ -178,9 +184,11 @@ struct EngineOptions {
   size_t max_packet_bytes = 0;
   // Upper bound on connections.
   uint32_t max_connections = 1024;
+  // Largest cq_capacity (56-byte completions: 896 MiB at most).
+  static constexpr uint32_t kMaxCqCapacity = 1u << 24;
   // Completion queue capacity: the most completions the engine holds for
   // PollCompletions, counting a slot reserved for every outstanding WRITE
-  // (see "Completion queue" in the contract above). In [1, 2^24];
+  // (see "Completion queue" in the contract above). In [1, kMaxCqCapacity];
   // CreateConnection refuses (InvalidArgument, counted in
   // EngineStats::config_errors) otherwise. The queue's memory (56 bytes an
   // entry) grows on demand, by doubling, to the power of two at or above
@@ -338,16 +346,32 @@ enum class CompletionType : uint8_t {
   kConnectionError,  // the connection failed (status says why)
 };
 
+// One completion: a plain 56-byte struct, copied by value everywhere (the
+// engine's ring, prism::Endpoint's queue, the NCCL plugin's inboxes).
+// kConnectionError names the WRITE that met the failure (the culprit, the
+// one whose kWrite completion carries the cause; see "Connection failure"
+// above): wr_id, byte_len, remote_addr and msn are that WRITE's, as in its
+// own kWrite completion, which precedes it. Should that WRITE no longer be
+// outstanding when the failure takes effect (a BAD_KEY NACK for a
+// retransmission of a WRITE already acknowledged), msn still names it and
+// wr_id, byte_len and remote_addr are 0 (no kWrite carries the cause then).
 struct Completion {
   CompletionType type = CompletionType::kWrite;
   absl::StatusCode status = absl::StatusCode::kOk;
   ConnId conn = kInvalidConn;
-  uint64_t wr_id = 0;        // kWrite: the request's wr_id
-  uint32_t immediate = 0;    // kRecvImmediate
-  uint64_t byte_len = 0;     // message length
-  uint64_t remote_addr = 0;  // kRecvImmediate: where the message landed
-  uint32_t msn = 0;          // message sequence number within the connection
+  // kWrite: the request's wr_id; kConnectionError: the culprit's.
+  uint64_t wr_id = 0;
+  uint32_t immediate = 0;  // kRecvImmediate
+  uint64_t byte_len = 0;   // message length (kConnectionError: the culprit's)
+  // kRecvImmediate: where the message landed; kWrite: the WRITE's target
+  // (kConnectionError: the culprit's).
+  uint64_t remote_addr = 0;
+  // Message sequence number within the connection (of the WRITE or the
+  // received message; kConnectionError: the culprit's).
+  uint32_t msn = 0;
 };
+static_assert(sizeof(Completion) == 56,
+              "Completion's size is part of the documented memory bounds");
 
 class Engine {
  public:
@@ -383,7 +407,10 @@ class Engine {
   // key; never blocks. ResourceExhausted when the queue is full
   // (max_outstanding_messages) or when the completion queue has no slot to
   // reserve for its completion (EngineOptions::cq_capacity: poll
-  // completions, then post again).
+  // completions, then post again; CompletionQueueFull() tells the two
+  // apart). NotFound for an unknown (or closed) connection,
+  // FailedPrecondition before Connect, Aborted once the connection has
+  // failed (the code its flushed WRITEs got).
   absl::Status PostWrite(Time now, ConnId conn, const WriteRequest& req);
 
   // --- packet I/O ---------------------------------------------------------
@@ -441,6 +468,17 @@ class Engine {
   // queue (oldest hold first); what they deliver is returned by the same
   // call while `max` allows. A return value < max means the queue is empty.
   size_t PollCompletions(Completion* out, size_t max);
+  // Whether PostWrite would now refuse any WRITE for want of a completion
+  // slot (queued + outstanding WRITEs >= cq_capacity; counted in
+  // EngineStats::writes_refused_cq_full when it does). Only
+  // PollCompletions makes it false again. A ResourceExhausted PostWrite
+  // while this is false was the connection's max_outstanding_messages.
+  // O(1), no copy: the signal prism::Endpoint's loop parks WRITEs by.
+  bool CompletionQueueFull() const;
+  // Completions queued and not yet taken by PollCompletions (kConnectionError
+  // included). O(1). The queue is FIFO, so the next this many that
+  // PollCompletions returns are the ones queued now.
+  size_t CompletionsQueued() const;
   EngineStats stats() const;
   // Per-connection and per-path counters; NotFound for an unknown id.
   absl::StatusOr<ConnectionStats> connection_stats(ConnId conn) const;
