@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<MultipathSelector>> MultipathSelector::Create(
       new MultipathSelector(config, policy));
 }
 
-static_assert(MultipathSelector::kPathStateBytes == 16,
+static_assert(MultipathSelector::kPathStateBytes == 24,
               "per-path state size is documented in docs/congestion.md");
 
 MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
@@ -91,7 +91,6 @@ MultipathSelector::MultipathSelector(const PathSelectorConfig& config,
                       : std::max<uint16_t>(1, config.num_paths / 8)),
       probe_interval_(config.probe_interval),
       paths_(config.num_paths),
-      due_(config.num_paths, 0),
       planes_(config.num_planes),
       rng_(config.seed) {
   for (uint16_t p = 0; p < num_paths_; ++p) ++planes_[PlaneOf(p)].count;
@@ -170,10 +169,10 @@ void MultipathSelector::ListInsertBefore(List& l, uint16_t before, uint16_t p) {
 }
 
 void MultipathSelector::ProbeInsert(uint16_t p) {
-  const Time due = due_[p];
+  const Time due = paths_[p].due;
   // Common case: due = now + interval is the latest, so this is O(1).
   uint16_t at = probe_list_.tail;
-  while (at != kNil && due_[at] > due) at = paths_[at].prev;
+  while (at != kNil && paths_[at].due > due) at = paths_[at].prev;
   ListInsertBefore(probe_list_, at == kNil ? probe_list_.head : paths_[at].next,
                    p);
 }
@@ -230,10 +229,10 @@ void MultipathSelector::SetState(uint16_t p, PathState s, Time due) {
     case PathState::kSkip:
       ++pl.skip;
       ListAppend(skip_list_, p);
-      due_[p] = due;  // passes left
+      x.due = due;  // passes left
       break;
     case PathState::kAssumedBad:
-      due_[p] = due;
+      x.due = due;
       if (pl.up) ProbeInsert(p);
       break;
     case PathState::kDenied:
@@ -394,7 +393,7 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
     const uint16_t p = PathAt(plane, k);
     if (paths_[p].state != PathState::kAssumedBad) continue;
     if (up) {
-      due_[p] = now;  // probe at once
+      paths_[p].due = now;  // probe at once
     } else {
       ListRemove(probe_list_, p);
     }
@@ -413,7 +412,7 @@ void MultipathSelector::SetPlaneUp(uint16_t plane, bool up, Time now) {
     // All due now: they go, in path order, before the first probe due later
     // (one walk for the whole plane).
     uint16_t at = probe_list_.head;
-    while (at != kNil && due_[at] <= now) at = paths_[at].next;
+    while (at != kNil && paths_[at].due <= now) at = paths_[at].next;
     for (uint16_t k = 0; k < pl.count; ++k) {
       const uint16_t p = PathAt(plane, k);
       if (paths_[p].state == PathState::kAssumedBad) {
@@ -449,16 +448,17 @@ Time MultipathSelector::ProbeDelay(uint16_t p) const {
 
 int MultipathSelector::NextProbe(Time now) {
   const uint16_t p = probe_list_.head;
-  if (p == kNil || due_[p] > now) return -1;
+  if (p == kNil || paths_[p].due > now) return -1;
   ListRemove(probe_list_, p);
-  due_[p] = now + ProbeDelay(p);
+  paths_[p].due = now + ProbeDelay(p);
   ProbeInsert(p);
   ++counters_.probes_sent;
   return p;
 }
 
 Time MultipathSelector::NextProbeTime() const {
-  return probe_list_.head == kNil ? kTimeInfinite : due_[probe_list_.head];
+  return probe_list_.head == kNil ? kTimeInfinite
+                                  : paths_[probe_list_.head].due;
 }
 
 // ---- choosing --------------------------------------------------------------
@@ -467,7 +467,7 @@ bool MultipathSelector::TakeIfGood(uint16_t p) {
   Path& x = paths_[p];
   if (x.state == PathState::kGood) return true;
   // SKIP: passed over this time; GOOD again after its last pass.
-  if (x.state == PathState::kSkip && --due_[p] <= 0) {
+  if (x.state == PathState::kSkip && --x.due <= 0) {
     SetState(p, PathState::kGood, 0);
   }
   return false;

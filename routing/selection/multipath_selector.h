@@ -139,10 +139,9 @@ class MultipathSelector final : public PathSelector {
     uint16_t prev = kNil;  // probe list or skip list links
     uint16_t next = kNil;
     uint16_t slot = kNil;  // index in its plane's members, kNil if none
-    Time srtt = 0;         // smoothed RTT, 0 = unknown
-    // (The probe due time / SKIP passes left is in due_, a parallel array:
-    // only SKIP and ASSUMED_BAD paths use it, so a pick and an ack touch
-    // 16 bytes of the path, four paths per cache line.)
+    // ASSUMED_BAD: when the next probe is due. SKIP: passes left.
+    Time due = 0;
+    Time srtt = 0;  // smoothed RTT, 0 = unknown
   };
   static constexpr int kPathStateBytes = sizeof(Path);
 
@@ -201,7 +200,7 @@ class MultipathSelector final : public PathSelector {
   void ListRemove(List& l, uint16_t p);
   void ListAppend(List& l, uint16_t p);
   void ListInsertBefore(List& l, uint16_t before, uint16_t p);
-  // Inserts p into the probe list by due_[p], walking from the tail.
+  // Inserts p into the probe list by paths_[p].due, walking from the tail.
   void ProbeInsert(uint16_t p);
 
   // Next plane (round-robin) with a GOOD or SKIP path on an up plane, or -1.
@@ -224,9 +223,6 @@ class MultipathSelector final : public PathSelector {
   const Time probe_interval_;
 
   std::vector<Path> paths_;
-  // Per path, parallel to paths_: ASSUMED_BAD: when the next probe is due.
-  // SKIP: passes left. Unused in the other states.
-  std::vector<Time> due_;
   std::vector<Plane> planes_;
   List probe_list_;
   List skip_list_;
