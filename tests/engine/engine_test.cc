@@ -187,9 +187,11 @@ TEST(Engine, SegmentsIntoMtuPacketsZeroCopyAcrossPaths) {
 }
 
 TEST(Engine, PathStatsCountEachTransmissionsBytesAcksAndRtt) {
-  // Per-path counters are kept split (engine.cc, PathInfo / PathCold):
-  // the bytes as packets x MTU less the short packets' shortfall, the acks
-  // and the RTT in narrow fields. PathStats puts each back together.
+  // PathStats per path: each transmission, its payload bytes (a message's
+  // short last packet included), its ack and the path's RTT sample. (A
+  // guard for the per-path layout: docs/benchmarks.md, "Simulator speed and
+  // scale", 2026-12-06, tried splitting these counters across narrower
+  // fields.)
   Pair p;
   ASSERT_TRUE(p.Write(1000, 1, 100, 10000, 0).ok());
   auto pk = Poll(*p.a, 1000);
@@ -224,10 +226,10 @@ TEST(Engine, PathStatsCountEachTransmissionsBytesAcksAndRtt) {
 }
 
 TEST(Engine, PathSrttAboveThirtyTwoBitsIsKeptWhole) {
-  // A path's smoothed RTT is kept in 32 bits while it fits (engine.cc,
-  // PathInfo::srtt; Time is in picoseconds, so up to about 4.3 ms); a 5 ms
-  // RTT sample (a loaded host, an emulated link) must come back whole, not
-  // truncated.
+  // A 5 ms RTT sample (a loaded host, an emulated link) comes back whole
+  // in PathStats::srtt: Time is in picoseconds, so it does not fit in 32
+  // bits (a guard for any narrowing of the per-path state; the 2026-12-06
+  // attempt kept srtt in 32 bits with the large values aside).
   ConnectionOptions o = Pair::Defaults();
   o.rto_min = 20 * kSecond;
   o.rto_max = 20 * kSecond;

@@ -217,48 +217,35 @@ constexpr uint16_t kInFlightOnce = kInFlight | (1u << 8);
 }
 
 // Per-path sender state (allocated with the sender state, one per path):
-// PathInfo holds what every transmission and its ack touch, 32 bytes per
-// path (two paths per cache line; the rotation sends on consecutive path
-// ids, so consecutive packets share a line); the rest is in PathCold, a
-// parallel array touched only by rarer events. PathInfo keeps the low bits
-// of three 64-bit quantities whose high part is in PathCold, each exactly:
-// - tx_seq: the low 32 bits of the path's transmission count (each
-//   transmission's path_seq); PathCold::tx_seq_hi counts its wraps.
-// - acked_lo: the low 16 bits of the acked transmissions; PathCold::acked_hi
-//   holds the rest (acked_packets = acked_hi + acked_lo, += 2^16 per wrap).
-// - srtt: the path's smoothed RTT when below kSrttInCold (Time is in
-//   picoseconds: about 4.3 ms), else kSrttInCold and the value is
-//   PathCold::srtt (Conn::PathSrtt, SetPathSrtt).
-// The bytes sent are tx_packets x Conn::mtu - PathCold::tx_short, where
-// tx_short sums mtu - len over the transmissions shorter than the MTU (a
-// message's last packet), modulo 2^64 as tx_bytes itself was: a full-size
-// packet touches no PathCold. (PathStats, Impl::path_stats, puts them back
-// together.)
+// PathInfo holds what every transmission and its ack touch, in one 64-byte
+// cache line per path (at the packed 104-byte stride of the earlier single
+// struct the hot fields of most paths straddled two lines); the counters of
+// rarer events are in PathCold, a parallel array. Same footprint. (The
+// path's transmissions are counted by tx_seq, PathStats::tx_packets.)
+struct PathCounters {
+  uint64_t tx_bytes = 0;
+  uint64_t acked_packets = 0;
+};
+
 struct PathCold {
   uint64_t lost_packets = 0;
   uint64_t trimmed_packets = 0;
   uint64_t ecn_marked = 0;
   uint64_t retired = 0;
   uint64_t restored = 0;
-  uint64_t tx_seq_hi = 0;  // PathStats::tx_packets >> 32
-  uint64_t tx_short = 0;   // sum of (mtu - len) over transmissions, mod 2^64
-  uint64_t acked_hi = 0;   // acked_packets - PathInfo::acked_lo
-  Time srtt = 0;           // the srtt while PathInfo::srtt == kSrttInCold
 };
 
-constexpr uint32_t kSrttInCold = 0xFFFFFFFFu;
-
-struct alignas(32) PathInfo {
+struct alignas(64) PathInfo {
   uint32_t head = kNil, tail = kNil;
-  uint32_t tx_seq = 0;  // transmissions on the path, low 32 bits (path_seq)
+  uint64_t tx_seq = 0;  // transmissions on the path (each one's path_seq)
   uint32_t acked_seq_hi = 0;
   Time last_acked_sent = 0;
-  uint32_t srtt = 0;      // smoothed RTT (kSrttInCold: in PathCold::srtt)
-  uint16_t acked_lo = 0;  // acked transmissions, low 16 bits
+  Time srtt = 0;
   bool any_acked = false;
   bool dirty = false;
+  PathCounters st;
 };
-static_assert(sizeof(PathInfo) == 32, "PathInfo is half a cache line");
+static_assert(sizeof(PathInfo) == 64, "PathInfo is one cache line");
 
 struct TxMsg {
   uint64_t wr_id = 0;
@@ -539,35 +526,6 @@ struct Conn {
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
   PathCold& Cold(const PathInfo& p) { return path_cold[&p - paths.data()]; }
-  // Path counters kept split between PathInfo and PathCold (see PathInfo).
-  // A new transmission on `p` of `len` payload bytes: its path_seq.
-  uint32_t CountTx(PathInfo& p, uint32_t len) {
-    const uint32_t seq = ++p.tx_seq;
-    if (seq == 0) [[unlikely]] {
-      ++Cold(p).tx_seq_hi;
-    }
-    if (len != mtu) [[unlikely]] {
-      Cold(p).tx_short += uint64_t{mtu} - len;
-    }
-    return seq;
-  }
-  void CountAcked(PathInfo& p) {
-    if (++p.acked_lo == 0) [[unlikely]] {
-      Cold(p).acked_hi += uint64_t{1} << 16;
-    }
-  }
-  Time PathSrtt(uint32_t path) const {
-    const uint32_t v = paths[path].srtt;
-    return v != kSrttInCold ? Time{v} : path_cold[path].srtt;
-  }
-  void SetPathSrtt(uint32_t path, Time v) {
-    if (v >= 0 && v < Time{kSrttInCold}) {
-      paths[path].srtt = static_cast<uint32_t>(v);
-    } else {
-      paths[path].srtt = kSrttInCold;
-      path_cold[path].srtt = v;
-    }
-  }
   TxMsg& Msg(uint32_t msn) { return msgs[msn & msg_mask]; }
   const TxMsg& Msg(uint32_t msn) const { return msgs[msn & msg_mask]; }
   // RTO without backoff: srtt + 4 rttvar, at least rto_min. Not capped by
@@ -619,7 +577,7 @@ struct Conn {
   // srtt + the SACK delay; no timer declares a transmission on it lost
   // younger than that. 0 for an ordinary path (or before a sample).
   Time SlowPathGrace(uint16_t path) const {
-    const Time ps = PathSrtt(path);
+    const Time ps = paths[path].srtt;
     return ps > 2 * srtt ? 2 * ps + opt.base_rtt / 4 : 0;
   }
   // When the RTO fires for the oldest transmission (or the latest tail-loss
@@ -1521,16 +1479,15 @@ class Engine::Impl {
     PathStats s;
     if (!c->paths.empty()) {  // sender state allocated (something was sent)
       const PathInfo& pi = c->paths[path];
-      const PathCold& pc = c->path_cold[path];
-      s.tx_packets = (pc.tx_seq_hi << 32) | pi.tx_seq;
-      s.tx_bytes = s.tx_packets * c->mtu - pc.tx_short;
-      s.acked_packets = pc.acked_hi + pi.acked_lo;
-      s.lost_packets = pc.lost_packets;
-      s.trimmed_packets = pc.trimmed_packets;
-      s.ecn_marked = pc.ecn_marked;
-      s.retired = pc.retired;
-      s.restored = pc.restored;
-      s.srtt = c->PathSrtt(path);
+      s.tx_packets = pi.tx_seq;
+      s.tx_bytes = pi.st.tx_bytes;
+      s.acked_packets = pi.st.acked_packets;
+      s.lost_packets = c->path_cold[path].lost_packets;
+      s.trimmed_packets = c->path_cold[path].trimmed_packets;
+      s.ecn_marked = c->path_cold[path].ecn_marked;
+      s.retired = c->path_cold[path].retired;
+      s.restored = c->path_cold[path].restored;
+      s.srtt = pi.srtt;
     }
     s.state = static_cast<uint8_t>(c->sel->state(path));
     return s;
@@ -2716,7 +2673,7 @@ class Engine::Impl {
     // skipped when popped.) last_progress, tlp_fired and tlp_credit are
     // reset by OnSack when anything was acked.
     s.state = done;
-    c->CountAcked(p);
+    ++p.st.acked_packets;
     const bool marked = is_trig && ecn;
     if (marked) {
       ++c->Cold(p).ecn_marked;
@@ -2910,7 +2867,7 @@ class Engine::Impl {
               c->dirty_paths.push_back(s.path);
             }
             s.state = kFree;
-            c->CountAcked(p);
+            ++p.st.acked_packets;
             ++q;
           }
           pkts += static_cast<uint32_t>(q - q0);
@@ -2938,7 +2895,7 @@ class Engine::Impl {
         UnlinkSlot(c, idx);
         NoteCopyAcked(c, p, s, run);
         s.state = kFree;
-        c->CountAcked(p);
+        ++p.st.acked_packets;
         bytes += s.len;
         ++pkts;
         CountRunMsgPacket(c, s.msn, &msn, &msn_pkts);
@@ -3007,8 +2964,12 @@ class Engine::Impl {
     if (rtt > 0) {
       UpdateRtt(c, rtt);
       if (h.echo_path < c->paths.size()) {
-        const Time ps = c->PathSrtt(h.echo_path);
-        c->SetPathSrtt(h.echo_path, ps == 0 ? rtt : ps + (rtt - ps) / 8);
+        PathInfo& p = c->paths[h.echo_path];
+        if (p.srtt == 0) {
+          p.srtt = rtt;
+        } else {
+          p.srtt += (rtt - p.srtt) / 8;
+        }
       }
     }
     ev.rtt = rtt;
@@ -3061,7 +3022,7 @@ class Engine::Impl {
         const TxSlot& s = c->slots[p.head];
         const int32_t ahead = static_cast<int32_t>(p.acked_seq_hi - s.path_seq);
         if (!p.any_acked || ahead <= 0) break;  // nothing later acked on p
-        const Time reo = std::max(c->PathSrtt(pid) / 4, c->opt.base_rtt / 4);
+        const Time reo = std::max(p.srtt / 4, c->opt.base_rtt / 4);
         const bool lost = ahead >= static_cast<int32_t>(kDupThresh) ||
                           s.sent_time + reo <= p.last_acked_sent;
         if (!lost) break;
@@ -3754,9 +3715,11 @@ class Engine::Impl {
       s.sent_time = now;
       s.state = kInFlight;
       if (s.tx_count < 255) ++s.tx_count;
-      s.path_seq = c->CountTx(c->paths[path], len);
+      PathInfo& pi = c->paths[path];
+      s.path_seq = static_cast<uint32_t>(++pi.tx_seq);
       LinkSlot(c, idx);
       c->inflight_bytes += len;
+      pi.st.tx_bytes += len;
       ++c->st.tx_data_packets;
       c->st.tx_data_bytes += len;
       EmitData(now, c, m, msn, off, len, psn, static_cast<uint16_t>(path), retx,
@@ -3861,7 +3824,7 @@ class Engine::Impl {
         PathInfo& pi = pinfo[path];
         s.sent_time = now;
         s.msn = msn;
-        s.path_seq = c->CountTx(pi, len);
+        s.path_seq = static_cast<uint32_t>(++pi.tx_seq);
         s.len = len;
         s.path = path;
         s.state = kInFlight;
@@ -3878,6 +3841,7 @@ class Engine::Impl {
         s.prev_all = all_tail;
         slots[all_tail].next_all = idx;
         all_tail = idx;
+        pi.st.tx_bytes += len;
         TxPacket& o = out[i];
         std::memcpy(o.header, &t0, 16);
         std::memcpy(o.header + 16, &t1, 16);
@@ -3923,13 +3887,14 @@ class Engine::Impl {
     TxSlot n;
     n.sent_time = now;
     n.msn = msn;
-    n.path_seq = c->CountTx(pi, len);
+    n.path_seq = static_cast<uint32_t>(++pi.tx_seq);
     n.len = len;
     n.path = path;
     n.state = kInFlight;
     n.tx_count = 1;
     s = n;
     LinkSlot(c, idx);
+    pi.st.tx_bytes += len;
   }
 
   // A DATA packet's header (unsealed) and TxPacket. The first packet of a
