@@ -186,6 +186,73 @@ TEST(Engine, SegmentsIntoMtuPacketsZeroCopyAcrossPaths) {
   EXPECT_EQ(p.a->NextEventTime(), kTimeInfinite);  // idle
 }
 
+TEST(Engine, PathStatsCountEachTransmissionsBytesAcksAndRtt) {
+  // PathStats per path: each transmission, its payload bytes (a message's
+  // short last packet included), its ack and the path's RTT sample. (A
+  // guard for the per-path layout: docs/benchmarks.md, "Simulator speed and
+  // scale", 2026-12-06, tried splitting these counters across narrower
+  // fields.)
+  Pair p;
+  ASSERT_TRUE(p.Write(1000, 1, 100, 10000, 0).ok());
+  auto pk = Poll(*p.a, 1000);
+  ASSERT_EQ(pk.size(), 3u);  // 4096, 4096, 1808 on three paths
+  for (const auto& c : pk) Deliver(*p.b, 5000, c);
+  for (auto& c : PollAcks(*p.b, 5000)) Deliver(*p.a, 9000, c);
+  ASSERT_EQ(Drain(*p.a).size(), 1u);
+  const auto st = *p.a->connection_stats(p.ca);
+  ASSERT_GT(st.srtt, 0);
+  uint64_t tx = 0, bytes = 0, acked = 0;
+  for (const auto& c : pk) {
+    const auto ps = *p.a->path_stats(p.ca, c.path);
+    EXPECT_EQ(ps.tx_packets, 1u) << c.path;
+    EXPECT_EQ(ps.tx_bytes, c.payload_len) << c.path;
+    EXPECT_EQ(ps.acked_packets, 1u) << c.path;
+    tx += ps.tx_packets;
+    bytes += ps.tx_bytes;
+    acked += ps.acked_packets;
+  }
+  EXPECT_EQ(tx, 3u);
+  EXPECT_EQ(bytes, 10000u);
+  EXPECT_EQ(acked, 3u);
+  // The SACK's trigger (the last packet) carries the RTT sample: its path's
+  // srtt is the connection's first sample; the others have none.
+  EXPECT_EQ(p.a->path_stats(p.ca, pk[2].path)->srtt, st.srtt);
+  EXPECT_EQ(p.a->path_stats(p.ca, pk[0].path)->srtt, 0);
+  // A path that sent nothing reports zeros.
+  const auto idle = *p.a->path_stats(p.ca, 200);
+  EXPECT_EQ(idle.tx_packets, 0u);
+  EXPECT_EQ(idle.tx_bytes, 0u);
+  EXPECT_EQ(idle.acked_packets, 0u);
+}
+
+TEST(Engine, PathSrttAboveThirtyTwoBitsIsKeptWhole) {
+  // A 5 ms RTT sample (a loaded host, an emulated link) comes back whole
+  // in PathStats::srtt: Time is in picoseconds, so it does not fit in 32
+  // bits (a guard for any narrowing of the per-path state; the 2026-12-06
+  // attempt kept srtt in 32 bits with the large values aside).
+  ConnectionOptions o = Pair::Defaults();
+  o.rto_min = 20 * kSecond;
+  o.rto_max = 20 * kSecond;
+  o.tail_loss_probe = false;
+  Pair p(o);
+  const Time t0 = 1000;
+  ASSERT_TRUE(p.Write(t0, 1, 0, 4096, 0).ok());
+  auto pk = Poll(*p.a, t0);
+  ASSERT_EQ(pk.size(), 1u);
+  Deliver(*p.b, t0 + 500, pk[0]);
+  const Time t1 = t0 + 5 * kMillisecond;
+  for (auto& c : PollAcks(*p.b, t0 + 500)) Deliver(*p.a, t1, c);
+  ASSERT_EQ(Drain(*p.a).size(), 1u);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.srtt, t1 - t0);
+  const auto ps = *p.a->path_stats(p.ca, pk[0].path);
+  EXPECT_EQ(ps.srtt, t1 - t0);
+  EXPECT_GT(ps.srtt, Time{0xFFFFFFFF});
+  EXPECT_EQ(ps.tx_packets, 1u);
+  EXPECT_EQ(ps.tx_bytes, 4096u);
+  EXPECT_EQ(ps.acked_packets, 1u);
+}
+
 TEST(Engine, ZeroLengthWriteWithImmediateIsOnePacket) {
   Pair p;
   ASSERT_TRUE(p.Write(0, 7, 0, 0, 0, true, 0xBEEF).ok());
