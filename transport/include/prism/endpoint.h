@@ -22,7 +22,11 @@
 //   the loop hands it to the engine at its next iteration. A WRITE the
 //   engine rejects later (bad key, unknown connection: kNotFound) completes
 //   with that error status; a full engine send queue is not an error (the
-//   loop keeps the WRITE and retries, in order).
+//   loop keeps the WRITE and retries, in order). Unlike verbs (where a WR
+//   with a bad local key completes in order and puts the QP in error),
+//   such a rejection fails only that WRITE and its completion is queued at
+//   once: it may come before the completions of the connection's earlier,
+//   still outstanding WRITEs.
 // - Connection failure and close (prism/engine.h "Connection failure"):
 //   the WRITEs the endpoint still holds for the connection (queued, or
 //   parked by backpressure or max_outstanding_messages: not yet handed to
