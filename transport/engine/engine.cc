@@ -404,6 +404,24 @@ CopyMethod DetectCopyMethod() {
 #endif
 }
 
+// Whether `m` (kAuto: the process's choice) copies with CopyString.
+inline bool UsesString(CopyMethod m) {
+  return (m == CopyMethod::kAuto ? DefaultCopyMethod() : m) ==
+         CopyMethod::kString;
+}
+
+// The placement copy: CopyString for kStringCopyMinLen bytes or more when
+// `string`, else CopyBlocks. Shared by MemcpyPlacer and PlacementCopyWith.
+inline __attribute__((always_inline)) void CopyBy(bool string, uint8_t* dst,
+                                                  const uint8_t* src,
+                                                  uint32_t len) {
+  if (string && len >= kStringCopyMinLen) {
+    CopyString(dst, src, len);
+  } else {
+    CopyBlocks(dst, src, len);
+  }
+}
+
 // Default placement: CopyBlocks (kVector) or CopyString (kString) as the
 // method chosen once per process (DefaultCopyMethod) says, fixed when the
 // engine is constructed. Not glibc's memcpy: glibc uses `rep movsb` for
@@ -415,16 +433,10 @@ CopyMethod DetectCopyMethod() {
 // loop (2026-12-02), as did AVX-512 moves on Zen 5 (2026-12-06).
 class MemcpyPlacer final : public Placer {
  public:
-  explicit MemcpyPlacer(CopyMethod method)
-      : string_((method == CopyMethod::kAuto ? DefaultCopyMethod() : method) ==
-                CopyMethod::kString) {}
+  explicit MemcpyPlacer(CopyMethod method) : string_(UsesString(method)) {}
   bool Place(uint8_t* dst, const uint8_t* src, uint32_t len,
              const MemoryRegion&) override {
-    if (string_ && len >= kStringCopyMinLen) {
-      CopyString(dst, src, len);
-    } else {
-      CopyBlocks(dst, src, len);
-    }
+    CopyBy(string_, dst, src, len);
     return true;
   }
 
@@ -4279,12 +4291,7 @@ const char* CopyMethodName(CopyMethod m) {
 
 void PlacementCopyWith(CopyMethod m, uint8_t* dst, const uint8_t* src,
                        uint32_t len) {
-  if (m == CopyMethod::kAuto) m = DefaultCopyMethod();
-  if (m == CopyMethod::kString && len >= kStringCopyMinLen) {
-    CopyString(dst, src, len);
-  } else {
-    CopyBlocks(dst, src, len);
-  }
+  CopyBy(UsesString(m), dst, src, len);
 }
 
 void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
