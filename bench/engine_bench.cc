@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,39 @@ namespace {
 
 constexpr size_t kMsg = 1 << 20;
 
+// A page-aligned byte buffer, for every source and destination below: the
+// distance between a copy's destination and its source modulo 4 KiB is
+// then exactly the shift a benchmark names. (With std::vector it depended
+// on what ran before in the process: glibc serves a 1 MiB vector from a
+// fresh mmap, page-aligned + 16, until freeing one raises its mmap
+// threshold, and from the heap after that, where two vectors allocated
+// back to back are 16 or 32 bytes apart modulo 4 KiB; a copy whose
+// destination is 1-63 bytes ahead of its source modulo 4 KiB runs 15-25%
+// slower with `rep movsb` on AMD Zen 5, docs/benchmarks.md "Buffer
+// alignment".)
+class PageBuffer {
+ public:
+  PageBuffer(size_t size, uint8_t fill)
+      : size_(size),
+        data_(static_cast<uint8_t*>(
+            ::operator new (size, std::align_val_t{4096}))) {
+    std::memset(data_, fill, size);
+  }
+  ~PageBuffer() { ::operator delete (data_, std::align_val_t{4096}); }
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_;
+  uint8_t* data_;
+};
+
 void BM_Memcpy_1MiB(benchmark::State& state) {
-  std::vector<uint8_t> src(kMsg, 1), dst(kMsg, 0);
+  PageBuffer src(kMsg, 1), dst(kMsg, 0);
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), kMsg);
     benchmark::DoNotOptimize(dst.data());
@@ -40,7 +72,7 @@ BENCHMARK(BM_Memcpy_1MiB);
 // The same bytes copied in 4 KiB pieces (the packet size), for comparison
 // with the engine's per-packet placement.
 void BM_Memcpy_1MiB_4KiBChunks(benchmark::State& state) {
-  std::vector<uint8_t> src(kMsg, 1), dst(kMsg, 0);
+  PageBuffer src(kMsg, 1), dst(kMsg, 0);
   for (auto _ : state) {
     for (size_t off = 0; off < kMsg; off += 4096) {
       std::memcpy(dst.data() + off, src.data() + off, 4096);
@@ -52,13 +84,11 @@ void BM_Memcpy_1MiB_4KiBChunks(benchmark::State& state) {
 }
 BENCHMARK(BM_Memcpy_1MiB_4KiBChunks);
 
-// One 1 MiB memcpy with the destination `shift` bytes further from the
-// source modulo 4 KiB than in BM_Memcpy_1MiB (both vectors there are
-// page-aligned + 16: the same offset modulo 4 KiB, which makes loads alias
-// earlier stores in the 4 KiB-granular store-to-load check).
+// One 1 MiB memcpy with the destination `shift` bytes ahead of the source
+// modulo 4 KiB (BM_Memcpy_1MiB: 0, both page-aligned).
 void BM_Memcpy_1MiB_DstShift(benchmark::State& state) {
   const size_t shift = static_cast<size_t>(state.range(0));
-  std::vector<uint8_t> src(kMsg, 1), dst(kMsg + 4096, 0);
+  PageBuffer src(kMsg, 1), dst(kMsg + 4096, 0);
   for (auto _ : state) {
     std::memcpy(dst.data() + shift, src.data(), kMsg);
     benchmark::DoNotOptimize(dst.data());
@@ -66,7 +96,7 @@ void BM_Memcpy_1MiB_DstShift(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kMsg);
 }
-BENCHMARK(BM_Memcpy_1MiB_DstShift)->Arg(0)->Arg(64)->Arg(2048);
+BENCHMARK(BM_Memcpy_1MiB_DstShift)->Arg(0)->Arg(16)->Arg(64)->Arg(2048);
 
 // The engine's default placement loop (prism::PlacementCopy, what
 // MemcpyPlacer in engine.cc runs) for the baselines below.
@@ -77,7 +107,7 @@ inline void PlacerLoop(uint8_t* dst, const uint8_t* src, uint32_t len) {
 // The same 1 MiB copied by the engine's placement loop in 4 KiB pieces,
 // same buffers as BM_Memcpy_1MiB: the copy code's own speed, cache-hot.
 void BM_Memcpy_1MiB_PlacerLoop4KiB(benchmark::State& state) {
-  std::vector<uint8_t> src(kMsg, 1), dst(kMsg, 0);
+  PageBuffer src(kMsg, 1), dst(kMsg, 0);
   for (auto _ : state) {
     for (size_t off = 0; off < kMsg; off += 4096) {
       PlacerLoop(dst.data() + off, src.data() + off, 4096);
@@ -95,7 +125,7 @@ BENCHMARK(BM_Memcpy_1MiB_PlacerLoop4KiB);
 // when that distance is small).
 void PlacerLoopWith(benchmark::State& state, CopyMethod m) {
   const size_t shift = static_cast<size_t>(state.range(0));
-  std::vector<uint8_t> src(kMsg, 1), dstv(kMsg + 4096, 0);
+  PageBuffer src(kMsg, 1), dstv(kMsg + 4096, 0);
   uint8_t* const dst = dstv.data() + shift;
   for (auto _ : state) {
     for (size_t off = 0; off < kMsg; off += 4096) {
@@ -109,11 +139,23 @@ void PlacerLoopWith(benchmark::State& state, CopyMethod m) {
 void BM_Memcpy_1MiB_PlacerLoop4KiB_Vector(benchmark::State& state) {
   PlacerLoopWith(state, CopyMethod::kVector);
 }
-BENCHMARK(BM_Memcpy_1MiB_PlacerLoop4KiB_Vector)->Arg(0)->Arg(16)->Arg(2048);
+BENCHMARK(BM_Memcpy_1MiB_PlacerLoop4KiB_Vector)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(63)
+    ->Arg(64)
+    ->Arg(2048);
 void BM_Memcpy_1MiB_PlacerLoop4KiB_String(benchmark::State& state) {
   PlacerLoopWith(state, CopyMethod::kString);
 }
-BENCHMARK(BM_Memcpy_1MiB_PlacerLoop4KiB_String)->Arg(0)->Arg(16)->Arg(2048);
+BENCHMARK(BM_Memcpy_1MiB_PlacerLoop4KiB_String)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(63)
+    ->Arg(64)
+    ->Arg(2048);
 
 // Diagnostic placer: the default loop, timed with rdtsc around each packet
 // (~2 x 20 cycles of overhead against ~300 for the 4 KiB copy), so that the
@@ -239,8 +281,6 @@ struct Rig {
     cb = *b->CreateConnection(o);
     (void)a->Connect(ca, b->LocalInfo(cb));
     (void)b->Connect(cb, a->LocalInfo(ca));
-    src.assign(kMsg, 7);
-    dst.assign(kMsg + 4096, 0);
     dbase = dst.data() + dst_shift;
     smr = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
     dmr = *b->RegisterMemory(dbase, kMsg, kAccessRemoteWrite);
@@ -286,7 +326,8 @@ struct Rig {
   static constexpr size_t kBurst = 64;
   std::unique_ptr<Engine> a, b;
   ConnId ca = 0, cb = 0;
-  std::vector<uint8_t> src, dst;
+  PageBuffer src{kMsg, 7};
+  PageBuffer dst{kMsg + 4096, 0};
   uint8_t* dbase = nullptr;  // the receive region (in dst)
   MemoryRegion smr, dmr;
   Time now = kMicrosecond;
@@ -395,6 +436,83 @@ void BM_EngineLoopback_NoPlacement_4KiBPackets_1MiBMessages_256Paths(
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_EngineLoopback_NoPlacement_4KiBPackets_1MiBMessages_256Paths);
+
+// #2's ratio measured in pairs: each iteration copies the 1 MiB with one
+// glibc memcpy into the receive region, twice, then moves it as one 1 MiB
+// WRITE through the loopback (the default placer, or the copy method the
+// second argument forces), twice; the second of each is timed with rdtsc
+// (so each finds the caches as its own standalone loop leaves them). The
+// same source and destination bytes for both. This machine's speed drifts
+// by 15-40% within minutes, more than separate benchmarks run at different
+// moments can tell apart; a pair's halves run microseconds apart, so the
+// median of the per-pair ratios ("pct_of_memcpy": memcpy time over
+// loopback time, i.e. goodput as a share of memcpy's rate) does not move
+// with the drift, and a pair the scheduler interrupted is one outlier
+// among thousands. "memcpy_us_per_MiB" / "loopback_us_per_MiB": the
+// medians of each half. Args: the receive region's shift from the source
+// modulo 4 KiB (0: page-aligned both, as in BM_Memcpy_1MiB and the
+// loopback above; 16: two buffers malloc'd back to back) and the copy
+// method (0 the default, 1 vector, 2 string).
+void BM_EngineLoopbackVsMemcpy(benchmark::State& state) {
+  const size_t shift = static_cast<size_t>(state.range(0));
+  const CopyMethod method = state.range(1) == 1   ? CopyMethod::kVector
+                            : state.range(1) == 2 ? CopyMethod::kString
+                                                  : CopyMethod::kAuto;
+  Rig rig(nullptr, 4096, shift, method);
+  std::vector<uint64_t> mc, lb;
+  mc.reserve(1 << 16);
+  lb.reserve(1 << 16);
+  uint64_t id = 0;
+  for (auto _ : state) {
+    // Each timed half runs right after an untimed run of itself, so that
+    // it finds the caches as its standalone loop leaves them (a memcpy
+    // right after the loopback's placement ran up to 20% faster than
+    // after a memcpy on this AMD, which would flatter nothing real).
+    std::memcpy(rig.dbase, rig.src.data(), kMsg);
+    benchmark::ClobberMemory();
+    const uint64_t t0 = __rdtsc();
+    std::memcpy(rig.dbase, rig.src.data(), kMsg);
+    benchmark::ClobberMemory();
+    const uint64_t t1 = __rdtsc();
+    bool ok = rig.WriteOnce(++id);
+    const uint64_t t2 = __rdtsc();
+    ok = ok && rig.WriteOnce(++id);
+    const uint64_t t3 = __rdtsc();
+    if (!ok) {
+      state.SkipWithError("write did not complete");
+      break;
+    }
+    if (mc.size() < mc.capacity()) {
+      mc.push_back(t1 - t0);
+      lb.push_back(t3 - t2);
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 4 * kMsg);
+  if (mc.empty()) return;
+  std::vector<double> ratio(mc.size());
+  for (size_t i = 0; i < mc.size(); ++i) {
+    ratio[i] = static_cast<double>(mc[i]) / static_cast<double>(lb[i]);
+  }
+  auto median = [](auto v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return static_cast<double>(v[v.size() / 2]);
+  };
+  const double us_per_tick = 1.0 / TicksPerNs() / 1000.0;
+  state.counters["memcpy_us_per_MiB"] = median(mc) * us_per_tick;
+  state.counters["loopback_us_per_MiB"] = median(lb) * us_per_tick;
+  state.counters["pct_of_memcpy"] = 100.0 * median(ratio);
+  // The memcpy wrote the bytes too: "ok" from one more WRITE into a
+  // cleared region.
+  std::memset(rig.dbase, 0, kMsg);
+  state.counters["ok"] = rig.WriteOnce(++id) ? DstMatchesSrc(rig) : 0;
+  state.SetLabel(std::string("copy=") +
+                 CopyMethodName(method == CopyMethod::kAuto
+                                    ? DefaultCopyMethod()
+                                    : method));
+}
+BENCHMARK(BM_EngineLoopbackVsMemcpy)
+    ->ArgNames({"shift", "method"})
+    ->ArgsProduct({{0, 16, 2048}, {0, 1, 2}});
 
 // The loopback with the placement copy timed in place (TimedPlacer):
 // "copy_us_per_MiB" is the copy's own time per 1 MiB message inside the
