@@ -3,10 +3,13 @@
 // length (whole 64-byte blocks, a tail, both, neither) and any alignment
 // of either side, with either copy method (CopyMethod in prism/engine.h),
 // whichever this CPU picks; and an engine whose default placer uses either
-// method delivers the same bytes.
+// method delivers the same bytes. The string move is skipped where the
+// destination lies just ahead of the source modulo 4 KiB
+// (PlacementCopyChoice), and both sides of that rule write the same bytes.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +21,26 @@ namespace prism {
 namespace {
 
 constexpr size_t kPad = 128;  // guard bytes each side of the destination
+constexpr size_t kPage = 4096;
+
+// Page-aligned scratch, so that a test sets the distance between
+// destination and source modulo 4 KiB exactly.
+class Pages {
+ public:
+  explicit Pages(size_t n)
+      : n_(n),
+        p_(static_cast<uint8_t*>(::operator new (n, std::align_val_t{kPage}))) {
+  }
+  ~Pages() { ::operator delete (p_, std::align_val_t{kPage}); }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  uint8_t* data() { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_;
+  uint8_t* p_;
+};
 
 // Copies src[s_off, s_off + len) into a guarded buffer at d_off with
 // PlacementCopy and with memcpy, and expects the two buffers to be equal
@@ -72,6 +95,76 @@ TEST_P(PlacementCopyMethods, SameAsMemcpy) {
   }
 }
 
+// Every distance of the destination ahead of the source modulo 4 KiB near
+// the string move's window (0..130, the window being 1..63), behind it
+// (4000..4095) and a spread of others: memcpy's bytes, nothing around them
+// touched, for packet-sized lengths either side of kStringCopyMinLen.
+TEST_P(PlacementCopyMethods, SameAsMemcpyAtEveryDistanceModulo4KiB) {
+  const CopyMethod method = GetParam();
+  std::mt19937 rng(17);
+  Pages src(3 * kPage);
+  for (size_t i = 0; i < src.size(); ++i) {
+    src.data()[i] = static_cast<uint8_t>(rng());
+  }
+  Pages arena(6 * kPage);
+  uint8_t* const base = arena.data() + kPage;  // page-aligned, guards before
+  std::vector<size_t> distances;
+  for (size_t d = 0; d <= 130; ++d) distances.push_back(d);
+  for (size_t d = 4000; d < kPage; ++d) distances.push_back(d);
+  for (size_t d = 131; d < 4000; d += 97) distances.push_back(d);
+  for (size_t s_off : {size_t{0}, size_t{100}}) {
+    for (size_t d : distances) {
+      for (uint32_t len : {255u, 256u, 4096u, 4097u, 8192u}) {
+        const uint8_t guard = static_cast<uint8_t>(rng() | 1);
+        std::memset(arena.data(), guard, arena.size());
+        uint8_t* const dst = base + (s_off + d) % kPage;
+        PlacementCopyWith(method, dst, src.data() + s_off, len);
+        ASSERT_EQ(0, std::memcmp(dst, src.data() + s_off, len))
+            << "distance " << d << " len " << len;
+        ASSERT_TRUE(std::all_of(arena.data(), dst,
+                                [&](uint8_t b) { return b == guard; }))
+            << "distance " << d << " len " << len;
+        ASSERT_TRUE(std::all_of(dst + len, arena.data() + arena.size(),
+                                [&](uint8_t b) { return b == guard; }))
+            << "distance " << d << " len " << len;
+      }
+    }
+  }
+}
+
+// The string move runs for kStringCopyMinLen bytes or more unless the
+// destination lies 1..kStringCopyAliasWindow-1 bytes ahead of the source
+// modulo 4 KiB (whatever their own alignment); kVector never runs it;
+// kAuto follows the process's choice.
+TEST(PlacementCopy, StringMoveSkipsDestinationsJustAheadModulo4KiB) {
+  static_assert(kStringCopyAliasWindow == 64);
+  Pages arena(4 * kPage);
+  const uint8_t* const page = arena.data();
+  for (size_t s_off : {size_t{0}, size_t{1}, size_t{100}, size_t{4095}}) {
+    const uint8_t* const src = page + s_off;
+    for (size_t d = 0; d < 2 * kPage; ++d) {
+      const uint8_t* const dst = src + d;
+      const bool window = d % kPage >= 1 && d % kPage <= 63;
+      SCOPED_TRACE(testing::Message()
+                   << "source offset " << s_off << " distance " << d);
+      EXPECT_EQ(PlacementCopyChoice(CopyMethod::kString, dst, src, 4096),
+                window ? CopyMethod::kVector : CopyMethod::kString);
+      EXPECT_EQ(PlacementCopyChoice(CopyMethod::kString, dst, src, 256),
+                window ? CopyMethod::kVector : CopyMethod::kString);
+      EXPECT_EQ(PlacementCopyChoice(CopyMethod::kString, dst, src, 255),
+                CopyMethod::kVector);
+      EXPECT_EQ(PlacementCopyChoice(CopyMethod::kVector, dst, src, 4096),
+                CopyMethod::kVector);
+      EXPECT_EQ(PlacementCopyChoice(CopyMethod::kAuto, dst, src, 4096),
+                PlacementCopyChoice(DefaultCopyMethod(), dst, src, 4096));
+    }
+  }
+  // Behind the source (dst < src) by 1..63: not the window.
+  EXPECT_EQ(
+      PlacementCopyChoice(CopyMethod::kString, page + 100, page + 116, 4096),
+      CopyMethod::kString);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllMethods, PlacementCopyMethods,
                          ::testing::Values(CopyMethod::kAuto,
                                            CopyMethod::kVector,
@@ -94,15 +187,19 @@ TEST(PlacementCopy, DefaultMethodIsConcreteAndStable) {
 }
 
 // A 300 KiB WRITE (4 KiB packets: above and below kStringCopyMinLen at its
-// tail) between two engines, the receiver's default placer set to each
-// method in turn, lands byte-exact and nothing around it is touched.
-TEST_P(PlacementCopyMethods, EngineDeliversTheSameBytes) {
+// tail) between two engines, the receiver's default placer set to `method`,
+// the receive region `distance` bytes ahead of the source modulo 4 KiB (the
+// loopback's payloads point into the source region, so every packet's copy
+// has that distance), lands byte-exact and nothing around it is touched.
+void ExpectEngineDelivers(CopyMethod method, size_t distance) {
+  SCOPED_TRACE(testing::Message()
+               << CopyMethodName(method) << " distance " << distance);
   EngineOptions ea;
   ea.seed = 3;
   ea.mtu_payload = 4096;
   EngineOptions eb = ea;
   eb.seed = 4;
-  eb.copy_method = GetParam();
+  eb.copy_method = method;
   Engine a(ea), b(eb);
   ConnectionOptions o;
   o.num_paths = 16;
@@ -113,11 +210,13 @@ TEST_P(PlacementCopyMethods, EngineDeliversTheSameBytes) {
   ASSERT_TRUE(b.Connect(cb, a.LocalInfo(ca)).ok());
   constexpr uint32_t kLen = 300 * 1024 + 100;
   std::mt19937 rng(9);
-  std::vector<uint8_t> src = RandomBytes(kLen, rng);
-  std::vector<uint8_t> dst(kLen + 2 * kPad, 0x5A);
+  Pages src(kLen + kPage);
+  for (size_t i = 0; i < kLen; ++i) src.data()[i] = static_cast<uint8_t>(rng());
+  Pages dst(kLen + 3 * kPage);
+  std::memset(dst.data(), 0x5A, dst.size());
+  uint8_t* const region = dst.data() + kPage + distance % kPage;
   const MemoryRegion smr = *a.RegisterMemory(src.data(), kLen, kAccessLocal);
-  const MemoryRegion dmr =
-      *b.RegisterMemory(dst.data() + kPad, kLen, kAccessRemoteWrite);
+  const MemoryRegion dmr = *b.RegisterMemory(region, kLen, kAccessRemoteWrite);
   WriteRequest w;
   w.wr_id = 1;
   w.local_addr = src.data();
@@ -151,10 +250,18 @@ TEST_P(PlacementCopyMethods, EngineDeliversTheSameBytes) {
   }
   ASSERT_EQ(got, 1u);
   EXPECT_EQ(c[0].status, absl::StatusCode::kOk);
-  EXPECT_EQ(0, std::memcmp(dst.data() + kPad, src.data(), kLen));
-  for (size_t i = 0; i < kPad; ++i) {
-    ASSERT_EQ(dst[i], 0x5A) << i;
-    ASSERT_EQ(dst[kPad + kLen + i], 0x5A) << i;
+  EXPECT_EQ(0, std::memcmp(region, src.data(), kLen));
+  EXPECT_TRUE(
+      std::all_of(dst.data(), region, [](uint8_t x) { return x == 0x5A; }));
+  EXPECT_TRUE(std::all_of(region + kLen, dst.data() + dst.size(),
+                          [](uint8_t x) { return x == 0x5A; }));
+}
+
+TEST_P(PlacementCopyMethods, EngineDeliversTheSameBytes) {
+  // 0: page-aligned both; 1, 16, 63: the string move's window (the block
+  // loop runs); 64, 2048, 4095: outside it.
+  for (size_t distance : {0, 1, 16, 63, 64, 2048, 4095}) {
+    ExpectEngineDelivers(GetParam(), distance);
   }
 }
 

@@ -410,12 +410,29 @@ inline bool UsesString(CopyMethod m) {
          CopyMethod::kString;
 }
 
-// The placement copy: CopyString for kStringCopyMinLen bytes or more when
-// `string`, else CopyBlocks. Shared by MemcpyPlacer and PlacementCopyWith.
+// Whether `dst` lies 1 to kStringCopyAliasWindow - 1 bytes ahead of `src`
+// modulo 4 KiB, where `rep movsb` slows down (engine.h, CopyMethod): one
+// subtraction, mask and compare (0 wraps to the largest value).
+inline bool StringCopyAliases(const uint8_t* dst, const uint8_t* src) {
+  const uintptr_t ahead =
+      (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) &
+      4095;
+  return ahead - 1 < uintptr_t{kStringCopyAliasWindow} - 1;
+}
+
+// Whether the placement copy runs CopyString: kStringCopyMinLen bytes or
+// more when `string` and the pair does not alias (StringCopyAliases).
+inline bool CopiesByString(bool string, const uint8_t* dst, const uint8_t* src,
+                           uint32_t len) {
+  return string && len >= kStringCopyMinLen && !StringCopyAliases(dst, src);
+}
+
+// The placement copy: CopyString where CopiesByString, else CopyBlocks.
+// Shared by MemcpyPlacer and PlacementCopyWith.
 inline __attribute__((always_inline)) void CopyBy(bool string, uint8_t* dst,
                                                   const uint8_t* src,
                                                   uint32_t len) {
-  if (string && len >= kStringCopyMinLen) {
+  if (CopiesByString(string, dst, src, len)) {
     CopyString(dst, src, len);
   } else {
     CopyBlocks(dst, src, len);
@@ -4296,6 +4313,12 @@ void PlacementCopyWith(CopyMethod m, uint8_t* dst, const uint8_t* src,
 
 void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
   PlacementCopyWith(DefaultCopyMethod(), dst, src, len);
+}
+
+CopyMethod PlacementCopyChoice(CopyMethod m, const uint8_t* dst,
+                               const uint8_t* src, uint32_t len) {
+  return CopiesByString(UsesString(m), dst, src, len) ? CopyMethod::kString
+                                                      : CopyMethod::kVector;
 }
 
 }  // namespace prism

@@ -145,7 +145,12 @@ class Placer {
 //   kVector: 64-byte blocks of 16-byte vector moves, the destination
 //            prefetched ahead of the stores, the tail by memcpy;
 //   kString: one `rep movsb` (x86 "fast short" string move) for payloads of
-//            kStringCopyMinLen bytes or more, kVector below.
+//            kStringCopyMinLen bytes or more, kVector below and whenever
+//            the destination is 1 to kStringCopyAliasWindow - 1 bytes
+//            ahead of the source modulo 4 KiB (there `rep movsb` measured
+//            15-25% slower on AMD Zen 5 and up to 15x slower on Zen 4;
+//            two large buffers malloc'd one after the other from the heap
+//            are typically 16 bytes apart there);
 //   kAuto:   DefaultCopyMethod().
 // DefaultCopyMethod() is chosen once per process from the CPU (CPUID): kString
 // on AMD family 1Ah (Zen 5) and later with ERMS and FSRM, where it measured
@@ -157,6 +162,7 @@ class Placer {
 // docs/benchmarks.md, "Placement copy method".
 enum class CopyMethod : uint8_t { kAuto, kVector, kString };
 inline constexpr uint32_t kStringCopyMinLen = 256;
+inline constexpr uint32_t kStringCopyAliasWindow = 64;
 CopyMethod DefaultCopyMethod();            // kVector or kString, never kAuto
 const char* CopyMethodName(CopyMethod m);  // "auto", "vector", "string"
 
@@ -167,6 +173,12 @@ const char* CopyMethodName(CopyMethod m);  // "auto", "vector", "string"
 void PlacementCopy(uint8_t* dst, const uint8_t* src, uint32_t len);
 void PlacementCopyWith(CopyMethod m, uint8_t* dst, const uint8_t* src,
                        uint32_t len);
+// Which copy PlacementCopyWith(m, dst, src, len) runs: kString (the string
+// move) or kVector (the block loop), by the rules above. On a CPU that is
+// not x86-64 kString's copy is the block loop, and in ASan/TSan builds it
+// is memcpy.
+CopyMethod PlacementCopyChoice(CopyMethod m, const uint8_t* dst,
+                               const uint8_t* src, uint32_t len);
 
 struct EngineOptions {
   uint64_t seed = 1;
