@@ -34,9 +34,10 @@ constexpr size_t kMsg = 1 << 20;
 // fresh mmap, page-aligned + 16, until freeing one raises its mmap
 // threshold, and from the heap after that, where two vectors allocated
 // back to back are 16 or 32 bytes apart modulo 4 KiB; a copy whose
-// destination is 1-63 bytes ahead of its source modulo 4 KiB runs 15-25%
-// slower with `rep movsb` on AMD Zen 5, docs/benchmarks.md "Buffer
-// alignment".)
+// destination is 1-63 bytes ahead of its source modulo 4 KiB ran 15-25%
+// slower with `rep movsb` on AMD Zen 5 and up to 15x slower on Zen 4,
+// which is why the placer's string move now skips those (engine.h,
+// CopyMethod), docs/benchmarks.md "Buffer alignment".)
 class PageBuffer {
  public:
   PageBuffer(size_t size, uint8_t fill)
