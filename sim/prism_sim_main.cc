@@ -49,6 +49,19 @@ int Usage() {
   return 2;
 }
 
+// A flag without a usable value: says which and what it takes, then the
+// usage (exit status 2).
+int BadValue(const std::string& flag, const char* value, const char* wants) {
+  if (value == nullptr) {
+    std::fprintf(stderr, "prism_sim: %s needs a value (%s)\n", flag.c_str(),
+                 wants);
+  } else {
+    std::fprintf(stderr, "prism_sim: bad value '%s' for %s (%s)\n", value,
+                 flag.c_str(), wants);
+  }
+  return Usage();
+}
+
 double PeakRssMiB() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -191,41 +204,50 @@ int main(int argc, char** argv) {
     };
     if (a == "--scenario") {
       const char* v = next();
-      if (!v) return Usage();
+      if (!v) return BadValue(a, v, "a scenario file");
       scenario_path = v;
     } else if (a == "--out") {
       const char* v = next();
-      if (!v) return Usage();
+      if (!v) return BadValue(a, v, "a directory");
       out_dir = v;
     } else if (a == "--seed") {
       const char* v = next();
-      if (!v || !absl::SimpleAtoi(v, &seed)) return Usage();
+      if (!v || !absl::SimpleAtoi(v, &seed)) {
+        return BadValue(a, v, "an unsigned 64-bit integer");
+      }
       have_seed = true;
     } else if (a == "--transport") {
       const char* v = next();
-      if (!v) return Usage();
+      if (!v) return BadValue(a, v, "a transport name");
       only = v;
     } else if (a == "--hosts" || a == "--planes" || a == "--group") {
       const char* v = next();
       uint32_t x;
-      if (!v || !absl::SimpleAtoi(v, &x) || x == 0) return Usage();
+      if (!v || !absl::SimpleAtoi(v, &x) || x == 0) {
+        return BadValue(a, v, "a positive integer");
+      }
       (a == "--hosts" ? hosts : a == "--planes" ? planes : group) = x;
       have_hosts = have_hosts || a == "--hosts";
     } else if (a == "--window" || a == "--max-messages") {
       const char* v = next();
       uint32_t x;
-      if (!v || !absl::SimpleAtoi(v, &x)) return Usage();
+      if (!v || !absl::SimpleAtoi(v, &x)) {
+        return BadValue(a, v, "an integer >= 0; 0: the default");
+      }
       (a == "--window" ? window : max_messages) = x;
     } else if (a == "--duration_us") {
       const char* v = next();
-      if (!v || !absl::SimpleAtod(v, &dur_us) || dur_us <= 0) return Usage();
+      if (!v || !absl::SimpleAtod(v, &dur_us) || !(dur_us > 0) ||
+          !(dur_us <= 1e9)) {
+        return BadValue(a, v, "microseconds, > 0 and <= 1e9");
+      }
     } else if (a == "--lazy-ports") {
       lazy_ports = true;
     } else if (a == "--nic-pull-watermark") {
       const char* v = next();
       if (!v || !absl::SimpleAtoi(v, &nic_pull_watermark) ||
           nic_pull_watermark < 0) {
-        return Usage();
+        return BadValue(a, v, "an integer >= 0");
       }
     } else if (a == "--quiet") {
       quiet = true;
@@ -258,7 +280,12 @@ int main(int argc, char** argv) {
     sc = prism::sim::ParseScenario(*v, "");
     plot = false;
   } else {
-    if (scenario_path.empty() || out_dir.empty()) return Usage();
+    if (scenario_path.empty() || out_dir.empty()) {
+      std::fprintf(stderr,
+                   "prism_sim: --scenario FILE.json and --out DIR are both "
+                   "needed (or --bench / --bench-scale)\n");
+      return Usage();
+    }
     sc = prism::sim::LoadScenarioFile(scenario_path);
   }
   if (!sc.ok()) {

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -31,6 +33,30 @@ const char* const kBaseTransports = R"(["prism", "roce", "multiqp"])";
 // measured side by side (docs/benchmarks.md).
 const char* const kLinkFlapsTransports =
     R"(["prism", "prism-classic", "roce", "multiqp"])";
+// permutation runs Prism's three path-selection policies side by side.
+const char* const kPermutationTransports =
+    R"(["prism-oblivious", "prism-reps", "prism-p2c", "roce", "multiqp"])";
+
+// The transport names the scenarios of `suite` run, in order, each once
+// (what SuiteOptions::only_transport may name).
+std::vector<std::string> SuiteTransportNames(const std::string& suite) {
+  std::vector<const char*> lists = {kBaseTransports};
+  if (suite == "link-flaps") lists = {kLinkFlapsTransports};
+  if (suite == "permutation") lists = {kPermutationTransports};
+  if (suite == "headline") lists = {kBaseTransports, kPermutationTransports};
+  std::vector<std::string> names;
+  for (const char* list : lists) {
+    absl::StatusOr<Value> v = json::Parse(list);
+    if (!v.ok() || !v->is_array()) continue;
+    for (const Value& n : v->items()) {
+      if (n.is_string() &&
+          std::find(names.begin(), names.end(), n.as_string()) == names.end()) {
+        names.push_back(n.as_string());
+      }
+    }
+  }
+  return names;
+}
 
 struct Topo {
   int planes, t0, t1, hosts_per_t0;
@@ -566,10 +592,9 @@ absl::StatusOr<Value> Permutation(const SuiteOptions& opt,
   const std::string name = absl::StrFormat("permutation-%d", hosts);
   const std::string wl =
       absl::StrFormat(R"({"type": "permutation", "bytes": %d})", bytes);
-  absl::StatusOr<ScenarioConfig> sc = Parse(ScenarioJson(
-      name, opt.seed, topo, dur_us, 0, warm_us,
-      R"(["prism-oblivious", "prism-reps", "prism-p2c", "roce", "multiqp"])",
-      wl, ""));
+  absl::StatusOr<ScenarioConfig> sc =
+      Parse(ScenarioJson(name, opt.seed, topo, dur_us, 0, warm_us,
+                         kPermutationTransports, wl, ""));
   if (!sc.ok()) return sc.status();
   absl::StatusOr<std::vector<RunResult>> rs =
       RunAll(*sc, opt, suite + "/" + name);
@@ -886,6 +911,23 @@ const std::vector<std::string>& SuiteNames() {
 absl::StatusOr<json::Value> RunSuite(const std::string& suite,
                                      const SuiteOptions& opt_in) {
   SuiteOptions opt = opt_in;
+  const std::vector<std::string>& suites = SuiteNames();
+  if (!opt.only_transport.empty() &&
+      std::find(suites.begin(), suites.end(), suite) != suites.end()) {
+    const std::vector<std::string> names = SuiteTransportNames(suite);
+    if (std::find(names.begin(), names.end(), opt.only_transport) ==
+        names.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "suite '", suite, "' runs no transport '", opt.only_transport,
+          "' (it runs ", absl::StrJoin(names, ", "), ")"));
+    }
+  }
+  if (!(opt.oracle_reroute_after_us < 0) &&
+      !(opt.oracle_reroute_after_us <= 1e9)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("oracle_reroute_after_us ", opt.oracle_reroute_after_us,
+                     " is not a time in [0, 1e9] us (or < 0: off)"));
+  }
   Value sc = Value::Array();
   absl::Status st;
   if (suite == "port-loss") {

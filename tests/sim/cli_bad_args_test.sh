@@ -1,0 +1,66 @@
+#!/bin/bash
+# Bad command lines of prism_sim and prism_bench: each must exit with a
+# usage or error status (1 or 2, never a signal), print a line naming what
+# was wrong, and run nothing (no output directory written).
+# Usage: cli_bad_args_test.sh PRISM_SIM PRISM_BENCH
+set -u
+sim=$1
+bench=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+# expect RC PATTERN CMD...: CMD exits RC and its stderr matches PATTERN.
+expect() {
+  local want_rc=$1 pattern=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -ne $want_rc ]] || ! grep -qE -- "$pattern" "$tmp/err"; then
+    echo "FAIL: $* -> rc $rc (want $want_rc), stderr:"
+    sed 's/^/  | /' "$tmp/err" | head -5
+    fail=1
+  else
+    echo "ok: $* -> rc $rc: $(head -1 "$tmp/err")"
+  fi
+}
+
+expect 2 "bad value '0' for --hosts \(a positive integer\)" \
+  "$sim" --bench --hosts 0
+expect 2 "bad value 'abc' for --planes" "$sim" --bench --planes abc
+expect 2 "--group needs a value" "$sim" --bench --group
+expect 2 "bad value '-5' for --duration_us" "$sim" --bench --duration_us -5
+expect 2 "bad value 'inf' for --duration_us" "$sim" --bench --duration_us inf
+expect 2 "bad value 'nan' for --duration_us" "$sim" --bench --duration_us nan
+expect 2 "bad value '-1' for --window" "$sim" --bench --window -1
+expect 2 "bad value 'x' for --seed" "$sim" --scenario f.json --out d --seed x
+expect 2 "bad value '-2' for --nic-pull-watermark" \
+  "$sim" --bench --nic-pull-watermark -2
+expect 2 "--scenario FILE.json and --out DIR are both needed" \
+  "$sim" --scenario "$tmp/none.json"
+expect 2 "unknown argument --frobnicate" "$sim" --bench --frobnicate
+expect 1 "planes = 300 out of range" "$sim" --bench --hosts 16 --planes 300
+expect 1 "$tmp/none.json" "$sim" --scenario "$tmp/none.json" --out "$tmp/o1"
+echo '{"name": ' >"$tmp/bad.json"
+expect 1 "json" "$sim" --scenario "$tmp/bad.json" --out "$tmp/o2"
+
+expect 2 "unknown suite 'nosuch'" "$bench" nosuch --out "$tmp/o3"
+expect 2 "bad --seed 'abc'" "$bench" port-loss --out "$tmp/o4" --seed abc
+expect 1 "suite 'port-loss' runs no transport 'nosuch' \(it runs prism, roce, multiqp\)" \
+  "$bench" port-loss --quick --no-plot --out "$tmp/o5" --only nosuch
+expect 1 "runs no transport 'prism' \(it runs prism-oblivious" \
+  "$bench" permutation --quick --no-plot --out "$tmp/o6" --only prism
+expect 1 "oracle_reroute_after_us inf" \
+  "$bench" port-loss --quick --no-plot --out "$tmp/o7" \
+  --oracle-reroute-after-us inf
+expect 2 "unexpected argument '--bogus'" "$bench" port-loss --out "$tmp/o8" \
+  --bogus
+
+for d in o1 o2 o5 o6 o7; do
+  if [[ -e "$tmp/$d"/port-loss.json || -e "$tmp/$d"/summary.json ||
+        -e "$tmp/$d"/permutation.json ]]; then
+    echo "FAIL: $d has results from a rejected command line"
+    fail=1
+  fi
+done
+exit $fail
