@@ -32,7 +32,12 @@ FAB_TOOL= FAB_TOPO= FAB_P= FAB_PLAN=
 FAB_NODES=() FAB_LINK_IDS=()
 declare -A FAB_KIND FAB_LA FAB_LB FAB_MADE
 
-fx() { local n=$1; shift; ip netns exec "$FAB_P$n" "$@"; }
+# `ip` commands run as `ip -n` (setns alone: no second exec, no /sys
+# remount; several times cheaper in a VM under emulation, tests/rxe).
+fx() {
+  local n=$1; shift
+  if [[ $1 == ip ]]; then shift; ip -n "$FAB_P$n" "$@"; else ip netns exec "$FAB_P$n" "$@"; fi
+}
 
 fabric_init() {
   FAB_TOOL=$1 FAB_TOPO=$2 FAB_P=$3
@@ -53,33 +58,41 @@ fab_is_host() { [[ ${FAB_KIND[$1]} == host ]]; }
 fab_dev() { [[ ${FAB_LA[$2]} == "$1" ]] && echo "a$2" || echo "b$2"; }
 fab_gw() { [[ ${FAB_LA[$2]} == "$1" ]] && echo "fd10:0:0:$2::2" || echo "fd10:0:0:$2::1"; }
 
+fab_mac() {  # MAC address of device $2 in node $1
+  ip -n "$FAB_P$1" -br link show dev "$2" | awk '{print $3}'
+}
+
 fab_neigh() {  # permanent neighbours on both ends of link $1
   local l=$1 a=${FAB_LA[$1]} b=${FAB_LB[$1]} ma mb
-  ma=$(fx "$a" cat "/sys/class/net/a$l/address") || return 1
-  mb=$(fx "$b" cat "/sys/class/net/b$l/address") || return 1
+  ma=$(fab_mac "$a" "a$l") && [[ -n $ma ]] || return 1
+  mb=$(fab_mac "$b" "b$l") && [[ -n $mb ]] || return 1
   fx "$a" ip -6 neigh replace "fd10:0:0:$l::2" lladdr "$mb" dev "a$l" nud permanent &&
   fx "$b" ip -6 neigh replace "fd10:0:0:$l::1" lladdr "$ma" dev "b$l" nud permanent
 }
 
-fabric_routes() {
-  local node=$1 kw n pfx l
+fabric_routes() {  # one `ip -batch` per node
+  local node=$1 kw n pfx l dev gw batch=
   fab_is_host "$node" && return 0
   while read -r kw n pfx l; do
     [[ $n == "$node" ]] || continue
     case $kw in
       route)
-        fx "$node" ip -6 route replace "$pfx" via "$(fab_gw "$node" "$l")" \
-          dev "$(fab_dev "$node" "$l")" || return 1 ;;
+        if [[ ${FAB_LA[$l]} == "$node" ]]; then
+          dev=a$l gw=fd10:0:0:$l::2
+        else
+          dev=b$l gw=fd10:0:0:$l::1
+        fi
+        batch+="route replace $pfx via $gw dev $dev"$'\n' ;;
       sid)
         if [[ $pfx == end ]]; then
-          fx "$node" ip -6 route replace "$l" encap seg6local action End \
-            count dev sid0 || return 1
+          batch+="route replace $l encap seg6local action End count dev sid0"$'\n'
         else
-          fx "$node" ip -6 route replace "$l" encap seg6local action End \
-            flavors next-csid lblen 32 nflen 16 count dev sid0 || return 1
+          batch+="route replace $l encap seg6local action End flavors next-csid"
+          batch+=" lblen 32 nflen 16 count dev sid0"$'\n'
         fi ;;
     esac
   done < <(grep -E '^(route|sid) ' "$FAB_PLAN")
+  [[ -z $batch ]] || ip -6 -n "$FAB_P$node" -batch - <<< "$batch"
 }
 
 fabric_counters() {
@@ -111,8 +124,8 @@ fabric_up() {
     ip netns add "$FAB_P$n" || { fabric_down; return 1; }
     FAB_MADE[$n]=1
     fx "$n" ip link set lo up
-    fx "$n" sysctl -qw net.ipv6.conf.all.forwarding=$(fab_is_host "$n" && echo 0 || echo 1)
-    fx "$n" sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
+    fx "$n" sysctl -qw net.ipv6.conf.all.forwarding=$(fab_is_host "$n" && echo 0 || echo 1) \
+      net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 \
       net.ipv6.conf.all.keep_addr_on_down=1 net.ipv6.conf.default.keep_addr_on_down=1 \
       net.ipv6.conf.all.router_solicitations=0 net.ipv6.conf.default.router_solicitations=0 \
       net.ipv6.conf.all.seg6_enabled=1 net.ipv6.conf.default.seg6_enabled=1 \

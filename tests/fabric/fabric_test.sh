@@ -49,8 +49,13 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
+# PRISM_FABRIC_TIME_SCALE (default 1) multiplies the waits for tshark to
+# start capturing: a VM under emulation (tests/rxe) needs several times more.
+SCALE=${PRISM_FABRIC_TIME_SCALE:-1}
+[[ $SCALE =~ ^[1-9][0-9]?$ ]] || { echo "FAIL: PRISM_FABRIC_TIME_SCALE=$SCALE (1-99)"; exit 1; }
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
+fail() { echo "FAIL: $* [$(elapsed) s]"; FAILS=$((FAILS + 1)); }
+pass() { echo "ok: $* [$(elapsed) s]"; }
 
 T0=$(date +%s.%N)
 fabric_init "$TOOL" "$TOPO" "$P" || { echo "FAIL: plan"; exit 1; }
@@ -79,7 +84,7 @@ received() { grep -c "^$1 $2 " "$RX"; }  # mode path
 # send MODE X COUNT [badcsum]: from h$SRC on the path's plane port.
 send() {
   local mode=$1 x=$2 count=$3 l=${HOSTLINK[$2]} mac
-  mac=$(fx "${FAB_LB[$l]}" cat "/sys/class/net/b$l/address")
+  mac=$(fab_mac "${FAB_LB[$l]}" "b$l")
   fx h$SRC "$TOOL" send "$TOPO" $SRC $DST "$x" "$mode" "$count" "a$l" "$mac" $PORT ${4:-}
 }
 
@@ -142,14 +147,14 @@ for mode in srh usid; do
     id=${hops[$i]%%:*} dir=${hops[$i]#*:}
     node=${FAB_LA[$id]} dev=a$id
     [[ $dir == ba ]] && node=${FAB_LB[$id]} dev=b$id
-    fx "$node" timeout 25 tshark -l -n -i "$dev" -f "ip6 proto 43 or udp port $PORT" -c 1 \
+    fx "$node" timeout $((25 * SCALE)) tshark -l -n -i "$dev" -f "ip6 proto 43 or udp port $PORT" -c 1 \
       -T fields -E separator='|' -e ipv6.dst -e ipv6.routing.segleft \
       -e ipv6.routing.srh.last_entry -e ipv6.routing.srh.addr \
       > "$WORK/ts.$mode.$i" 2> "$WORK/ts.$mode.$i.err" &
     pids+=($!)
   done
   for i in "${!hops[@]}"; do
-    for t in $(seq 200); do grep -q "Capturing on" "$WORK/ts.$mode.$i.err" 2>/dev/null && break; sleep 0.1; done
+    for t in $(seq $((200 * SCALE))); do grep -q "Capturing on" "$WORK/ts.$mode.$i.err" 2>/dev/null && break; sleep 0.1; done
   done
   # "Capturing on" can come a moment before the filter is live: keep sending
   # one datagram every 0.2 s until every capture has its packet.

@@ -13,11 +13,16 @@
 OUT=${RXE_OUT:?}
 MANIFEST=${1:?manifest}
 T() { cut -d' ' -f1 /proc/uptime; }
+# devtmpfs has no /dev/fd (udev makes it on a booted system): bash's process
+# substitution, <(...), needs it.
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
 : > "$OUT/results.txt"
 echo "[guest] $(T)s: setting up rxe devices"
 for m in rdma_rxe ib_uverbs veth; do
   [ -d /sys/module/$m ] || /run/rxe-modprobe $m || echo "[guest] module $m missing"
 done
+# ifb: the kernel SRv6 fabric's SID devices (tests/fabric); none created here.
+[ -d /sys/module/ifb ] || /run/rxe-modprobe ifb numifbs=0 || echo "[guest] module ifb missing"
 ip link set lo up
 for i in all default; do sysctl -qw net.ipv4.conf.$i.rp_filter=0 net.ipv4.conf.$i.accept_local=1; done
 # rxe in Debian's 6.1 only works in the initial netns: policy routing makes

@@ -69,7 +69,7 @@ if [ -z "$KPKG" ]; then  # offline: reuse whatever kernel is cached
 else
   KV=${KPKG#linux-image-}
 fi
-MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad veth dummy"
+MODS="virtio_pci 9pnet_virtio 9p crc32_generic rdma_rxe rdma_ucm ib_umad veth dummy ifb"
 VMLINUZ=$RXE_CACHE/vmlinuz-$KV
 INITRD=$RXE_CACHE/initramfs-$KV.cpio.gz
 STAMP="$MODS $(md5sum < "$HERE/run-rxe-vm.sh")"
