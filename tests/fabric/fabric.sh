@@ -54,9 +54,8 @@ fabric_init() {
 
 fab_is_host() { [[ ${FAB_KIND[$1]} == host ]]; }
 
-# Device and neighbour address of link $2 as seen from node $1.
+# Device of link $2 in node $1.
 fab_dev() { [[ ${FAB_LA[$2]} == "$1" ]] && echo "a$2" || echo "b$2"; }
-fab_gw() { [[ ${FAB_LA[$2]} == "$1" ]] && echo "fd10:0:0:$2::2" || echo "fd10:0:0:$2::1"; }
 
 fab_mac() {  # MAC address of device $2 in node $1
   ip -n "$FAB_P$1" -br link show dev "$2" | awk '{print $3}'
