@@ -908,9 +908,8 @@ const std::vector<std::string>& SuiteNames() {
   return *names;
 }
 
-absl::StatusOr<json::Value> RunSuite(const std::string& suite,
-                                     const SuiteOptions& opt_in) {
-  SuiteOptions opt = opt_in;
+absl::Status ValidateSuiteOptions(const std::string& suite,
+                                  const SuiteOptions& opt) {
   const std::vector<std::string>& suites = SuiteNames();
   if (!opt.only_transport.empty() &&
       std::find(suites.begin(), suites.end(), suite) != suites.end()) {
@@ -928,6 +927,13 @@ absl::StatusOr<json::Value> RunSuite(const std::string& suite,
         absl::StrCat("oracle_reroute_after_us ", opt.oracle_reroute_after_us,
                      " is not a time in [0, 1e9] us (or < 0: off)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json::Value> RunSuite(const std::string& suite,
+                                     const SuiteOptions& opt_in) {
+  SuiteOptions opt = opt_in;
+  if (absl::Status v = ValidateSuiteOptions(suite, opt); !v.ok()) return v;
   Value sc = Value::Array();
   absl::Status st;
   if (suite == "port-loss") {

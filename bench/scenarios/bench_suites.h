@@ -54,11 +54,16 @@ struct SuiteOptions {
 // "permutation", "headline".
 const std::vector<std::string>& SuiteNames();
 
+// InvalidArgument for an only_transport that a known suite does not run
+// (the message lists those it does) and an oracle_reroute_after_us that is
+// not < 0 or in [0, 1e9]; OK otherwise (an unknown suite is RunSuite's
+// error).
+absl::Status ValidateSuiteOptions(const std::string& suite,
+                                  const SuiteOptions& opt);
+
 // Runs one suite. InvalidArgument, before anything runs, for an unknown
-// suite, an only_transport the suite does not run (the message lists those
-// it does) and an oracle_reroute_after_us that is not < 0 or in
-// [0, 1e9]; errors of the simulator (bad scenario, failed init) are passed
-// on.
+// suite and for what ValidateSuiteOptions refuses; errors of the simulator
+// (bad scenario, failed init) are passed on.
 absl::StatusOr<json::Value> RunSuite(const std::string& suite,
                                      const SuiteOptions& opt);
 

@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "prism_bench: unknown suite '%s'\n", suite.c_str());
     return Usage();
   }
+  if (absl::Status v = prism::bench::ValidateSuiteOptions(suite, opt);
+      !v.ok()) {
+    std::fprintf(stderr, "prism_bench: %s\n", std::string(v.message()).c_str());
+    return 2;
+  }
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) {
