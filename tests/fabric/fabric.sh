@@ -12,6 +12,7 @@
 # (nodes, links, routes, SIDs, addresses) comes from Prism itself:
 # `prism_fabric_tool plan TOPO.json`.
 #
+#   fabric_probe                   can this kernel build it (0) or not (1-3)
 #   fabric_init TOOL TOPO PREFIX   parse the plan; PREFIX names every netns
 #   fabric_up                      build it (calls fabric_down on failure)
 #   fabric_down                    delete every namespace this run made
@@ -27,6 +28,30 @@
 # deletes routes and neighbours through X (re-added on up); MLD reports run
 # for ~1 s after links come up (fabric_wait_quiet); receivers need
 # seg6_enabled even at segments-left 0.
+
+# fabric_probe: whether this kernel (and iproute2) can build the fabric;
+# returns 0 yes, 1 no network namespaces, 2 no ifb, 3 no seg6local End
+# next-csid. Callers skip (exit 77) on 1-3.
+fabric_probe() {
+  local probe=prism-probe-$$ rc=0
+  ip netns add $probe 2>/dev/null || return 1
+  if ! ip -n $probe link add sid0 type ifb 2>/dev/null; then
+    rc=2
+  else
+    ip -n $probe link set sid0 up
+    ip -n $probe -6 route add fcbb:bbbb:1::/48 encap seg6local action End \
+      flavors next-csid lblen 32 nflen 16 dev sid0 2>/dev/null || rc=3
+  fi
+  ip netns del $probe
+  return $rc
+}
+fabric_probe_reason() {  # the words for fabric_probe's status $1
+  case $1 in
+    1) echo "network namespaces unavailable" ;;
+    2) echo "no ifb device support" ;;
+    3) echo "kernel/iproute2 without seg6local next-csid" ;;
+  esac
+}
 
 FAB_TOOL= FAB_TOPO= FAB_P= FAB_PLAN=
 FAB_NODES=() FAB_LINK_IDS=()

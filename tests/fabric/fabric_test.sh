@@ -21,21 +21,12 @@ TOOL=$(readlink -f "$1") TOPO=$(readlink -f "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIPPED: $*"; exit 77; }
 [[ $(id -u) == 0 ]] || skip "kernel fabric tests need root (network namespaces)"
-probe=prism-probe-$$
-ip netns add $probe 2>/dev/null || skip "network namespaces unavailable"
-ok=1
-ip netns exec $probe ip link add sid0 type ifb 2>/dev/null || ok=0
-if [[ $ok == 1 ]]; then
-  ip netns exec $probe ip link set sid0 up
-  ip netns exec $probe ip -6 route add fcbb:bbbb:1::/48 encap seg6local action End \
-    flavors next-csid lblen 32 nflen 16 dev sid0 2>/dev/null || ok=2
-fi
-ip netns del $probe
-[[ $ok == 0 ]] && skip "no ifb device support"
-[[ $ok == 2 ]] && skip "kernel/iproute2 without seg6local next-csid"
+source "$HERE/fabric.sh"
+fabric_probe
+rc=$?
+[[ $rc == 0 ]] || skip "$(fabric_probe_reason $rc)"
 command -v tshark >/dev/null || skip "tshark not installed"
 
-source "$HERE/fabric.sh"
 P="pf$$-"
 WORK=$(mktemp -d /tmp/prism-fabric.XXXXXX)
 RXPID=

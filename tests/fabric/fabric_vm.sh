@@ -12,15 +12,10 @@ OUT=${2:?usage: fabric_vm.sh MANIFEST OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 skip() { echo "SKIPPED: $*"; exit 77; }
 [[ $(id -u) == 0 ]] || skip "kernel fabric tests need root (network namespaces)"
-probe=prism-vmprobe-$$
-ip netns add $probe 2>/dev/null || skip "network namespaces unavailable"
-native=0
-if ip netns exec $probe ip link add sid0 type ifb 2>/dev/null; then
-  ip netns exec $probe ip link set sid0 up
-  ip netns exec $probe ip -6 route add fcbb:bbbb:1::/48 encap seg6local action End \
-    flavors next-csid lblen 32 nflen 16 dev sid0 2>/dev/null && native=1
-fi
-ip netns del $probe
-[[ $native == 1 ]] && skip "this kernel has seg6local next-csid and ifb: fabric_srv6 and udp_srv6_fabric_test run natively"
-echo "host kernel $(uname -r) lacks seg6local next-csid or ifb: running the SRv6 fabric tests in a VM"
+source "$HERE/fabric.sh"
+fabric_probe
+rc=$?
+[[ $rc == 1 ]] && skip "$(fabric_probe_reason $rc)"
+[[ $rc == 0 ]] && skip "this kernel has seg6local next-csid and ifb: fabric_srv6 and udp_srv6_fabric_test run natively"
+echo "host kernel $(uname -r): $(fabric_probe_reason $rc): running the SRv6 fabric tests in a VM"
 RXE_TIMEOUT=${RXE_TIMEOUT:-1100} exec bash "$HERE/../rxe/run-rxe-vm.sh" "$MANIFEST" "$OUT"

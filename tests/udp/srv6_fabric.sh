@@ -12,16 +12,10 @@ FAB=$HERE/../fabric/fabric.sh
 skip() { echo "SKIP: $*"; exit 77; }
 [[ $(id -u) == 0 ]] || skip "SRv6 fabric tests need root (network namespaces)"
 [[ -f $FAB ]] || skip "no fabric builder ($FAB)"
-probe=pu-probe-$$
-ip netns add $probe 2>/dev/null || skip "network namespaces unavailable"
-ok=1
-ip netns exec $probe ip link add sid0 type ifb 2>/dev/null || ok=0
-[[ $ok == 1 ]] && { ip netns exec $probe ip link set sid0 up
-  ip netns exec $probe ip -6 route add fcbb:bbbb:1::/48 encap seg6local action End \
-    flavors next-csid lblen 32 nflen 16 dev sid0 2>/dev/null || ok=0; }
-ip netns del $probe
-[[ $ok == 1 ]] || skip "kernel lacks ifb or SRv6 End next-csid"
 source "$FAB"
+fabric_probe
+rc=$?
+[[ $rc == 0 ]] || skip "$(fabric_probe_reason $rc)"
 P=pu$$r$((RANDOM % 1000))
 fabric_init "$TOOL" "$TOPO" "$P" || { echo "fabric plan failed"; exit 1; }
 trap 'fabric_down' EXIT
