@@ -12,7 +12,8 @@
 # (nodes, links, routes, SIDs, addresses) comes from Prism itself:
 # `prism_fabric_tool plan TOPO.json`.
 #
-#   fabric_probe                   can this kernel build it (0) or not (1-3)
+#   fabric_probe / fabric_require  can this kernel build it (0) or not (1-4) /
+#                                  exit 77 unless it can
 #   fabric_init TOOL TOPO PREFIX   parse the plan; PREFIX names every netns
 #   fabric_up                      build it (calls fabric_down on failure)
 #   fabric_down                    delete every namespace this run made
@@ -31,9 +32,11 @@
 
 # fabric_probe: whether this kernel (and iproute2) can build the fabric;
 # returns 0 yes, 1 no network namespaces, 2 no ifb, 3 no seg6local End
-# next-csid. Callers skip (exit 77) on 1-3.
+# next-csid, 4 not root. fabric_require: exit 77 (ctest: skipped), saying
+# why, unless it can.
 fabric_probe() {
   local probe=prism-probe-$$ rc=0
+  [[ $(id -u) == 0 ]] || return 4
   ip netns add $probe 2>/dev/null || return 1
   if ! ip -n $probe link add sid0 type ifb 2>/dev/null; then
     rc=2
@@ -50,7 +53,15 @@ fabric_probe_reason() {  # the words for fabric_probe's status $1
     1) echo "network namespaces unavailable" ;;
     2) echo "no ifb device support" ;;
     3) echo "kernel/iproute2 without seg6local next-csid" ;;
+    4) echo "kernel fabric tests need root (network namespaces)" ;;
   esac
+}
+fabric_require() {
+  fabric_probe
+  local rc=$?
+  [[ $rc == 0 ]] && return 0
+  echo "SKIPPED: $(fabric_probe_reason $rc)"
+  exit 77
 }
 
 FAB_TOOL= FAB_TOPO= FAB_P= FAB_PLAN=

@@ -19,13 +19,9 @@
 set -u
 TOOL=$(readlink -f "$1") TOPO=$(readlink -f "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
-skip() { echo "SKIPPED: $*"; exit 77; }
-[[ $(id -u) == 0 ]] || skip "kernel fabric tests need root (network namespaces)"
 source "$HERE/fabric.sh"
-fabric_probe
-rc=$?
-[[ $rc == 0 ]] || skip "$(fabric_probe_reason $rc)"
-command -v tshark >/dev/null || skip "tshark not installed"
+fabric_require
+command -v tshark >/dev/null || { echo "SKIPPED: tshark not installed"; exit 77; }
 
 P="pf$$-"
 WORK=$(mktemp -d /tmp/prism-fabric.XXXXXX)

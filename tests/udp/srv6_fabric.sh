@@ -9,13 +9,9 @@ set -u
 TOOL=$(readlink -f "$1") TOPO=$(readlink -f "$2") BIN=$(readlink -f "$3"); shift 3
 HERE=$(cd "$(dirname "$0")" && pwd)
 FAB=$HERE/../fabric/fabric.sh
-skip() { echo "SKIP: $*"; exit 77; }
-[[ $(id -u) == 0 ]] || skip "SRv6 fabric tests need root (network namespaces)"
-[[ -f $FAB ]] || skip "no fabric builder ($FAB)"
+[[ -f $FAB ]] || { echo "SKIP: no fabric builder ($FAB)"; exit 77; }
 source "$FAB"
-fabric_probe
-rc=$?
-[[ $rc == 0 ]] || skip "$(fabric_probe_reason $rc)"
+fabric_require
 P=pu$$r$((RANDOM % 1000))
 fabric_init "$TOOL" "$TOPO" "$P" || { echo "fabric plan failed"; exit 1; }
 trap 'fabric_down' EXIT
