@@ -707,5 +707,129 @@ TEST(EndpointFlush, CloseAfterAnUnreportedFailureStillFlushesWithAborted) {
       << "each exactly once";
 }
 
+// A WRITE the engine rejects (here an unknown lkey) on a connection with
+// earlier WRITEs outstanding completes after them, in posting order, as a
+// verbs work request with a bad key does; the WRITE posted after it
+// completes after it. (Before 2026-12-06 the error was queued at once,
+// ahead of the earlier WRITEs' completions.) All three are posted from the
+// loop thread, so the loop takes them in one iteration: the first is
+// surely still outstanding when the second is rejected.
+struct OrderRig {
+  // Buffers first: the endpoints (which may still read them) go first.
+  std::vector<uint8_t> src = std::vector<uint8_t>(4 << 20, 9);
+  std::vector<uint8_t> dst = std::vector<uint8_t>(4 << 20);
+  std::unique_ptr<Endpoint> a, b;
+  ConnId cab = 0;
+  MemoryRegion ms, md;
+
+  explicit OrderRig(const ConnectionOptions& co) {
+    a = *Endpoint::Create(Udp(64));
+    b = *Endpoint::Create(Udp(64));
+    cab = Link(*a, *b, co, Conn()).first;
+    ms = *a->RegisterMemory(src.data(), src.size(), kAccessLocal);
+    md = *b->RegisterMemory(dst.data(), dst.size(), kAccessRemoteWrite);
+  }
+  WriteRequest Write(uint64_t wr_id, uint64_t off, uint64_t len) const {
+    WriteRequest w;
+    w.wr_id = wr_id;
+    w.local_addr = src.data() + off;
+    w.length = len;
+    w.lkey = ms.lkey;
+    w.remote_addr = md.addr + off;
+    w.rkey = md.rkey;
+    return w;
+  }
+  // Posts a 3 MiB WRITE (1), one with an unknown lkey (2) and a small one
+  // (3) from the loop thread.
+  void PostThree() {
+    WriteRequest bad = Write(2, 0, 4096);
+    bad.lkey = ms.lkey ^ 0x5a5a5a5a;
+    ASSERT_TRUE(runtime::RunOnLoopThreadForTesting(*a, [&] {
+                  EXPECT_TRUE(a->PostWrite(cab, Write(1, 0, 3 << 20)).ok());
+                  EXPECT_TRUE(a->PostWrite(cab, bad).ok());
+                  EXPECT_TRUE(a->PostWrite(cab, Write(3, 3 << 20, 4096)).ok());
+                }).ok());
+  }
+  std::vector<Completion> Collect(size_t want, Time limit) {
+    std::vector<Completion> got;
+    Completion c[16];
+    const Time deadline = Endpoint::Now() + limit;
+    while (got.size() < want && Endpoint::Now() < deadline) {
+      const size_t n = a->WaitCompletions(c, 16, 10 * kMillisecond);
+      got.insert(got.end(), c, c + n);
+    }
+    // Nothing more: each exactly once.
+    EXPECT_EQ(a->WaitCompletions(c, 16, 50 * kMillisecond), 0u);
+    return got;
+  }
+};
+
+TEST(EndpointOrder, RejectedWriteCompletesAfterEarlierWrites) {
+  OrderRig r(Conn());
+  ASSERT_NE(r.cab, 0u);
+  for (int round = 0; round < 3; ++round) {
+    r.PostThree();
+    const std::vector<Completion> got = r.Collect(3, 20 * kSecond);
+    ASSERT_EQ(got.size(), 3u) << "round " << round;
+    for (uint64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got[i].type, CompletionType::kWrite) << round;
+      EXPECT_EQ(got[i].conn, r.cab) << round;
+      EXPECT_EQ(got[i].wr_id, i + 1) << "round " << round << ": out of order";
+    }
+    EXPECT_EQ(got[0].status, absl::StatusCode::kOk);
+    EXPECT_EQ(got[1].status, absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(got[1].byte_len, 4096u);
+    EXPECT_EQ(got[2].status, absl::StatusCode::kOk);
+  }
+  EXPECT_EQ(memcmp(r.src.data(), r.dst.data(), (3 << 20) + 4096), 0);
+  EXPECT_EQ(r.a->datapath_stats().cq_depth, 0u);
+}
+
+// The same while the receiver is gone: the first WRITE never completes by
+// itself. Closing the connection cancels it; the rejected one's error
+// follows it, then the one behind, cancelled: nothing hangs, nothing is
+// lost, the order holds.
+TEST(EndpointOrder, RejectedWriteWaitingBehindAnotherIsReleasedByClose) {
+  OrderRig r(Conn());
+  ASSERT_NE(r.cab, 0u);
+  r.b.reset();
+  r.PostThree();
+  // Still held: nothing completes while the first WRITE is outstanding.
+  Completion c[4];
+  EXPECT_EQ(r.a->WaitCompletions(c, 4, 200 * kMillisecond), 0u);
+  ASSERT_TRUE(r.a->CloseConnection(r.cab).ok());
+  const std::vector<Completion> got = r.Collect(3, 10 * kSecond);
+  ASSERT_EQ(got.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(got[i].wr_id, i + 1);
+  EXPECT_EQ(got[0].status, absl::StatusCode::kCancelled);
+  EXPECT_EQ(got[1].status, absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[2].status, absl::StatusCode::kCancelled);
+}
+
+// And when the connection fails instead (no acknowledgement within
+// connection_timeout): the engine's completions (the timed-out WRITE, its
+// kConnectionError), then the rejected WRITE's error, then the one behind
+// it, flushed (kAborted).
+TEST(EndpointOrder, RejectedWriteWaitingBehindAnotherIsReleasedByFailure) {
+  ConnectionOptions co = Conn();
+  co.connection_timeout = 300 * kMillisecond;
+  OrderRig r(co);
+  ASSERT_NE(r.cab, 0u);
+  r.b.reset();
+  r.PostThree();
+  const std::vector<Completion> got = r.Collect(4, 10 * kSecond);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].type, CompletionType::kWrite);
+  EXPECT_EQ(got[0].wr_id, 1u);
+  EXPECT_EQ(got[0].status, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(got[1].type, CompletionType::kConnectionError);
+  EXPECT_EQ(got[2].type, CompletionType::kWrite);
+  EXPECT_EQ(got[2].wr_id, 2u);
+  EXPECT_EQ(got[2].status, absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[3].type, CompletionType::kWrite);
+  EXPECT_EQ(got[3].wr_id, 3u);
+  EXPECT_EQ(got[3].status, absl::StatusCode::kAborted);
+}
+
 }  // namespace
 }  // namespace prism

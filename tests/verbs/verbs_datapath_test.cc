@@ -667,6 +667,10 @@ StaleWriteResult RunStaleWrite(bool message_close) {
   if (message_close) {
     EXPECT_FALSE(seen(A, CompletionType::kWrite))
         << "the sender reported the WRITE done with work requests parked";
+    // What the Endpoint's loop asks before it queues a rejected WRITE's
+    // error behind this one (event_loop.h, Submit::held).
+    EXPECT_TRUE(A.dp->HoldsWriteCompletions(A.conn));
+    EXPECT_FALSE(A.dp->HoldsWriteCompletions(A.conn + 1000));
   }
   if (r.completed_while_parked) {
     // The application reuses the buffer as soon as it saw the completion.
@@ -682,6 +686,7 @@ StaleWriteResult RunStaleWrite(bool message_close) {
       },
       30 * kSecond);
   EXPECT_TRUE(released) << "completions never released";
+  EXPECT_FALSE(A.dp->HoldsWriteCompletions(A.conn)) << "polled, not held";
   if (!r.completed_while_parked) {
     EXPECT_EQ(memcmp(src.data(), dst.data(), len), 0) << "message differs";
     memset(dst.data(), 0x5A, len);  // reused right after the completion

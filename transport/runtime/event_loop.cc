@@ -131,18 +131,41 @@ void EventLoop::ConnectionClosed(ConnId conn) {
     failed_.erase(f);
   }
   for (Submit& s : pending_) {
-    if (s.conn != conn || s.error != absl::StatusCode::kOk) continue;
+    if (s.conn != conn) continue;
+    if (s.held) {
+      // Rejected before the close, waiting for earlier WRITEs: those now
+      // complete (kCancelled) among the engine's queued completions; its
+      // own error goes after them.
+      s.held = false;
+      s.release_at = mark;
+      continue;
+    }
+    if (s.error != absl::StatusCode::kOk) continue;
     s.error = code;
     s.release_at = mark;
   }
+  writes_.erase(conn);
   if (mark > engine_polled_) closed_.push_back(Closed{conn, mark});
   parked_.erase(std::remove(parked_.begin(), parked_.end(), conn),
                 parked_.end());
 }
 
+bool EventLoop::HeldBehindEarlierWrites(const Submit& s) const {
+  if (!s.held) return false;
+  const auto w = writes_.find(s.conn);
+  if (w != writes_.end() && w->second.completed < s.after_writes) return true;
+  return opt_.completion_filter != nullptr &&
+         opt_.completion_filter->HoldsWrites(s.conn);
+}
+
 void EventLoop::NoteEngineCompletions(const Completion* c, size_t n) {
   engine_polled_ += n;
   for (size_t i = 0; i < n; ++i) {
+    if (c[i].type == CompletionType::kWrite) {
+      const auto w = writes_.find(c[i].conn);
+      if (w != writes_.end()) ++w->second.completed;
+      continue;
+    }
     if (c[i].type != CompletionType::kConnectionError) continue;
     const ConnId conn = c[i].conn;
     bool closed = false;
@@ -429,7 +452,7 @@ bool EventLoop::Iterate(Time now) {
         continue;
       }
       if (it->error != absl::StatusCode::kOk &&
-          engine_polled_ < it->release_at) {
+          (engine_polled_ < it->release_at || HeldBehindEarlierWrites(*it))) {
         // Its closed connection's own completions are still in the engine.
         blocked_.push_back(it->conn);
         ++it;
@@ -465,6 +488,24 @@ bool EventLoop::Iterate(Time now) {
         parked_.push_back(it->conn);
         ++it;
         continue;
+      }
+      if (s.ok()) ++writes_[it->conn].accepted;
+      if (!s.ok() && it->error == absl::StatusCode::kOk &&
+          s.code() != absl::StatusCode::kAborted &&
+          s.code() != absl::StatusCode::kCancelled &&
+          s.code() != absl::StatusCode::kNotFound) {
+        // Rejected on a live connection (bad lkey, local range): behind
+        // the connection's earlier WRITEs, in posting order (Submit::held).
+        // Later WRITEs of the connection wait behind it.
+        const auto w = writes_.find(it->conn);
+        it->error = s.code();
+        it->after_writes = w == writes_.end() ? 0 : w->second.accepted;
+        it->held = true;
+        if (HeldBehindEarlierWrites(*it)) {
+          blocked_.push_back(it->conn);
+          ++it;
+          continue;
+        }
       }
       if (!s.ok()) {
         if (CqRoom() == 0) {

@@ -34,6 +34,12 @@
 // LoopCounters::writes_refused_cq_full) while unpolled completions plus
 // WRITEs accepted and not yet completed into the queue reach C.
 //
+// A WRITE the engine rejects on a live connection (bad lkey, local range)
+// completes in posting order: its error completion waits in the loop until
+// the connection's WRITEs handed to the engine before it have completed and
+// left the filter (CompletionFilter::HoldsWrites), and the connection's
+// later WRITEs wait behind it (Submit::held).
+//
 // WRITEs still in the loop (queued by Post, or parked: not yet handed to
 // the engine) when their connection fails or is closed complete as the
 // engine's own outstanding WRITEs do, after them, in posting order:
@@ -60,6 +66,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "prism/engine.h"
 #include "prism/packet.h"
@@ -79,6 +86,11 @@ class CompletionFilter {
   virtual ~CompletionFilter() = default;
   virtual void Offer(const Completion* c, size_t n) = 0;
   virtual size_t Poll(Completion* out, size_t max) = 0;
+  // True while a kWrite completion of `conn` offered to the filter has not
+  // left it through Poll yet (held or ready). The loop queues the error
+  // completion of a WRITE the engine rejected only after the connection's
+  // earlier WRITEs' completions have left the filter.
+  virtual bool HoldsWrites(ConnId conn) const = 0;
 };
 
 struct LoopOptions {
@@ -186,7 +198,24 @@ class EventLoop {
     // release_at (the engine's own completions of the connection left it).
     absl::StatusCode error = absl::StatusCode::kOk;
     uint64_t release_at = 0;
+    // The engine rejected it on a live connection (a bad lkey or local
+    // range) while earlier WRITEs of the connection were outstanding: its
+    // error completion waits until `after_writes` of the connection's
+    // WRITEs (all those handed to the engine before it) have completed and
+    // left the filter, so completions stay in posting order (as verbs
+    // completes a bad WR in order). Cleared by ConnectionClosed.
+    bool held = false;
+    uint64_t after_writes = 0;
   };
+  // Per connection: WRITEs the engine accepted, and their kWrite
+  // completions taken from it (the engine completes a connection's WRITEs
+  // in posting order, each exactly once). Dropped at ConnectionClosed.
+  struct WriteCount {
+    uint64_t accepted = 0;
+    uint64_t completed = 0;
+  };
+  // True while `s` (held) must still wait (see Submit::held).
+  bool HeldBehindEarlierWrites(const Submit& s) const;
   // Queues a completion the loop made (a WRITE's error) behind everything
   // taken from the engine so far: through the filter, if any. REQUIRES:
   // CqRoom() > 0. Returns PushCompletions' result.
@@ -256,6 +285,7 @@ class EventLoop {
     uint64_t release_at;
   };
   std::vector<Closed> closed_;
+  absl::flat_hash_map<ConnId, WriteCount> writes_;  // loop thread
 
   // Completions: a ring of cq_buf_.size() (a power of two) entries, from
   // cq_head_, cq_size_ <= cq_capacity of them queued.

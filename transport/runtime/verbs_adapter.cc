@@ -109,6 +109,9 @@ class VerbsAdapter : public DatapathAdapter, public CompletionFilter {
   size_t Poll(Completion* out, size_t max) override {
     return dp_->PollCompletions(out, max);
   }
+  bool HoldsWrites(ConnId conn) const override {
+    return dp_->HoldsWriteCompletions(conn);
+  }
 
  private:
   std::unique_ptr<verbs::VerbsDatapath> dp_;

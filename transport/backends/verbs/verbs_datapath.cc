@@ -2193,6 +2193,17 @@ class VerbsDatapath::Impl {
     return k;
   }
 
+  bool HoldsWriteCompletions(ConnId conn) const {
+    for (const Completion& x : ready_) {
+      if (x.type == CompletionType::kWrite && x.conn == conn) return true;
+    }
+    if (conn_peer_.empty()) return false;
+    const auto it = conn_peer_.find(conn);
+    if (it == conn_peer_.end()) return false;
+    const Peer* p = PeerById(it->second);
+    return p != nullptr && !p->held_tx.empty();
+  }
+
   size_t held_completions() const {
     size_t n = 0;
     for (const auto& pp : peers_) {
@@ -2540,6 +2551,9 @@ size_t VerbsDatapath::PollCompletions(Completion* out, size_t max) {
 }
 size_t VerbsDatapath::held_completions() const {
   return impl_->held_completions();
+}
+bool VerbsDatapath::HoldsWriteCompletions(ConnId conn) const {
+  return impl_->HoldsWriteCompletions(conn);
 }
 void VerbsDatapath::ReleaseParked() { impl_->ReleaseParked(); }
 bool VerbsDatapath::qp_alive(uint32_t peer, uint16_t qp) const {

@@ -324,6 +324,9 @@ class VerbsDatapath : public Datapath {
   size_t PollCompletions(Completion* out, size_t max);
   // Engine completions held back right now.
   size_t held_completions() const;
+  // True while a kWrite completion of `conn` taken by OfferCompletions has
+  // not been returned by PollCompletions (held, or ready and not polled).
+  bool HoldsWriteCompletions(ConnId conn) const;
   // Tests (debug_park_qp): posts the parked work requests.
   void ReleaseParked();
 

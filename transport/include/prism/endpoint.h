@@ -22,11 +22,15 @@
 //   the loop hands it to the engine at its next iteration. A WRITE the
 //   engine rejects later (bad key, unknown connection: kNotFound) completes
 //   with that error status; a full engine send queue is not an error (the
-//   loop keeps the WRITE and retries, in order). Unlike verbs (where a WR
-//   with a bad local key completes in order and puts the QP in error),
-//   such a rejection fails only that WRITE and its completion is queued at
-//   once: it may come before the completions of the connection's earlier,
-//   still outstanding WRITEs.
+//   loop keeps the WRITE and retries, in order). A rejection on a live
+//   connection (bad lkey, local range) completes in posting order, as a
+//   verbs WR with a bad local key does: after the completions of the
+//   connection's earlier WRITEs (the loop holds it, and the connection's
+//   later WRITEs behind it, until those have completed), so a completion
+//   still implies that every earlier WRITE of its connection completed.
+//   Unlike verbs it fails only that WRITE, not the connection. (Before
+//   2026-12-06 its completion was queued at once, possibly ahead of the
+//   earlier WRITEs'.)
 // - Connection failure and close (prism/engine.h "Connection failure"):
 //   the WRITEs the endpoint still holds for the connection (queued, or
 //   parked by backpressure or max_outstanding_messages: not yet handed to
