@@ -246,26 +246,13 @@ absl::StatusOr<Topology> Topology::Build(const TopologySpec& spec_in) {
 
 absl::StatusOr<TopologySpec> Topology::SpecFromJson(const json::Value& v) {
   if (!v.is_object()) return Invalid("topology must be a JSON object");
-  static constexpr const char* kKnown[] = {"kind",
-                                           "planes",
-                                           "t0_per_plane",
-                                           "t1_per_plane",
-                                           "hosts_per_t0",
-                                           "parallel_links",
-                                           "fattree_k",
-                                           "k",
-                                           "host_link_gbps",
-                                           "fabric_link_gbps",
-                                           "host_link_delay_ns",
-                                           "fabric_link_delay_ns",
-                                           "oversubscription",
-                                           "name",
-                                           "comment"};
-  for (const auto& [key, unused] : v.members()) {
-    bool known = false;
-    for (const char* k : kKnown) known = known || key == k;
-    if (!known) return Invalid(absl::StrCat("unknown key \"", key, "\""));
-  }
+  absl::Status keys = v.CheckKeys(
+      {"kind", "planes", "t0_per_plane", "t1_per_plane", "hosts_per_t0",
+       "parallel_links", "fattree_k", "k", "host_link_gbps", "fabric_link_gbps",
+       "host_link_delay_ns", "fabric_link_delay_ns", "oversubscription", "name",
+       "comment"},
+      "topology");
+  if (!keys.ok()) return keys;
   TopologySpec s;
   absl::StatusOr<std::string> kind = v.GetString("kind", "clos2");
   if (!kind.ok()) return kind.status();

@@ -44,18 +44,11 @@ absl::Status CheckUs(double us, const std::string& key, bool positive) {
 // "kmax_bytes", "pmax"}}; selectors left out match everything.
 absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
   if (!o.is_object()) return Bad("fabric.overrides entries must be objects");
-  static constexpr const char* kKeys[] = {
-      "tier", "plane", "index", "ports", "trimming", "trim_threshold_bytes",
-      "ecn"};
-  for (const auto& member : o.members()) {
-    // Not a structured binding: clang 14 cannot capture one in a lambda.
-    const std::string& key = member.first;
-    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) {
-          return key == k;
-        }) == std::end(kKeys)) {
-      return Bad("fabric.overrides: unknown key '" + key + "'");
-    }
-  }
+  absl::Status keys =
+      o.CheckKeys({"tier", "plane", "index", "ports", "trimming",
+                   "trim_threshold_bytes", "ecn", "comment"},
+                  "scenario: fabric.overrides");
+  if (!keys.ok()) return keys;
   QueueOverride q;
   std::string tier, ports;
   PRISM_ASSIGN_OR(tier, o.GetString("tier", "all"));
@@ -97,6 +90,10 @@ absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
     if (e->is_bool()) {
       q.ecn = e->as_bool();
     } else if (e->is_object()) {
+      absl::Status ek =
+          e->CheckKeys({"enabled", "kmin_bytes", "kmax_bytes", "pmax"},
+                       "scenario: fabric.overrides.ecn");
+      if (!ek.ok()) return ek;
       bool b;
       PRISM_ASSIGN_OR(b, e->GetBool("enabled", true));
       q.ecn = b;
@@ -132,6 +129,14 @@ absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
 absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_object()) return Bad("fabric must be an object");
+  absl::Status keys = v->CheckKeys(
+      {"forwarding", "buffer_bytes", "control_buffer_bytes",
+       "trim_threshold_bytes", "nic_buffer_bytes", "nic_queue_packets",
+       "nic_pull_watermark", "wire_overhead_bytes", "lazy_switch_ports",
+       "trimming", "trim_last_hop", "routing_convergence_us", "ecn",
+       "overrides", "comment"},
+      "scenario: fabric");
+  if (!keys.ok()) return keys;
   FabricConfig& f = sc->fabric;
   std::string fwd;
   PRISM_ASSIGN_OR(fwd, v->GetString("forwarding", sc->srv6 ? "srv6" : "ecmp"));
@@ -176,6 +181,10 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
     if (e->is_bool()) {
       f.ecn = e->as_bool();
     } else if (e->is_object()) {
+      absl::Status ek = e->CheckKeys(
+          {"enabled", "kmin_bytes", "kmax_bytes", "pmax", "last_hop"},
+          "scenario: fabric.ecn");
+      if (!ek.ok()) return ek;
       PRISM_ASSIGN_OR(f.ecn, e->GetBool("enabled", true));
       PRISM_ASSIGN_OR(x, e->GetInt("kmin_bytes", f.ecn_kmin_bytes));
       int64_t y;
@@ -204,8 +213,23 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   return absl::OkStatus();
 }
 
-absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t) {
+// `entry`: a "transports" entry (which may also name itself and its kind),
+// not "transport_defaults".
+absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
+                                  bool entry) {
   if (!v.is_object()) return absl::OkStatus();
+#define PRISM_TRANSPORT_KEYS                                               \
+  "mtu", "path_policy", "congestion", "num_paths", "rto_min_us",           \
+      "probe_interval_us", "payload_checksum", "oracle_reroute_after_us",  \
+      "fate_sharing", "window_packets", "max_outstanding_messages", "qps", \
+      "rto_us", "window_bytes", "dcqcn", "ack_every", "comment"
+  absl::Status keys =
+      entry
+          ? v.CheckKeys({PRISM_TRANSPORT_KEYS, "name", "kind"},
+                        "scenario: transports entry")
+          : v.CheckKeys({PRISM_TRANSPORT_KEYS}, "scenario: transport_defaults");
+#undef PRISM_TRANSPORT_KEYS
+  if (!keys.ok()) return keys;
   int64_t x;
   PRISM_ASSIGN_OR(x, v.GetInt("mtu", t->mtu));
   if (x < 256 || x > 65000) return Bad("mtu must be in 256..65000");
@@ -322,6 +346,12 @@ double JainIndex(const std::vector<double>& x) {
 absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
                                              const std::string& base_dir) {
   if (!v.is_object()) return Bad("top level must be an object");
+  absl::Status keys = v.CheckKeys(
+      {"name", "comment", "seed", "topology", "fabric", "duration_us",
+       "sample_interval_us", "warmup_us", "timeseries", "check_bytes",
+       "workload", "faults", "transport_defaults", "transports"},
+      "scenario");
+  if (!keys.ok()) return keys;
   ScenarioConfig sc;
   sc.base_dir = base_dir;
   PRISM_ASSIGN_OR(sc.name, v.GetString("name", "scenario"));
@@ -354,7 +384,7 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   if (const json::Value* f = v.Find("faults")) sc.faults = *f;
   TransportConfig defaults;
   if (const json::Value* td = v.Find("transport_defaults")) {
-    st = ParseTransportFields(*td, &defaults);
+    st = ParseTransportFields(*td, &defaults, /*entry=*/false);
     if (!st.ok()) return st;
   }
   const json::Value* tl = v.Find("transports");
@@ -378,7 +408,7 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
       absl::StatusOr<TransportConfig> tc = NamedTransport(kind, defaults);
       if (!tc.ok()) return tc.status();
       tc->name = name;
-      st = ParseTransportFields(t, &*tc);
+      st = ParseTransportFields(t, &*tc, /*entry=*/true);
       if (!st.ok()) return st;
       for (const TransportConfig& o : sc.transports) {
         if (o.name == name)

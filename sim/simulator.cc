@@ -249,6 +249,9 @@ absl::Status Simulator::BuildFaults() {
       return absl::OkStatus();
     }
     if (!v->is_object()) return FaultError("link must be an object");
+    absl::Status lk =
+        v->CheckKeys({"id", "plane", "host", "t0", "t1", "k"}, "faults: link");
+    if (!lk.ok()) return lk;
     if (const json::Value* id = v->Find("id")) {
       if (id->as_int() < 0 ||
           static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
@@ -287,6 +290,9 @@ absl::Status Simulator::BuildFaults() {
   auto switch_sel = [&](const json::Value* v, uint32_t* out) -> absl::Status {
     if (v == nullptr || !v->is_object())
       return FaultError("switch must be an object");
+    absl::Status sk =
+        v->CheckKeys({"tier", "plane", "index"}, "faults: switch");
+    if (!sk.ok()) return sk;
     absl::StatusOr<std::string> tier = v->GetString("tier", "t1");
     absl::StatusOr<int64_t> plane = v->GetInt("plane", 0),
                             idx = v->GetInt("index", 0);
@@ -320,6 +326,33 @@ absl::Status Simulator::BuildFaults() {
     if (!at.ok()) return at.status();
     if (!dur.ok()) return dur.status();
     if (!UsInRange(*at)) return FaultError("at_us must be in [0, 1e9]");
+      // Each type's keys (with the common type, at_us, duration_us, comment):
+      // a misspelt one would silently run another experiment.
+#define PRISM_FAULT_KEYS "type", "at_us", "duration_us", "comment"
+    absl::Status keys = absl::OkStatus();
+    const std::string where = "faults: " + *type;
+    if (*type == "link_down") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link"}, where);
+    } else if (*type == "switch_reboot") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "switch"}, where);
+    } else if (*type == "nic_port_down") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "host", "plane"}, where);
+    } else if (*type == "link_flap") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link", "start_us", "end_us",
+                          "period_us", "down_us"},
+                         where);
+    } else if (*type == "random_flaps") {
+      keys = f.CheckKeys(
+          {PRISM_FAULT_KEYS, "count", "start_us", "end_us", "down_us"}, where);
+    } else if (*type == "random_reboots") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "count", "tier"}, where);
+    } else if (*type == "link_loss") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "rate", "links"}, where);
+    } else if (*type == "degrade") {
+      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link", "fraction"}, where);
+    }
+#undef PRISM_FAULT_KEYS
+    if (!keys.ok()) return keys;
     // duration_us: negative (the default) means "no end"; NaN is refused.
     if (std::isnan(*dur) || *dur > kMaxScenarioUs)
       return FaultError("duration_us must be <= 1e9");

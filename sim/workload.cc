@@ -70,8 +70,17 @@ absl::StatusOr<Time> StartOf(const json::Value& v) {
   return static_cast<Time>(*s * kMicrosecond);
 }
 
+// Keys every workload type takes; each type adds its own (One).
+#define PRISM_WORKLOAD_KEYS \
+  "type", "message_bytes", "start_us", "bytes", "hosts", "comment"
+
 absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   if (!v.is_object()) return Bad("each workload entry must be an object");
+  // A misspelt key would silently run another experiment.
+  const auto keys = [&](std::initializer_list<std::string_view> known) {
+    return v.CheckKeys(
+        known, "workload: " + v.GetString("type", "").value_or(std::string()));
+  };
   absl::StatusOr<std::string> type = v.GetString("type", "");
   if (!type.ok()) return type.status();
   absl::StatusOr<uint32_t> msg = MessageBytes(v, c.mtu);
@@ -86,6 +95,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   const uint32_t n = static_cast<uint32_t>(*nh);
 
   if (*type == "bulk") {
+    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "flows", "src", "dst"});
+    if (!k.ok()) return k;
     const json::Value* fl = v.Find("flows");
     if (fl == nullptr) {
       absl::StatusOr<int64_t> s = v.GetInt("src", 0), d = v.GetInt("dst", 1);
@@ -97,6 +108,10 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     if (!fl->is_array()) return Bad("bulk.flows must be an array");
     for (const json::Value& f : fl->items()) {
       if (!f.is_object()) return Bad("bulk.flows entries must be objects");
+      absl::Status fk =
+          f.CheckKeys({"src", "dst", "bytes", "start_us", "group", "comment"},
+                      "workload: bulk.flows entry");
+      if (!fk.ok()) return fk;
       absl::StatusOr<int64_t> s = f.GetInt("src", -1), d = f.GetInt("dst", -1),
                               b = f.GetInt("bytes", *bytes);
       absl::StatusOr<Time> st = StartOf(f);
@@ -114,6 +129,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "permutation") {
+    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "shift"});
+    if (!k.ok()) return k;
     absl::StatusOr<int64_t> shift = v.GetInt("shift", 0);
     if (!shift.ok()) return shift.status();
     std::vector<uint32_t> dst(n);
@@ -139,6 +156,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "all_to_all") {
+    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "group_size"});
+    if (!k.ok()) return k;
     // Hosts [0, n) in groups of group_size (default: one group); every host
     // sends `bytes` to every other host of its group.
     absl::StatusOr<int64_t> gs = v.GetInt("group_size", n);
@@ -163,6 +182,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "ring_allreduce") {
+    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "steps"});
+    if (!k.ok()) return k;
     absl::StatusOr<int64_t> steps = v.GetInt("steps", 2 * (n - 1));
     if (!steps.ok()) return steps.status();
     if (*steps < 1 || *steps > 4096) return Bad("steps must be in 1..4096");
@@ -185,6 +206,9 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "incast") {
+    absl::Status k =
+        keys({PRISM_WORKLOAD_KEYS, "dst", "senders", "sender_list", "victim"});
+    if (!k.ok()) return k;
     absl::StatusOr<int64_t> dst = v.GetInt("dst", 0);
     absl::StatusOr<int64_t> ns = v.GetInt("senders", 7);
     if (!dst.ok()) return dst.status();
@@ -208,6 +232,9 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       if (!st.ok()) return st;
     }
     if (const json::Value* vf = v.Find("victim"); vf && vf->is_object()) {
+      absl::Status vk = vf->CheckKeys({"src", "dst", "bytes", "comment"},
+                                      "workload: incast.victim");
+      if (!vk.ok()) return vk;
       absl::StatusOr<int64_t> s = vf->GetInt("src", -1),
                               d = vf->GetInt("dst", -1),
                               b = vf->GetInt("bytes", *bytes);
@@ -221,6 +248,8 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "trace") {
+    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "file"});
+    if (!k.ok()) return k;
     absl::StatusOr<std::string> file = v.GetString("file", "");
     if (!file.ok()) return file.status();
     if (file->empty()) return Bad("trace needs a file");
@@ -263,6 +292,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   }
   return Bad("unknown workload type '" + *type + "'");
 }
+#undef PRISM_WORKLOAD_KEYS
 
 }  // namespace
 

@@ -234,5 +234,19 @@ TEST(JsonTest, ParseFile) {
   EXPECT_EQ(ParseFile(path).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JsonTest, CheckKeysNamesTheFirstUnknownOne) {
+  absl::StatusOr<Value> v = Parse(R"({"a": 1, "bb": 2, "c": 3})");
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->CheckKeys({"a", "bb", "c", "d"}, "here").ok());
+  const absl::Status st = v->CheckKeys({"a", "c"}, "cfg.part");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "cfg.part: unknown key \"bb\" (known: a, c)");
+  // Only objects have keys: anything else passes (its caller checks type).
+  EXPECT_TRUE(Parse("[1, 2]")->CheckKeys({}, "x").ok());
+  EXPECT_TRUE(Parse("7")->CheckKeys({}, "x").ok());
+  EXPECT_FALSE(Parse(R"({"k": 1})")->CheckKeys({}, "x").ok());
+  EXPECT_TRUE(Parse("{}")->CheckKeys({}, "x").ok());
+}
+
 }  // namespace
 }  // namespace prism::json

@@ -624,7 +624,7 @@ TEST(ScenarioTest, ParsesFabricOverrides) {
   EXPECT_THAT(bad(R"({"tier": "t0"})"), HasSubstr("array"));
   EXPECT_THAT(bad(R"([{"tier": "t7"}])"), HasSubstr("tier"));
   EXPECT_THAT(bad(R"([{"ports": "sideways"}])"), HasSubstr("ports"));
-  EXPECT_THAT(bad(R"([{"trim": false}])"), HasSubstr("unknown key 'trim'"));
+  EXPECT_THAT(bad(R"([{"trim": false}])"), HasSubstr("unknown key \"trim\""));
   EXPECT_THAT(bad(R"([{"ecn": {"kmin_bytes": 9, "kmax_bytes": 9}}])"),
               HasSubstr("kmin < kmax"));
   EXPECT_THAT(bad(R"([{"ecn": {"pmax": 2}}])"), HasSubstr("pmax"));
@@ -936,6 +936,115 @@ TEST(ScenarioTest, RejectsOutOfRangeTimes) {
   EXPECT_THAT(init(R"([{"type": "random_flaps", "start_us": 0,
                         "end_us": 1e300}])"),
               HasSubstr("[0, 1e9]"));
+}
+
+// A misspelt key anywhere in a scenario is an error naming it and where it
+// was, not a setting silently left at its default (before 2026-12-06 only
+// topology and fabric.overrides checked their keys: "fabric":
+// {"ecn_kmin_bytes": ...} ran with the default thresholds).
+TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
+  const std::string topo = R"("topology": {"kind": "clos2", "planes": 1})";
+  const std::string wl = R"("workload": {"type": "permutation"})";
+  struct Case {
+    std::string text;
+    const char* where;
+    const char* key;
+  };
+  const Case cases[] = {
+      {"{" + topo + ", " + wl + R"(, "mtu": 9000})", "scenario:", "mtu"},
+      {"{" + topo + ", " + wl + R"(, "fabric": {"ecn_kmin_bytes": 5}})",
+       "scenario: fabric:", "ecn_kmin_bytes"},
+      {"{" + topo + ", " + wl + R"(, "fabric": {"ecn": {"kmin": 5}}})",
+       "scenario: fabric.ecn:", "kmin"},
+      {"{" + topo + ", " + wl +
+           R"(, "fabric": {"overrides": [{"ecn": {"p_max": 1}}]}})",
+       "scenario: fabric.overrides.ecn:", "p_max"},
+      {"{" + topo + ", " + wl +
+           R"(, "transports": [{"name": "prism", "type": "prism"}]})",
+       "scenario: transports entry:", "type"},
+      {"{" + topo + ", " + wl + R"(, "transport_defaults": {"name": "x"}})",
+       "scenario: transport_defaults:", "name"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = ParseError(c.text);
+    EXPECT_THAT(err, HasSubstr(c.where)) << c.text;
+    EXPECT_THAT(err, HasSubstr(std::string("unknown key \"") + c.key + "\""))
+        << c.text;
+  }
+  // Everything a checked-in scenario uses is known (kTiny, and a transports
+  // entry with its name, kind and fields; comments anywhere).
+  EXPECT_TRUE(json::Parse(kTiny).ok());
+  MustParse(kTiny);
+  MustParse("{" + topo + ", " + wl +
+            R"(, "comment": "c", "fabric": {"comment": "c", "ecn":
+               {"enabled": true, "last_hop": false}}, "transports":
+               [{"name": "p2", "kind": "prism", "num_paths": 8,
+                 "comment": "c"}]})");
+
+  // Workloads: each type's own keys, its entries' too.
+  Rng rng(1);
+  auto workload = [&](const std::string& text) {
+    absl::StatusOr<json::Value> v = json::Parse(text);
+    EXPECT_TRUE(v.ok()) << text;
+    absl::StatusOr<std::vector<Flow>> f = BuildWorkload(*v, 16, 4096, rng, "");
+    EXPECT_FALSE(f.ok()) << text;
+    return f.ok() ? std::string() : std::string(f.status().message());
+  };
+  EXPECT_THAT(workload(R"({"type": "permutation", "group_size": 4})"),
+              HasSubstr("workload: permutation: unknown key \"group_size\""));
+  EXPECT_THAT(workload(R"({"type": "all_to_all", "groupsize": 4})"),
+              HasSubstr("unknown key \"groupsize\""));
+  EXPECT_THAT(workload(R"({"type": "ring_allreduce", "step": 4})"),
+              HasSubstr("unknown key \"step\""));
+  EXPECT_THAT(workload(R"({"type": "incast", "sender": 3})"),
+              HasSubstr("unknown key \"sender\""));
+  EXPECT_THAT(workload(R"({"type": "incast", "victim": {"src": 1, "dst": 2,
+                           "start_us": 5}})"),
+              HasSubstr("workload: incast.victim: unknown key \"start_us\""));
+  EXPECT_THAT(workload(R"({"type": "bulk", "flows": [{"src": 0, "dst": 1,
+                           "size": 5}]})"),
+              HasSubstr("workload: bulk.flows entry: unknown key \"size\""));
+  EXPECT_THAT(workload(R"({"type": "trace", "path": "x.csv"})"),
+              HasSubstr("unknown key \"path\""));
+  EXPECT_THAT(workload(R"([{"type": "permutation"},
+                           {"type": "bulk", "src": 0, "dst": 1, "to": 2}])"),
+              HasSubstr("workload: bulk: unknown key \"to\""));
+
+  // Faults (checked at Init): each type's keys, and the link and switch
+  // selectors'.
+  auto init = [](const char* faults) {
+    ScenarioConfig sc = MustParse(kTiny);
+    sc.faults = *json::Parse(faults);
+    Simulator s(sc, sc.transports[0]);
+    return std::string(s.Init().message());
+  };
+  EXPECT_THAT(init(R"([{"type": "link_down", "link": "random_fabric",
+                        "duration": 5}])"),
+              HasSubstr("faults: link_down: unknown key \"duration\""));
+  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
+                        "link": {"id": 0}}])"),
+              HasSubstr("faults: switch_reboot: unknown key \"link\""));
+  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+                        "period": 5}])"),
+              HasSubstr("unknown key \"period\""));
+  EXPECT_THAT(init(R"([{"type": "random_flaps", "flaps": 5}])"),
+              HasSubstr("unknown key \"flaps\""));
+  EXPECT_THAT(init(R"([{"type": "random_reboots", "plane": 0}])"),
+              HasSubstr("unknown key \"plane\""));
+  EXPECT_THAT(init(R"([{"type": "link_loss", "loss": 0.1}])"),
+              HasSubstr("unknown key \"loss\""));
+  EXPECT_THAT(init(R"([{"type": "degrade", "link": "random_fabric",
+                        "rate": 0.5}])"),
+              HasSubstr("faults: degrade: unknown key \"rate\""));
+  EXPECT_THAT(init(R"([{"type": "nic_port_down", "host": 0, "port": 1}])"),
+              HasSubstr("unknown key \"port\""));
+  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"t0": 0, "spine": 1}}])"),
+              HasSubstr("faults: link: unknown key \"spine\""));
+  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"idx": 1}}])"),
+              HasSubstr("faults: switch: unknown key \"idx\""));
+  EXPECT_EQ(init(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1},
+                      "at_us": 5, "duration_us": 10, "comment": "c"}])"),
+            "");
 }
 
 // Two simulators alive in one process, stepped in the same thread, give the

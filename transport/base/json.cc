@@ -618,6 +618,25 @@ absl::StatusOr<std::string> Value::GetString(std::string_view key,
   return v->as_string();
 }
 
+absl::Status Value::CheckKeys(std::initializer_list<std::string_view> known,
+                              std::string_view where) const {
+  if (type_ != Type::kObject) return absl::OkStatus();
+  for (const auto& member : members_) {
+    bool found = false;
+    for (std::string_view k : known) found = found || member.first == k;
+    if (found) continue;
+    std::string list;
+    for (std::string_view k : known) {
+      if (!list.empty()) list += ", ";
+      list += k;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(where), ": unknown key \"", member.first,
+                     "\" (known: ", list, ")"));
+  }
+  return absl::OkStatus();
+}
+
 Value& Value::Push(Value v) {
   if (type_ != Type::kArray) {
     *this = Array();

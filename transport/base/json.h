@@ -10,6 +10,7 @@
 #define PRISM_BASE_JSON_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -69,6 +70,12 @@ class Value {
   absl::StatusOr<bool> GetBool(std::string_view key, bool def) const;
   absl::StatusOr<std::string> GetString(std::string_view key,
                                         std::string_view def) const;
+  // For an object: InvalidArgument naming the first member whose key is not
+  // in `known` ("<where>: unknown key \"x\" (known: a, b, ...)"), so that a
+  // misspelt setting is an error instead of silently taking its default.
+  // OK for any other type (the caller checks the type).
+  absl::Status CheckKeys(std::initializer_list<std::string_view> known,
+                         std::string_view where) const;
 
   // Builders (arrays / objects). Set() replaces an existing key.
   Value& Push(Value v);
