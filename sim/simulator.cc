@@ -253,9 +253,11 @@ absl::Status Simulator::BuildFaults() {
         v->CheckKeys({"id", "plane", "host", "t0", "t1", "k"}, "faults: link");
     if (!lk.ok()) return lk;
     if (const json::Value* id = v->Find("id")) {
-      if (id->as_int() < 0 ||
+      if (!id->is_number() ||
+          id->as_double() != static_cast<double>(id->as_int()) ||
+          id->as_int() < 0 ||
           static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
-        return FaultError("link id out of range");
+        return FaultError("link id out of range (a link number)");
       }
       *out = static_cast<uint32_t>(id->as_int());
       return absl::OkStatus();

@@ -214,8 +214,16 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     if (!dst.ok()) return dst.status();
     if (!ns.ok()) return ns.status();
     std::vector<uint32_t> senders;
-    if (const json::Value* sl = v.Find("sender_list"); sl && sl->is_array()) {
+    if (const json::Value* sl = v.Find("sender_list")) {
+      // Whole numbers only: a string or 2^32 + 1 was read as host 0 or 1.
+      if (!sl->is_array() || sl->items().empty())
+        return Bad("incast sender_list must be a non-empty array of hosts");
       for (const json::Value& s : sl->items()) {
+        if (!s.is_number() ||
+            s.as_double() != static_cast<double>(s.as_int()) ||
+            s.as_int() < 0 || s.as_int() >= n) {
+          return Bad("incast sender_list entries must be hosts in 0..hosts-1");
+        }
         senders.push_back(static_cast<uint32_t>(s.as_int()));
       }
     } else {

@@ -1004,6 +1004,14 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
   EXPECT_THAT(workload(R"({"type": "bulk", "flows": [{"src": 0, "dst": 1,
                            "size": 5}]})"),
               HasSubstr("workload: bulk.flows entry: unknown key \"size\""));
+  // Values that were read as another host: a string, 2^32 + 1, 1.5.
+  for (const char* list :
+       {R"(["3"])", "[4294967297]", "[1.5]", "[16]", "[]", R"({"a": 1})"}) {
+    EXPECT_THAT(workload(std::string(R"({"type": "incast", "sender_list": )") +
+                         list + "}"),
+                HasSubstr("sender_list"))
+        << list;
+  }
   EXPECT_THAT(workload(R"({"type": "trace", "path": "x.csv"})"),
               HasSubstr("unknown key \"path\""));
   EXPECT_THAT(workload(R"([{"type": "permutation"},
@@ -1040,6 +1048,10 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
               HasSubstr("unknown key \"port\""));
   EXPECT_THAT(init(R"([{"type": "link_down", "link": {"t0": 0, "spine": 1}}])"),
               HasSubstr("faults: link: unknown key \"spine\""));
+  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"id": "3"}}])"),
+              HasSubstr("link id out of range"));
+  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"id": 0.5}}])"),
+              HasSubstr("link id out of range"));
   EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"idx": 1}}])"),
               HasSubstr("faults: switch: unknown key \"idx\""));
   EXPECT_EQ(init(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1},
