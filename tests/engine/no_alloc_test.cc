@@ -8,33 +8,14 @@
 // binary (operator new[] goes through it; malloc itself is not counted:
 // the engine is C++ throughout).
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "prism/engine.h"
+#include "tests/count_new.h"
 #include "tests/protocol/harness.h"
 #include "transport/base/random.h"
-
-namespace {
-std::atomic<uint64_t> g_allocs{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-// (GCC sees operator new[]'s pointer reach these and free(); both are
-// malloc underneath, as every replacement above allocates.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
 
 namespace prism {
 namespace {
@@ -82,7 +63,7 @@ StreamResult Stream(const loopback::FaultPlan& faults, uint64_t total,
   h.completions(1).reserve(4096);
 
   StreamResult r;
-  const uint64_t first = g_allocs.load();
+  const uint64_t first = testing::NewCalls();
   uint64_t posted = 0, outstanding = 0, before = 0;
   const uint64_t sizes[] = {1, 100, 4096, 4097, 65536, 300000, 1 << 20};
   uint64_t steps = 0;
@@ -117,7 +98,7 @@ StreamResult Stream(const loopback::FaultPlan& faults, uint64_t total,
       } else {
         ++r.failed;
       }
-      if (r.completed + r.failed == warmup) before = g_allocs.load();
+      if (r.completed + r.failed == warmup) before = testing::NewCalls();
     }
     for (const Completion& c : h.completions(1)) {
       r.immediates += c.type == CompletionType::kRecvImmediate;
@@ -126,7 +107,7 @@ StreamResult Stream(const loopback::FaultPlan& faults, uint64_t total,
     h.completions(1).clear();
   }
   r.allocs_in_warmup = before - first;
-  r.allocs_after_warmup = g_allocs.load() - before;
+  r.allocs_after_warmup = testing::NewCalls() - before;
   const ConnectionStats st = *h.engine(0).connection_stats(ca);
   r.retransmissions = st.retransmitted_packets;
   r.trims = st.trims_received;
@@ -134,9 +115,9 @@ StreamResult Stream(const loopback::FaultPlan& faults, uint64_t total,
 }
 
 TEST(EngineNoAlloc, CleanStreamAllocatesNothingOnceWarm) {
-  const uint64_t at_start = g_allocs.load();
+  const uint64_t at_start = testing::NewCalls();
   std::vector<int> probe(3);  // the counting hook works
-  ASSERT_GT(g_allocs.load(), at_start);
+  ASSERT_GT(testing::NewCalls(), at_start);
   const StreamResult r = Stream({}, 3000, 500, 16, 1);
   ASSERT_FALSE(r.stuck);
   EXPECT_EQ(r.failed, 0u);

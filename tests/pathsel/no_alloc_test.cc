@@ -1,26 +1,12 @@
 // The per-packet calls allocate nothing: NextPath / OnFeedback / NextProbe /
 // NextProbeTime / SetPlaneUp on every policy, and OnAck / OnTimeout on every
 // controller. Counts calls to the global operator new in this binary.
-#include <atomic>
-#include <cstdlib>
-#include <new>
 
 #include "congestion/controller.h"
 #include "gtest/gtest.h"
 #include "routing/path_selector.h"
+#include "tests/count_new.h"
 #include "transport/base/random.h"
-
-namespace {
-std::atomic<uint64_t> g_allocs{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace prism {
 namespace {
@@ -32,12 +18,12 @@ TEST(NoAllocTest, PathSelectorHotPath) {
     c.num_planes = 4;
     c.policy = policy;
     c.denied = {7};
-    const uint64_t at_start = g_allocs.load();
+    const uint64_t at_start = testing::NewCalls();
     auto s = routing::MakePathSelector(c);
     ASSERT_TRUE(s.ok());
-    ASSERT_GT(g_allocs.load(), at_start);  // the counting hook works
+    ASSERT_GT(testing::NewCalls(), at_start);  // the counting hook works
     Rng rng(1);
-    const uint64_t before = g_allocs.load();
+    const uint64_t before = testing::NewCalls();
     for (int i = 0; i < 50000; ++i) {
       const Time now = i * kMicrosecond;
       const int p = (*s)->NextPath(now);
@@ -55,7 +41,7 @@ TEST(NoAllocTest, PathSelectorHotPath) {
       (void)(*s)->NextProbeTime();
       if (i % 5000 == 0) (*s)->SetPlaneUp(i / 5000 % 4, i % 10000 != 0, now);
     }
-    EXPECT_EQ(g_allocs.load(), before) << policy;
+    EXPECT_EQ(testing::NewCalls(), before) << policy;
   }
 }
 
@@ -66,7 +52,7 @@ TEST(NoAllocTest, ControllerHotPath) {
     auto cc = congestion::MakeController(c);
     ASSERT_TRUE(cc.ok());
     Rng rng(2);
-    const uint64_t before = g_allocs.load();
+    const uint64_t before = testing::NewCalls();
     for (int i = 0; i < 50000; ++i) {
       congestion::AckEvent e;
       e.now = i * kMicrosecond;
@@ -82,7 +68,7 @@ TEST(NoAllocTest, ControllerHotPath) {
       (void)(*cc)->window_bytes();
       (void)(*cc)->pacing_rate_bps();
     }
-    EXPECT_EQ(g_allocs.load(), before) << algo;
+    EXPECT_EQ(testing::NewCalls(), before) << algo;
   }
 }
 

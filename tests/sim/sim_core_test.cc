@@ -856,6 +856,15 @@ std::string ParseError(const std::string& text) {
   return sc.ok() ? "" : std::string(sc.status().message());
 }
 
+// The message Simulator::Init gives kTiny with `faults` ("" when it
+// accepts them).
+std::string FaultInitError(const char* faults) {
+  ScenarioConfig sc = MustParse(kTiny);
+  sc.faults = *json::Parse(faults);
+  Simulator s(sc, sc.transports[0]);
+  return std::string(s.Init().message());
+}
+
 TEST(ScenarioTest, RejectsBadConfigsClearly) {
   const std::string topo = R"("topology": {"kind": "clos2", "planes": 1})";
   EXPECT_THAT(
@@ -913,27 +922,22 @@ TEST(ScenarioTest, RejectsOutOfRangeTimes) {
   ScenarioConfig ok = MustParse(kTiny);
   EXPECT_EQ(ok.duration, 2000 * kMicrosecond);
 
-  auto init = [](const char* faults) {
-    ScenarioConfig sc = MustParse(kTiny);
-    sc.faults = *json::Parse(faults);
-    Simulator s(sc, sc.transports[0]);
-    return std::string(s.Init().message());
-  };
-  EXPECT_THAT(init(R"([{"type": "link_down", "link": "random_fabric",
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_down", "link": "random_fabric",
                         "at_us": 1e300}])"),
               HasSubstr("at_us"));
-  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
+  EXPECT_THAT(
+      FaultInitError(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
                         "duration_us": 1e300}])"),
-              HasSubstr("duration_us"));
-  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+      HasSubstr("duration_us"));
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_flap", "link": "random_fabric",
                         "start_us": 1e20, "end_us": 2e20}])"),
               HasSubstr("[0, 1e9]"));
   // A period that cannot move the flap time: refused, not an endless loop.
-  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_flap", "link": "random_fabric",
                         "start_us": 1e8, "end_us": 1e9, "period_us": 1e-9,
                         "down_us": 1e-10}])"),
               HasSubstr("more than 1e6 flaps"));
-  EXPECT_THAT(init(R"([{"type": "random_flaps", "start_us": 0,
+  EXPECT_THAT(FaultInitError(R"([{"type": "random_flaps", "start_us": 0,
                         "end_us": 1e300}])"),
               HasSubstr("[0, 1e9]"));
 }
@@ -1020,41 +1024,39 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
 
   // Faults (checked at Init): each type's keys, and the link and switch
   // selectors'.
-  auto init = [](const char* faults) {
-    ScenarioConfig sc = MustParse(kTiny);
-    sc.faults = *json::Parse(faults);
-    Simulator s(sc, sc.transports[0]);
-    return std::string(s.Init().message());
-  };
-  EXPECT_THAT(init(R"([{"type": "link_down", "link": "random_fabric",
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_down", "link": "random_fabric",
                         "duration": 5}])"),
               HasSubstr("faults: link_down: unknown key \"duration\""));
-  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
+  EXPECT_THAT(
+      FaultInitError(R"([{"type": "switch_reboot", "switch": {"tier": "t1"},
                         "link": {"id": 0}}])"),
-              HasSubstr("faults: switch_reboot: unknown key \"link\""));
-  EXPECT_THAT(init(R"([{"type": "link_flap", "link": "random_fabric",
+      HasSubstr("faults: switch_reboot: unknown key \"link\""));
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_flap", "link": "random_fabric",
                         "period": 5}])"),
               HasSubstr("unknown key \"period\""));
-  EXPECT_THAT(init(R"([{"type": "random_flaps", "flaps": 5}])"),
+  EXPECT_THAT(FaultInitError(R"([{"type": "random_flaps", "flaps": 5}])"),
               HasSubstr("unknown key \"flaps\""));
-  EXPECT_THAT(init(R"([{"type": "random_reboots", "plane": 0}])"),
+  EXPECT_THAT(FaultInitError(R"([{"type": "random_reboots", "plane": 0}])"),
               HasSubstr("unknown key \"plane\""));
-  EXPECT_THAT(init(R"([{"type": "link_loss", "loss": 0.1}])"),
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_loss", "loss": 0.1}])"),
               HasSubstr("unknown key \"loss\""));
-  EXPECT_THAT(init(R"([{"type": "degrade", "link": "random_fabric",
+  EXPECT_THAT(FaultInitError(R"([{"type": "degrade", "link": "random_fabric",
                         "rate": 0.5}])"),
               HasSubstr("faults: degrade: unknown key \"rate\""));
-  EXPECT_THAT(init(R"([{"type": "nic_port_down", "host": 0, "port": 1}])"),
-              HasSubstr("unknown key \"port\""));
-  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"t0": 0, "spine": 1}}])"),
+  EXPECT_THAT(
+      FaultInitError(R"([{"type": "nic_port_down", "host": 0, "port": 1}])"),
+      HasSubstr("unknown key \"port\""));
+  EXPECT_THAT(FaultInitError(
+                  R"([{"type": "link_down", "link": {"t0": 0, "spine": 1}}])"),
               HasSubstr("faults: link: unknown key \"spine\""));
-  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"id": "3"}}])"),
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_down", "link": {"id": "3"}}])"),
               HasSubstr("link id out of range"));
-  EXPECT_THAT(init(R"([{"type": "link_down", "link": {"id": 0.5}}])"),
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_down", "link": {"id": 0.5}}])"),
               HasSubstr("link id out of range"));
-  EXPECT_THAT(init(R"([{"type": "switch_reboot", "switch": {"idx": 1}}])"),
-              HasSubstr("faults: switch: unknown key \"idx\""));
-  EXPECT_EQ(init(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1},
+  EXPECT_THAT(
+      FaultInitError(R"([{"type": "switch_reboot", "switch": {"idx": 1}}])"),
+      HasSubstr("faults: switch: unknown key \"idx\""));
+  EXPECT_EQ(FaultInitError(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1},
                       "at_us": 5, "duration_us": 10, "comment": "c"}])"),
             "");
 }
