@@ -453,7 +453,8 @@ bool EventLoop::Iterate(Time now) {
       }
       if (it->error != absl::StatusCode::kOk &&
           (engine_polled_ < it->release_at || HeldBehindEarlierWrites(*it))) {
-        // Its closed connection's own completions are still in the engine.
+        // Its closed connection's own completions are still in the engine,
+        // or (held) its connection's earlier WRITEs have not completed.
         blocked_.push_back(it->conn);
         ++it;
         continue;
