@@ -90,9 +90,9 @@ absl::StatusOr<QueueOverride> ParseOverride(const json::Value& o) {
     if (e->is_bool()) {
       q.ecn = e->as_bool();
     } else if (e->is_object()) {
-      absl::Status ek =
-          e->CheckKeys({"enabled", "kmin_bytes", "kmax_bytes", "pmax"},
-                       "scenario: fabric.overrides.ecn");
+      absl::Status ek = e->CheckKeys(
+          {"enabled", "kmin_bytes", "kmax_bytes", "pmax", "comment"},
+          "scenario: fabric.overrides.ecn");
       if (!ek.ok()) return ek;
       bool b;
       PRISM_ASSIGN_OR(b, e->GetBool("enabled", true));
@@ -181,9 +181,9 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
     if (e->is_bool()) {
       f.ecn = e->as_bool();
     } else if (e->is_object()) {
-      absl::Status ek = e->CheckKeys(
-          {"enabled", "kmin_bytes", "kmax_bytes", "pmax", "last_hop"},
-          "scenario: fabric.ecn");
+      absl::Status ek = e->CheckKeys({"enabled", "kmin_bytes", "kmax_bytes",
+                                      "pmax", "last_hop", "comment"},
+                                     "scenario: fabric.ecn");
       if (!ek.ok()) return ek;
       PRISM_ASSIGN_OR(f.ecn, e->GetBool("enabled", true));
       PRISM_ASSIGN_OR(x, e->GetInt("kmin_bytes", f.ecn_kmin_bytes));

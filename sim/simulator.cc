@@ -249,8 +249,8 @@ absl::Status Simulator::BuildFaults() {
       return absl::OkStatus();
     }
     if (!v->is_object()) return FaultError("link must be an object");
-    absl::Status lk =
-        v->CheckKeys({"id", "plane", "host", "t0", "t1", "k"}, "faults: link");
+    absl::Status lk = v->CheckKeys(
+        {"id", "plane", "host", "t0", "t1", "k", "comment"}, "faults: link");
     if (!lk.ok()) return lk;
     if (const json::Value* id = v->Find("id")) {
       if (!id->is_number() ||
@@ -293,7 +293,7 @@ absl::Status Simulator::BuildFaults() {
     if (v == nullptr || !v->is_object())
       return FaultError("switch must be an object");
     absl::Status sk =
-        v->CheckKeys({"tier", "plane", "index"}, "faults: switch");
+        v->CheckKeys({"tier", "plane", "index", "comment"}, "faults: switch");
     if (!sk.ok()) return sk;
     absl::StatusOr<std::string> tier = v->GetString("tier", "t1");
     absl::StatusOr<int64_t> plane = v->GetInt("plane", 0),

@@ -981,7 +981,9 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
   MustParse(kTiny);
   MustParse("{" + topo + ", " + wl +
             R"(, "comment": "c", "fabric": {"comment": "c", "ecn":
-               {"enabled": true, "last_hop": false}}, "transports":
+               {"enabled": true, "last_hop": false, "comment": "c"},
+               "overrides": [{"comment": "c", "ecn": {"comment": "c"}}]},
+               "transports":
                [{"name": "p2", "kind": "prism", "num_paths": 8,
                  "comment": "c"}]})");
 
@@ -1056,8 +1058,11 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
   EXPECT_THAT(
       FaultInitError(R"([{"type": "switch_reboot", "switch": {"idx": 1}}])"),
       HasSubstr("faults: switch: unknown key \"idx\""));
-  EXPECT_EQ(FaultInitError(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1},
-                      "at_us": 5, "duration_us": 10, "comment": "c"}])"),
+  // A comment is welcome in every object.
+  EXPECT_EQ(FaultInitError(R"([{"type": "link_down", "link": {"t0": 0, "t1": 1,
+                      "comment": "c"}, "at_us": 5, "duration_us": 10,
+                      "comment": "c"}, {"type": "switch_reboot", "switch":
+                      {"tier": "t1", "comment": "c"}}])"),
             "");
 }
 
