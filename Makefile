@@ -32,14 +32,15 @@ $(ASAN)/CMakeCache.txt:
 asan: deps $(ASAN)/CMakeCache.txt
 	cmake --build $(ASAN) -j $(JOBS) --target prism_unit_tests
 
-# ThreadSanitizer: only the NCCL plugin and its tests (the plugin is the part
-# NCCL drives from several threads at once).
+# ThreadSanitizer: the NCCL plugin and its tests (the plugin is the part
+# NCCL drives from several threads at once) and the Endpoint's (its event
+# loop thread against application threads; label "threads").
 $(TSAN)/CMakeCache.txt:
 	cmake -S . -B $(TSAN) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRISM_TSAN=ON \
 	  -DPRISM_BUILD_BENCH=OFF
 
 tsan: deps $(TSAN)/CMakeCache.txt
-	cmake --build $(TSAN) -j $(JOBS) --target prism_nccl_tests
+	cmake --build $(TSAN) -j $(JOBS) --target prism_nccl_tests prism_thread_tests
 
 $(FUZZ)/CMakeCache.txt:
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -56,13 +57,14 @@ test-asan: asan
 
 test-tsan: tsan
 	cd $(TSAN) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
-	  ctest --output-on-failure -j $(CTEST_J) -L nccl
+	  ctest --output-on-failure -j $(CTEST_J) -L 'nccl|threads'
 
 test-fuzz: fuzz
 	cd $(FUZZ) && ctest --output-on-failure -j $(CTEST_J) -L fuzz
 
 # Every test: the main build, the unit tests again under ASan+UBSan, the NCCL
-# plugin's tests under TSan, and each libFuzzer target for a bounded time.
+# plugin's and the Endpoint's tests under TSan, and each libFuzzer target for
+# a bounded time.
 # All four run even when one fails; the exit status says whether any failed.
 test: deps
 	@rc=0; \
