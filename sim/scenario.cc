@@ -225,7 +225,7 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
       "rto_us", "window_bytes", "dcqcn", "ack_every", "comment"
   absl::Status keys =
       entry
-          ? v.CheckKeys({PRISM_TRANSPORT_KEYS, "name", "kind"},
+          ? v.CheckKeys({PRISM_TRANSPORT_KEYS, "name", "kind", "type"},
                         "scenario: transports entry")
           : v.CheckKeys({PRISM_TRANSPORT_KEYS}, "scenario: transport_defaults");
 #undef PRISM_TRANSPORT_KEYS
@@ -403,10 +403,22 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
       } else {
         return Bad("transports entries must be names or objects");
       }
-      std::string kind = name;
-      if (t.is_object()) PRISM_ASSIGN_OR(kind, t.GetString("kind", name));
+      // "kind" names the variant (default: the name); "type", as the
+      // resolved configuration writes it (DescribeScenario), stands for it
+      // when there is no "kind" and must agree with it when there is, so a
+      // printed configuration runs again as it was.
+      std::string kind = name, type;
+      if (t.is_object()) {
+        PRISM_ASSIGN_OR(type, t.GetString("type", ""));
+        PRISM_ASSIGN_OR(kind, t.GetString("kind", type.empty() ? name : type));
+      }
       absl::StatusOr<TransportConfig> tc = NamedTransport(kind, defaults);
       if (!tc.ok()) return tc.status();
+      if (!type.empty() && tc->type != type) {
+        return Bad("transport '" + name + "': type '" + type +
+                   "' does not match kind '" + kind + "' (type '" + tc->type +
+                   "')");
+      }
       tc->name = name;
       st = ParseTransportFields(t, &*tc, /*entry=*/true);
       if (!st.ok()) return st;
@@ -506,6 +518,14 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   o.Set("fabric", fb);
   o.Set("duration_us", Value::Number(double(sc.duration) / kMicrosecond));
   o.Set("warmup_us", Value::Number(double(sc.warmup) / kMicrosecond));
+  // Only where they differ from the defaults (the output most runs print
+  // stays as it was).
+  if (sc.sample_interval != 0) {
+    o.Set("sample_interval_us",
+          Value::Number(double(sc.sample_interval) / kMicrosecond));
+  }
+  if (!sc.timeseries) o.Set("timeseries", Value::Bool(false));
+  if (!sc.check_bytes) o.Set("check_bytes", Value::Bool(false));
   o.Set("workload", sc.workload);
   o.Set("faults", sc.faults);
   Value ts = Value::Array();
@@ -528,6 +548,7 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
         x.Set("max_outstanding_messages", Value::Int(t2.max_messages));
       }
       if (!t2.fate_sharing) x.Set("fate_sharing", Value::Bool(false));
+      if (t2.payload_checksum) x.Set("payload_checksum", Value::Bool(true));
       if (t2.oracle_reroute_after >= 0) {
         x.Set("oracle_reroute_after_us",
               Value::Number(double(t2.oracle_reroute_after) / kMicrosecond));

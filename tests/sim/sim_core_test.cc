@@ -3,6 +3,7 @@
 // trimming, ECN, SRv6 and ECMP forwarding, link faults), workloads and
 // scenario validation, and determinism with two simulators in one process.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <queue>
 #include <vector>
@@ -964,8 +965,8 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
            R"(, "fabric": {"overrides": [{"ecn": {"p_max": 1}}]}})",
        "scenario: fabric.overrides.ecn:", "p_max"},
       {"{" + topo + ", " + wl +
-           R"(, "transports": [{"name": "prism", "type": "prism"}]})",
-       "scenario: transports entry:", "type"},
+           R"(, "transports": [{"name": "prism", "paths": 8}]})",
+       "scenario: transports entry:", "paths"},
       {"{" + topo + ", " + wl + R"(, "transport_defaults": {"name": "x"}})",
        "scenario: transport_defaults:", "name"},
   };
@@ -1064,6 +1065,75 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
                       "comment": "c"}, {"type": "switch_reboot", "switch":
                       {"tier": "t1", "comment": "c"}}])"),
             "");
+}
+
+// The resolved configuration the CLI prints (and summary.json's "config")
+// is itself a scenario that resolves to the same configuration: every
+// checked-in scenario, and one that sets what the files leave at defaults.
+// kTiny's copy also runs to the same result.
+TEST(ScenarioTest, ResolvedConfigurationRunsAgainAsItWas) {
+  const auto round_trip = [](const json::Value& v, const std::string& what) {
+    absl::StatusOr<ScenarioConfig> a = ParseScenario(v, "");
+    EXPECT_TRUE(a.ok()) << what << ": " << a.status();
+    if (!a.ok()) return;
+    const json::Value d1 = DescribeScenario(*a);
+    absl::StatusOr<ScenarioConfig> b = ParseScenario(d1, "");
+    ASSERT_TRUE(b.ok()) << what
+                        << ": the description does not parse: " << b.status()
+                        << "\n"
+                        << json::Serialize(d1, 2);
+    EXPECT_EQ(json::Serialize(DescribeScenario(*b), 2), json::Serialize(d1, 2))
+        << what;
+  };
+  const std::string src = PRISM_SOURCE_DIR;
+  int files = 0;
+  for (const char* dir :
+       {"/sim/scenarios", "/tests/sim/scenarios", "/tests/cc_sim/scenarios",
+        "/bench/scenarios/repro"}) {
+    for (const auto& e : std::filesystem::directory_iterator(src + dir)) {
+      if (e.path().extension() != ".json") continue;
+      absl::StatusOr<json::Value> v = json::ParseFile(e.path().string());
+      ASSERT_TRUE(v.ok()) << e.path() << ": " << v.status();
+      round_trip(*v, e.path().string());
+      ++files;
+    }
+  }
+  EXPECT_GE(files, 20);
+  const std::string rich = R"({
+    "name": "rich", "seed": 9, "sample_interval_us": 7, "timeseries": false,
+    "check_bytes": false, "warmup_us": 3, "duration_us": 900,
+    "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
+                 "t1_per_plane": 2, "hosts_per_t0": 2, "parallel_links": 2},
+    "fabric": {"forwarding": "ecmp", "buffer_bytes": 100000,
+               "ecn": {"kmin_bytes": 1000, "kmax_bytes": 9000, "pmax": 0.5},
+               "overrides": [{"tier": "t1", "plane": 1, "trimming": false}],
+               "nic_queue_packets": 3, "lazy_switch_ports": true},
+    "workload": [{"type": "permutation", "bytes": 10000},
+                 {"type": "incast", "sender_list": [1, 2], "dst": 0}],
+    "faults": [{"type": "link_down", "link": {"t0": 0, "t1": 1, "k": 1},
+                "at_us": 5, "duration_us": 10}],
+    "transport_defaults": {"mtu": 2048},
+    "transports": ["prism", {"name": "mine", "kind": "prism-reps",
+                             "num_paths": 16, "payload_checksum": true,
+                             "fate_sharing": false, "window_packets": 512},
+                   {"name": "r2", "kind": "roce", "qps": 3, "dcqcn": false}]
+  })";
+  round_trip(*json::Parse(rich), "rich");
+  // A "type" that contradicts the kind is an error.
+  EXPECT_THAT(ParseError(R"({"topology": {"kind": "clos2", "planes": 1},
+                 "workload": {}, "transports": [{"name": "x",
+                 "kind": "prism-reps", "type": "roce"}]})"),
+              HasSubstr("does not match kind"));
+
+  ScenarioConfig tiny = MustParse(kTiny);
+  ScenarioConfig again = MustParse(json::Serialize(DescribeScenario(tiny), 0));
+  const std::vector<RunResult> r1 = MustRun(tiny), r2 = MustRun(again);
+  ASSERT_EQ(r1.size(), r2.size());
+  for (size_t i = 0; i < r1.size(); ++i) {
+    EXPECT_EQ(r1[i].end_time, r2[i].end_time);
+    EXPECT_EQ(r1[i].delivered_bytes, r2[i].delivered_bytes);
+    EXPECT_EQ(r1[i].events, r2[i].events);
+  }
 }
 
 // Two simulators alive in one process, stepped in the same thread, give the
