@@ -403,14 +403,20 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
       } else {
         return Bad("transports entries must be names or objects");
       }
-      // "kind" names the variant (default: the name); "type", as the
-      // resolved configuration writes it (DescribeScenario), stands for it
-      // when there is no "kind" and must agree with it when there is, so a
-      // printed configuration runs again as it was.
+      // "kind" names the variant (default: the name). "type", as the
+      // resolved configuration writes it (DescribeScenario), must agree
+      // with the kind; without a "kind", a name that is not a variant of
+      // that type takes the type as its kind, so a printed configuration
+      // (custom names included) runs again as it was.
       std::string kind = name, type;
       if (t.is_object()) {
         PRISM_ASSIGN_OR(type, t.GetString("type", ""));
-        PRISM_ASSIGN_OR(kind, t.GetString("kind", type.empty() ? name : type));
+        if (!type.empty() && t.Find("kind") == nullptr) {
+          absl::StatusOr<TransportConfig> by_name =
+              NamedTransport(name, defaults);
+          if (!by_name.ok() || by_name->type != type) kind = type;
+        }
+        PRISM_ASSIGN_OR(kind, t.GetString("kind", kind));
       }
       absl::StatusOr<TransportConfig> tc = NamedTransport(kind, defaults);
       if (!tc.ok()) return tc.status();

@@ -1119,6 +1119,15 @@ TEST(ScenarioTest, ResolvedConfigurationRunsAgainAsItWas) {
                    {"name": "r2", "kind": "roce", "qps": 3, "dcqcn": false}]
   })";
   round_trip(*json::Parse(rich), "rich");
+  // A name that is a variant keeps its variant with a "type" beside it.
+  absl::StatusOr<ScenarioConfig> reps =
+      ParseScenario(*json::Parse(R"({"topology": {"kind": "clos2",
+                                   "planes": 1}, "workload": {},
+                                   "transports": [{"name": "prism-reps",
+                                                   "type": "prism"}]})"),
+                    "");
+  ASSERT_TRUE(reps.ok()) << reps.status();
+  EXPECT_EQ(reps->transports[0].path_policy, "reps");
   // A "type" that contradicts the kind is an error.
   EXPECT_THAT(ParseError(R"({"topology": {"kind": "clos2", "planes": 1},
                  "workload": {}, "transports": [{"name": "x",
