@@ -14,6 +14,18 @@
 #include "absl/strings/str_cat.h"
 
 namespace prism::runtime {
+namespace {
+
+// A WRITE's error that means it was flushed (its connection failed, was
+// closed, or is gone), as opposed to one rejected on a live connection
+// (bad lkey, local range): the two are ordered differently (Iterate).
+bool IsFlushCode(absl::StatusCode code) {
+  return code == absl::StatusCode::kAborted ||
+         code == absl::StatusCode::kCancelled ||
+         code == absl::StatusCode::kNotFound;
+}
+
+}  // namespace
 
 Time MonotonicNow() {
   timespec ts;
@@ -492,9 +504,7 @@ bool EventLoop::Iterate(Time now) {
       }
       if (s.ok()) ++writes_[it->conn].accepted;
       if (!s.ok() && it->error == absl::StatusCode::kOk &&
-          s.code() != absl::StatusCode::kAborted &&
-          s.code() != absl::StatusCode::kCancelled &&
-          s.code() != absl::StatusCode::kNotFound) {
+          !IsFlushCode(s.code())) {
         // Rejected on a live connection (bad lkey, local range): behind
         // the connection's earlier WRITEs, in posting order (Submit::held).
         // Later WRITEs of the connection wait behind it.
@@ -525,9 +535,7 @@ bool EventLoop::Iterate(Time now) {
         c.wr_id = it->req.wr_id;
         c.byte_len = it->req.length;
         c.remote_addr = it->req.remote_addr;
-        if (s.code() == absl::StatusCode::kAborted ||
-            s.code() == absl::StatusCode::kCancelled ||
-            s.code() == absl::StatusCode::kNotFound) {
+        if (IsFlushCode(s.code())) {
           // Flushed by a failure or a close (or for a connection gone):
           // behind the engine's own completions, which may still sit in
           // the filter. (An error for a WRITE on a live connection, e.g. a
