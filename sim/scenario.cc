@@ -213,22 +213,35 @@ absl::Status ParseFabric(const json::Value* v, ScenarioConfig* sc) {
   return absl::OkStatus();
 }
 
+// The settings of a transport ("transport_defaults" and each "transports"
+// entry, which may also carry its name, kind and type).
+constexpr std::string_view kTransportKeys[] = {"mtu",
+                                               "path_policy",
+                                               "congestion",
+                                               "num_paths",
+                                               "rto_min_us",
+                                               "probe_interval_us",
+                                               "payload_checksum",
+                                               "oracle_reroute_after_us",
+                                               "fate_sharing",
+                                               "window_packets",
+                                               "max_outstanding_messages",
+                                               "qps",
+                                               "rto_us",
+                                               "window_bytes",
+                                               "dcqcn",
+                                               "ack_every",
+                                               "comment"};
+
 // `entry`: a "transports" entry (which may also name itself and its kind),
 // not "transport_defaults".
 absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
                                   bool entry) {
   if (!v.is_object()) return absl::OkStatus();
-#define PRISM_TRANSPORT_KEYS                                               \
-  "mtu", "path_policy", "congestion", "num_paths", "rto_min_us",           \
-      "probe_interval_us", "payload_checksum", "oracle_reroute_after_us",  \
-      "fate_sharing", "window_packets", "max_outstanding_messages", "qps", \
-      "rto_us", "window_bytes", "dcqcn", "ack_every", "comment"
   absl::Status keys =
-      entry
-          ? v.CheckKeys({PRISM_TRANSPORT_KEYS, "name", "kind", "type"},
-                        "scenario: transports entry")
-          : v.CheckKeys({PRISM_TRANSPORT_KEYS}, "scenario: transport_defaults");
-#undef PRISM_TRANSPORT_KEYS
+      entry ? v.CheckKeys(kTransportKeys, {"name", "kind", "type"},
+                          "scenario: transports entry")
+            : v.CheckKeys(kTransportKeys, "scenario: transport_defaults");
   if (!keys.ok()) return keys;
   int64_t x;
   PRISM_ASSIGN_OR(x, v.GetInt("mtu", t->mtu));

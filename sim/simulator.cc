@@ -11,6 +11,10 @@
 namespace prism::sim {
 namespace {
 
+// Keys every fault entry takes; each type adds its own (BuildFaults).
+constexpr std::string_view kFaultKeys[] = {"type", "at_us", "duration_us",
+                                           "comment"};
+
 absl::Status FaultError(const std::string& m) {
   return absl::InvalidArgumentError("faults: " + m);
 }
@@ -328,32 +332,30 @@ absl::Status Simulator::BuildFaults() {
     if (!at.ok()) return at.status();
     if (!dur.ok()) return dur.status();
     if (!UsInRange(*at)) return FaultError("at_us must be in [0, 1e9]");
-      // Each type's keys (with the common type, at_us, duration_us, comment):
-      // a misspelt one would silently run another experiment.
-#define PRISM_FAULT_KEYS "type", "at_us", "duration_us", "comment"
+    // Each type's keys, besides the common ones (kFaultKeys): a misspelt
+    // one would silently run another experiment.
     absl::Status keys = absl::OkStatus();
     const std::string where = "faults: " + *type;
     if (*type == "link_down") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"link"}, where);
     } else if (*type == "switch_reboot") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "switch"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"switch"}, where);
     } else if (*type == "nic_port_down") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "host", "plane"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"host", "plane"}, where);
     } else if (*type == "link_flap") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link", "start_us", "end_us",
-                          "period_us", "down_us"},
+      keys = f.CheckKeys(kFaultKeys,
+                         {"link", "start_us", "end_us", "period_us", "down_us"},
                          where);
     } else if (*type == "random_flaps") {
-      keys = f.CheckKeys(
-          {PRISM_FAULT_KEYS, "count", "start_us", "end_us", "down_us"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"count", "start_us", "end_us", "down_us"},
+                         where);
     } else if (*type == "random_reboots") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "count", "tier"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"count", "tier"}, where);
     } else if (*type == "link_loss") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "rate", "links"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"rate", "links"}, where);
     } else if (*type == "degrade") {
-      keys = f.CheckKeys({PRISM_FAULT_KEYS, "link", "fraction"}, where);
+      keys = f.CheckKeys(kFaultKeys, {"link", "fraction"}, where);
     }
-#undef PRISM_FAULT_KEYS
     if (!keys.ok()) return keys;
     // duration_us: negative (the default) means "no end"; NaN is refused.
     if (std::isnan(*dur) || *dur > kMaxScenarioUs)

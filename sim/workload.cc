@@ -71,18 +71,18 @@ absl::StatusOr<Time> StartOf(const json::Value& v) {
 }
 
 // Keys every workload type takes; each type adds its own (One).
-#define PRISM_WORKLOAD_KEYS \
-  "type", "message_bytes", "start_us", "bytes", "hosts", "comment"
+constexpr std::string_view kWorkloadKeys[] = {
+    "type", "message_bytes", "start_us", "bytes", "hosts", "comment"};
 
 absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   if (!v.is_object()) return Bad("each workload entry must be an object");
-  // A misspelt key would silently run another experiment.
-  const auto keys = [&](std::initializer_list<std::string_view> known) {
-    return v.CheckKeys(
-        known, "workload: " + v.GetString("type", "").value_or(std::string()));
-  };
   absl::StatusOr<std::string> type = v.GetString("type", "");
   if (!type.ok()) return type.status();
+  // The type's own keys besides kWorkloadKeys: a misspelt key would
+  // silently run another experiment.
+  const auto keys = [&](absl::Span<const std::string_view> own) {
+    return v.CheckKeys(kWorkloadKeys, own, "workload: " + *type);
+  };
   absl::StatusOr<uint32_t> msg = MessageBytes(v, c.mtu);
   if (!msg.ok()) return msg.status();
   absl::StatusOr<Time> start = StartOf(v);
@@ -95,7 +95,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   const uint32_t n = static_cast<uint32_t>(*nh);
 
   if (*type == "bulk") {
-    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "flows", "src", "dst"});
+    absl::Status k = keys({"flows", "src", "dst"});
     if (!k.ok()) return k;
     const json::Value* fl = v.Find("flows");
     if (fl == nullptr) {
@@ -129,7 +129,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "permutation") {
-    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "shift"});
+    absl::Status k = keys({"shift"});
     if (!k.ok()) return k;
     absl::StatusOr<int64_t> shift = v.GetInt("shift", 0);
     if (!shift.ok()) return shift.status();
@@ -156,7 +156,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "all_to_all") {
-    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "group_size"});
+    absl::Status k = keys({"group_size"});
     if (!k.ok()) return k;
     // Hosts [0, n) in groups of group_size (default: one group); every host
     // sends `bytes` to every other host of its group.
@@ -182,7 +182,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "ring_allreduce") {
-    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "steps"});
+    absl::Status k = keys({"steps"});
     if (!k.ok()) return k;
     absl::StatusOr<int64_t> steps = v.GetInt("steps", 2 * (n - 1));
     if (!steps.ok()) return steps.status();
@@ -206,8 +206,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "incast") {
-    absl::Status k =
-        keys({PRISM_WORKLOAD_KEYS, "dst", "senders", "sender_list", "victim"});
+    absl::Status k = keys({"dst", "senders", "sender_list", "victim"});
     if (!k.ok()) return k;
     absl::StatusOr<int64_t> dst = v.GetInt("dst", 0);
     absl::StatusOr<int64_t> ns = v.GetInt("senders", 7);
@@ -256,7 +255,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
     return absl::OkStatus();
   }
   if (*type == "trace") {
-    absl::Status k = keys({PRISM_WORKLOAD_KEYS, "file"});
+    absl::Status k = keys({"file"});
     if (!k.ok()) return k;
     absl::StatusOr<std::string> file = v.GetString("file", "");
     if (!file.ok()) return file.status();
@@ -300,7 +299,6 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
   }
   return Bad("unknown workload type '" + *type + "'");
 }
-#undef PRISM_WORKLOAD_KEYS
 
 }  // namespace
 

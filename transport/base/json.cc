@@ -17,6 +17,7 @@
 
 #include <locale.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -618,17 +619,21 @@ absl::StatusOr<std::string> Value::GetString(std::string_view key,
   return v->as_string();
 }
 
-absl::Status Value::CheckKeys(std::initializer_list<std::string_view> known,
+absl::Status Value::CheckKeys(absl::Span<const std::string_view> known,
+                              absl::Span<const std::string_view> more,
                               std::string_view where) const {
   if (type_ != Type::kObject) return absl::OkStatus();
   for (const auto& member : members_) {
-    bool found = false;
-    for (std::string_view k : known) found = found || member.first == k;
-    if (found) continue;
+    if (std::find(known.begin(), known.end(), member.first) != known.end() ||
+        std::find(more.begin(), more.end(), member.first) != more.end()) {
+      continue;
+    }
     std::string list;
-    for (std::string_view k : known) {
-      if (!list.empty()) list += ", ";
-      list += k;
+    for (absl::Span<const std::string_view> part : {known, more}) {
+      for (std::string_view k : part) {
+        if (!list.empty()) list += ", ";
+        list += k;
+      }
     }
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(where), ": unknown key \"", member.first,

@@ -10,13 +10,13 @@
 #define PRISM_BASE_JSON_H_
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace prism::json {
 
@@ -73,8 +73,14 @@ class Value {
   // For an object: InvalidArgument naming the first member whose key is not
   // in `known` ("<where>: unknown key \"x\" (known: a, b, ...)"), so that a
   // misspelt setting is an error instead of silently taking its default.
-  // OK for any other type (the caller checks the type).
-  absl::Status CheckKeys(std::initializer_list<std::string_view> known,
+  // OK for any other type (the caller checks the type). `more`: keys known
+  // besides `known` (a shared list plus one place's own).
+  absl::Status CheckKeys(absl::Span<const std::string_view> known,
+                         std::string_view where) const {
+    return CheckKeys(known, {}, where);
+  }
+  absl::Status CheckKeys(absl::Span<const std::string_view> known,
+                         absl::Span<const std::string_view> more,
                          std::string_view where) const;
 
   // Builders (arrays / objects). Set() replaces an existing key.
