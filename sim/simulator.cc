@@ -257,13 +257,11 @@ absl::Status Simulator::BuildFaults() {
         {"id", "plane", "host", "t0", "t1", "k", "comment"}, "faults: link");
     if (!lk.ok()) return lk;
     if (const json::Value* id = v->Find("id")) {
-      if (!id->is_number() ||
-          id->as_double() != static_cast<double>(id->as_int()) ||
-          id->as_int() < 0 ||
-          static_cast<uint64_t>(id->as_int()) >= t.num_links()) {
+      const std::optional<int64_t> l = id->as_whole();
+      if (!l || *l < 0 || static_cast<uint64_t>(*l) >= t.num_links()) {
         return FaultError("link id out of range (a link number)");
       }
-      *out = static_cast<uint32_t>(id->as_int());
+      *out = static_cast<uint32_t>(*l);
       return absl::OkStatus();
     }
     absl::StatusOr<int64_t> plane = v->GetInt("plane", 0);

@@ -218,12 +218,11 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       if (!sl->is_array() || sl->items().empty())
         return Bad("incast sender_list must be a non-empty array of hosts");
       for (const json::Value& s : sl->items()) {
-        if (!s.is_number() ||
-            s.as_double() != static_cast<double>(s.as_int()) ||
-            s.as_int() < 0 || s.as_int() >= n) {
+        const std::optional<int64_t> h = s.as_whole();
+        if (!h || *h < 0 || *h >= n) {
           return Bad("incast sender_list entries must be hosts in 0..hosts-1");
         }
-        senders.push_back(static_cast<uint32_t>(s.as_int()));
+        senders.push_back(static_cast<uint32_t>(*h));
       }
     } else {
       if (*ns < 1 || *ns >= n)

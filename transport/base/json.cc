@@ -584,18 +584,20 @@ absl::StatusOr<double> Value::GetDouble(std::string_view key,
 absl::StatusOr<int64_t> Value::GetInt(std::string_view key, int64_t def) const {
   const Value* v = Find(key);
   if (v == nullptr) return def;
-  if (!v->is_number()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("json: \"", std::string(key), "\" must be an integer"));
-  }
-  if (v->is_integer()) return v->as_int();
-  // Accept integral doubles such as 1e3 when they fit exactly.
-  double d = v->as_double();
-  if (std::trunc(d) == d && d >= -9.2e18 && d <= 9.2e18) {
-    return static_cast<int64_t>(d);
-  }
+  if (const std::optional<int64_t> w = v->as_whole()) return *w;
   return absl::InvalidArgumentError(
       absl::StrCat("json: \"", std::string(key), "\" must be an integer"));
+}
+
+std::optional<int64_t> Value::as_whole() const {
+  if (!is_number()) return std::nullopt;
+  if (is_integer()) return as_int();
+  // Integral doubles such as 1e3 when they fit exactly.
+  if (std::trunc(number_) == number_ && number_ >= -9.2e18 &&
+      number_ <= 9.2e18) {
+    return static_cast<int64_t>(number_);
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<bool> Value::GetBool(std::string_view key, bool def) const {

@@ -10,6 +10,7 @@
 #define PRISM_BASE_JSON_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,10 @@ class Value {
   const std::vector<std::pair<std::string, Value>>& members() const {
     return members_;
   }
+
+  // A number that is a whole int64 (an integer literal, or an integral
+  // double such as 1e3 that fits exactly); nullopt for anything else.
+  std::optional<int64_t> as_whole() const;
 
   // Object lookup; nullptr when absent or not an object.
   const Value* Find(std::string_view key) const;
