@@ -36,9 +36,11 @@ absl::StatusOr<uint32_t> MessageBytes(const json::Value& v, uint32_t mtu) {
   return static_cast<uint32_t>(std::min<uint64_t>(r, kDefaultMessageBytes));
 }
 
-absl::Status AddFlow(Ctx& c, uint32_t src, uint32_t dst, int64_t bytes,
+// `src` and `dst` as read (int64_t): a host number is range-checked before
+// it is narrowed, so 2^32 + 1 is out of range, not host 1.
+absl::Status AddFlow(Ctx& c, int64_t src, int64_t dst, int64_t bytes,
                      Time start, uint32_t msg, const std::string& group) {
-  if (src >= c.hosts || dst >= c.hosts) {
+  if (src < 0 || dst < 0 || src >= c.hosts || dst >= c.hosts) {
     return Bad(absl::StrFormat("host out of range (%d -> %d, %d hosts)", src,
                                dst, c.hosts));
   }
@@ -50,8 +52,8 @@ absl::Status AddFlow(Ctx& c, uint32_t src, uint32_t dst, int64_t bytes,
   if (start < 0) return Bad("start must be >= 0");
   Flow f;
   f.id = static_cast<uint32_t>(c.flows->size());
-  f.src = src;
-  f.dst = dst;
+  f.src = static_cast<uint32_t>(src);
+  f.dst = static_cast<uint32_t>(dst);
   f.bytes = static_cast<uint64_t>(bytes);
   f.start = start;
   f.message_bytes =
@@ -102,8 +104,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       absl::StatusOr<int64_t> s = v.GetInt("src", 0), d = v.GetInt("dst", 1);
       if (!s.ok()) return s.status();
       if (!d.ok()) return d.status();
-      return AddFlow(c, static_cast<uint32_t>(*s), static_cast<uint32_t>(*d),
-                     *bytes, *start, *msg, "bulk");
+      return AddFlow(c, *s, *d, *bytes, *start, *msg, "bulk");
     }
     if (!fl->is_array()) return Bad("bulk.flows must be an array");
     for (const json::Value& f : fl->items()) {
@@ -122,8 +123,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       if (*s < 0 || *d < 0) return Bad("bulk flow needs src and dst");
       absl::StatusOr<std::string> g = f.GetString("group", "bulk");
       if (!g.ok()) return g.status();
-      absl::Status st2 = AddFlow(c, static_cast<uint32_t>(*s),
-                                 static_cast<uint32_t>(*d), *b, *st, *msg, *g);
+      absl::Status st2 = AddFlow(c, *s, *d, *b, *st, *msg, *g);
       if (!st2.ok()) return st2;
     }
     return absl::OkStatus();
@@ -233,11 +233,11 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       }
     }
     for (uint32_t s : senders) {
-      absl::Status st = AddFlow(c, s, static_cast<uint32_t>(*dst), *bytes,
-                                *start, *msg, "incast");
+      absl::Status st = AddFlow(c, s, *dst, *bytes, *start, *msg, "incast");
       if (!st.ok()) return st;
     }
-    if (const json::Value* vf = v.Find("victim"); vf && vf->is_object()) {
+    if (const json::Value* vf = v.Find("victim")) {
+      if (!vf->is_object()) return Bad("incast.victim must be an object");
       absl::Status vk = vf->CheckKeys({"src", "dst", "bytes", "comment"},
                                       "workload: incast.victim");
       if (!vk.ok()) return vk;
@@ -248,8 +248,7 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       if (!d.ok()) return d.status();
       if (!b.ok()) return b.status();
       if (*s < 0 || *d < 0) return Bad("victim needs src and dst");
-      return AddFlow(c, static_cast<uint32_t>(*s), static_cast<uint32_t>(*d),
-                     *b, *start, *msg, "victim");
+      return AddFlow(c, *s, *d, *b, *start, *msg, "victim");
     }
     return absl::OkStatus();
   }
@@ -287,11 +286,12 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
         return Bad(absl::StrFormat("%s:%d: expected start_us,src,dst,bytes",
                                    path, lineno));
       }
-      absl::Status stt =
-          AddFlow(c, static_cast<uint32_t>(s), static_cast<uint32_t>(d), b,
-                  static_cast<Time>(st_us * kMicrosecond), *msg, "trace");
-      if (!stt.ok()) {
-        return Bad(absl::StrFormat("%s:%d: %s", path, lineno, stt.message()));
+      absl::Status stt = AddFlow(
+          c, s, d, b, static_cast<Time>(st_us * kMicrosecond), *msg, "trace");
+      if (!stt.ok()) {  // (AddFlow's message, its "workload: " once)
+        return Bad(
+            absl::StrFormat("%s:%d: %s", path, lineno,
+                            absl::StripPrefix(stt.message(), "workload: ")));
       }
     }
     return absl::OkStatus();

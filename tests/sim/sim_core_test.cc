@@ -3,6 +3,7 @@
 // trimming, ECN, SRv6 and ECMP forwarding, link faults), workloads and
 // scenario validation, and determinism with two simulators in one process.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <queue>
@@ -20,6 +21,7 @@
 namespace prism::sim {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::MustParse;
 using testing::MustRun;
@@ -822,6 +824,37 @@ TEST(WorkloadTest, KindsAndValidation) {
               HasSubstr("out of range"));
   EXPECT_THAT(build(R"({"type":"bulk","src":3,"dst":3})").status().message(),
               HasSubstr("itself"));
+  // A host number is range-checked as read: 2^32 + 1 was narrowed to host 1
+  // (and 2^32 + 3 to 3) before the check, in every place that names one.
+  for (const char* w :
+       {R"({"type":"bulk","src":0,"dst":4294967297})",
+        R"({"type":"bulk","src":4294967299,"dst":1})",
+        R"({"type":"bulk","flows":[{"src":4294967297,"dst":2}]})",
+        R"({"type":"bulk","flows":[{"src":2,"dst":4294967297}]})",
+        R"({"type":"incast","senders":3,"dst":4294967296})",
+        R"({"type":"incast","senders":3,"dst":0,
+            "victim":{"src":4294967297,"dst":2}})",
+        R"({"type":"incast","senders":3,"dst":0,
+            "victim":{"src":1,"dst":4294967298}})"}) {
+    EXPECT_THAT(build(w).status().message(), HasSubstr("host out of range"))
+        << w;
+  }
+  const std::string trace = ::testing::TempDir() + "/wide_host_trace.csv";
+  {
+    std::FILE* f = std::fopen(trace.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("0,1,2,4096\n5,4294967297,2,4096\n", f);
+    std::fclose(f);
+  }
+  EXPECT_THAT(
+      build(R"({"type":"trace","file":")" + trace + R"("})").status().message(),
+      AllOf(HasSubstr(":2: host out of range"), HasSubstr("4294967297 -> 2")));
+  std::remove(trace.c_str());
+  // A victim that is not an object was ignored (the run had no victim).
+  EXPECT_THAT(build(R"({"type":"incast","senders":3,"dst":0,"victim":5})")
+                  .status()
+                  .message(),
+              HasSubstr("incast.victim must be an object"));
   EXPECT_THAT(build(R"({"type":"nope"})").status().message(),
               HasSubstr("unknown workload"));
   EXPECT_THAT(
