@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "prism/engine.h"
 #include "transport/backends/loopback/loopback.h"
 #include "transport/base/random.h"
@@ -262,10 +263,14 @@ int Run(uint64_t seed, uint64_t mib) {
 int main(int argc, char** argv) {
   uint64_t seed = 1, mib = 64;
   for (int i = 1; i < argc; ++i) {
+    // (Whole numbers only: "--mib=5x" was read as 5, "--seed=x" as 0.)
     if (std::strncmp(argv[i], "--seed=", 7) == 0) {
-      seed = std::strtoull(argv[i] + 7, nullptr, 10);
+      if (!absl::SimpleAtoi(argv[i] + 7, &seed)) {
+        std::fprintf(stderr, "--seed must be a whole number\n");
+        return 2;
+      }
     } else if (std::strncmp(argv[i], "--mib=", 6) == 0) {
-      mib = std::strtoull(argv[i] + 6, nullptr, 10);
+      if (!absl::SimpleAtoi(argv[i] + 6, &mib)) mib = 0;
     } else {
       std::fprintf(stderr, "usage: %s [--seed=N] [--mib=M]\n", argv[0]);
       return 2;

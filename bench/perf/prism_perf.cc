@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -354,11 +355,19 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       case kDevice:
         a->device = optarg;
         break;
-      case kQps:
-        a->qps = static_cast<uint16_t>(atoi(optarg));
+      case kQps:  // (65537 was read as 1; the datapath takes 1 .. 1024)
+        if (!num(optarg, &v) || v == 0 || v > 1024) {
+          fprintf(stderr, "prism_perf: --qps must be 1 .. 1024\n");
+          return false;
+        }
+        a->qps = static_cast<uint16_t>(v);
         break;
-      case kMtuPayload:
-        a->mtu_payload = static_cast<uint32_t>(atoi(optarg));
+      case kMtuPayload:  // (0: the datapath's maximum)
+        if (!num(optarg, &v) || v > UINT32_MAX) {
+          fprintf(stderr, "prism_perf: --mtu-payload must be 0 .. 2^32-1\n");
+          return false;
+        }
+        a->mtu_payload = static_cast<uint32_t>(v);
         break;
       case kBind:
         a->bind = optarg;

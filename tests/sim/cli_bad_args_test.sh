@@ -1,14 +1,16 @@
 #!/bin/bash
-# Bad command lines of prism_sim and prism_bench: each must exit with a
-# usage or error status (1 or 2, never a signal), print a line naming what
-# was wrong, and run nothing (prism_bench: not even its --out directory
-# created).
-# Usage: cli_bad_args_test.sh PRISM_SIM [PRISM_BENCH]
-# (without PRISM_BENCH, in a configuration without benchmarks such as the
-# ASan+UBSan one, prism_bench's cases are left out).
+# Bad command lines of prism_sim, prism_bench, prism_perf and prism_demo:
+# each must exit with a usage or error status (1 or 2, never a signal),
+# print a line naming what was wrong, and run nothing (prism_bench: not
+# even its --out directory created).
+# Usage: cli_bad_args_test.sh PRISM_SIM [PRISM_BENCH PRISM_PERF PRISM_DEMO]
+# (without them, in a configuration without benchmarks such as the
+# ASan+UBSan one, their cases are left out).
 set -u
 sim=$1
 bench=${2:-}
+perf=${3:-}
+demo=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -75,4 +77,17 @@ for d in o3 o4 o5 o6 o7 o8; do
     fail=1
   fi
 done
+
+# prism_perf and prism_demo: a value that does not fit is refused, not
+# wrapped (--qps 65537 ran with 1 QP, --mib=5x moved 5 MiB, --seed=x was
+# seed 0). prism_perf without a host would serve: each case fails first.
+expect 1 "--qps must be 1 .. 1024" "$perf" --qps=65537
+expect 1 "--qps must be 1 .. 1024" "$perf" --qps=0
+expect 1 "not a number: 'x'" "$perf" --qps=x
+expect 1 "--mtu-payload must be 0 .. 2\^32-1" "$perf" --mtu-payload=4294967296
+expect 1 "not a number: '-1'" "$perf" --mtu-payload=-1
+expect 2 "--mib must be in \[1, 4096\]" "$demo" --mib=5x
+expect 2 "--mib must be in \[1, 4096\]" "$demo" --mib=0
+expect 2 "--seed must be a whole number" "$demo" --seed=x
+expect 2 "usage" "$demo" --bogus
 exit $fail
