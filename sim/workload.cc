@@ -64,6 +64,37 @@ absl::Status AddFlow(Ctx& c, int64_t src, int64_t dst, int64_t bytes,
   return absl::OkStatus();
 }
 
+// The `trace` CSV in `text` (ParseTrace's contract), `where` naming it.
+absl::Status AddTraceFlows(Ctx& c, absl::string_view text,
+                           const std::string& where, uint32_t msg) {
+  int lineno = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++lineno;
+    absl::string_view sv = absl::StripAsciiWhitespace(line);
+    if (sv.empty() || sv[0] == '#') continue;
+    std::vector<absl::string_view> f = absl::StrSplit(sv, ',');
+    double st_us;
+    int64_t s, d, b;
+    if (f.size() != 4 ||
+        !absl::SimpleAtod(absl::StripAsciiWhitespace(f[0]), &st_us) ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[1]), &s) ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[2]), &d) ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[3]), &b) || s < 0 ||
+        d < 0 || !(st_us >= 0) || st_us > kMaxScenarioUs) {
+      return Bad(absl::StrFormat("%s:%d: expected start_us,src,dst,bytes",
+                                 where, lineno));
+    }
+    absl::Status stt = AddFlow(
+        c, s, d, b, static_cast<Time>(st_us * kMicrosecond), msg, "trace");
+    if (!stt.ok()) {  // (AddFlow's message, its "workload: " once)
+      return Bad(
+          absl::StrFormat("%s:%d: %s", where, lineno,
+                          absl::StripPrefix(stt.message(), "workload: ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Time> StartOf(const json::Value& v) {
   absl::StatusOr<double> s = v.GetDouble("start_us", 0);
   if (!s.ok()) return s.status();
@@ -266,35 +297,12 @@ absl::Status One(Ctx& c, const json::Value& v, const std::string& base_dir) {
       return Bad("trace file " + path +
                  (std::filesystem::exists(path, ec) ? " is not a regular file"
                                                     : " does not exist"));
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     if (!in) return Bad("cannot open trace file " + path);
-    std::string line;
-    int lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      absl::string_view sv = absl::StripAsciiWhitespace(line);
-      if (sv.empty() || sv[0] == '#') continue;
-      std::vector<absl::string_view> f = absl::StrSplit(sv, ',');
-      double st_us;
-      int64_t s, d, b;
-      if (f.size() != 4 ||
-          !absl::SimpleAtod(absl::StripAsciiWhitespace(f[0]), &st_us) ||
-          !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[1]), &s) ||
-          !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[2]), &d) ||
-          !absl::SimpleAtoi(absl::StripAsciiWhitespace(f[3]), &b) || s < 0 ||
-          d < 0 || !(st_us >= 0) || st_us > kMaxScenarioUs) {
-        return Bad(absl::StrFormat("%s:%d: expected start_us,src,dst,bytes",
-                                   path, lineno));
-      }
-      absl::Status stt = AddFlow(
-          c, s, d, b, static_cast<Time>(st_us * kMicrosecond), *msg, "trace");
-      if (!stt.ok()) {  // (AddFlow's message, its "workload: " once)
-        return Bad(
-            absl::StrFormat("%s:%d: %s", path, lineno,
-                            absl::StripPrefix(stt.message(), "workload: ")));
-      }
-    }
-    return absl::OkStatus();
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) return Bad("cannot read trace file " + path);
+    return AddTraceFlows(c, text.str(), path, *msg);
   }
   return Bad("unknown workload type '" + *type + "'");
 }
@@ -318,6 +326,22 @@ absl::StatusOr<std::vector<Flow>> BuildWorkload(const json::Value& spec,
     if (!st.ok()) return st;
   }
   if (flows.empty()) return Bad("no flows");
+  return flows;
+}
+
+absl::StatusOr<std::vector<Flow>> ParseTrace(absl::string_view text,
+                                             const std::string& where,
+                                             uint32_t num_hosts, uint32_t mtu,
+                                             uint32_t message_bytes) {
+  if (mtu == 0) return Bad("mtu must be > 0");
+  if (message_bytes == 0 || message_bytes > kDefaultMessageBytes) {
+    return Bad(absl::StrFormat("message_bytes must be in 1..%d",
+                               kDefaultMessageBytes));
+  }
+  std::vector<Flow> flows;
+  Ctx c{num_hosts, mtu, nullptr, &flows};
+  absl::Status st = AddTraceFlows(c, text, where, message_bytes);
+  if (!st.ok()) return st;
   return flows;
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "prism/types.h"
 #include "transport/base/json.h"
 #include "transport/base/random.h"
@@ -58,6 +59,22 @@ absl::StatusOr<std::vector<Flow>> BuildWorkload(const json::Value& spec,
                                                 uint32_t num_hosts,
                                                 uint32_t mtu, Rng& rng,
                                                 const std::string& base_dir);
+
+// The `trace` workload's reader, on the file's text: one flow per line,
+// `start_us,src,dst,bytes` (spaces around fields allowed; blank lines and
+// lines starting with '#' skipped; '\n' ends a line), in line order, each
+// with messages of `message_bytes` (1 .. kDefaultMessageBytes; rounded as
+// BuildWorkload rounds them) and group "trace". Any other line is an
+// InvalidArgument naming `where`:LINE: not four fields, a field that is not
+// a number (start_us a decimal in [0, kMaxScenarioUs], the others whole
+// numbers), a host outside [0, num_hosts), a flow to itself, bytes outside
+// 1 .. 2^40. An empty trace gives no flows (BuildWorkload then refuses the
+// scenario). BuildWorkload reads the file named by the workload's `file`
+// and calls this.
+absl::StatusOr<std::vector<Flow>> ParseTrace(absl::string_view text,
+                                             const std::string& where,
+                                             uint32_t num_hosts, uint32_t mtu,
+                                             uint32_t message_bytes);
 
 }  // namespace prism::sim
 

@@ -871,6 +871,61 @@ TEST(WorkloadTest, KindsAndValidation) {
               HasSubstr("start_us"));
 }
 
+// The trace reader on text: the lines it takes and skips, their order, and
+// the line its refusals name.
+TEST(WorkloadTest, TraceReaderTakesEveryFlowLineAndNamesTheBadOne) {
+  absl::StatusOr<std::vector<Flow>> f = ParseTrace(
+      "# start_us,src,dst,bytes\n\n  0.5 , 1 , 2 , 4096  \r\n"
+      "10,15,0,1\n   # indented comment\n2e1,3,4,5000\n",
+      "t.csv", 16, 4096, 65536);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->size(), 3u);
+  EXPECT_EQ((*f)[0].start, kMicrosecond / 2);
+  EXPECT_EQ((*f)[0].src, 1u);
+  EXPECT_EQ((*f)[0].dst, 2u);
+  EXPECT_EQ((*f)[0].bytes, 4096u);
+  EXPECT_EQ((*f)[1].start, 10 * kMicrosecond);
+  EXPECT_EQ((*f)[1].bytes, 1u);
+  // Messages as every workload has them: the smaller of message_bytes and
+  // bytes + mtu, in whole packets.
+  EXPECT_EQ((*f)[1].message_bytes, 8192u);
+  EXPECT_EQ((*f)[2].start, 20 * kMicrosecond);
+  EXPECT_EQ((*f)[2].message_bytes, 12288u);
+  for (size_t i = 0; i < f->size(); ++i) {
+    EXPECT_EQ((*f)[i].id, i);
+    EXPECT_EQ((*f)[i].group, "trace");
+  }
+  EXPECT_TRUE(ParseTrace("", "t.csv", 16, 4096, 65536)->empty());
+  const auto err = [](const char* text) {
+    absl::StatusOr<std::vector<Flow>> r =
+        ParseTrace(text, "t.csv", 16, 4096, 65536);
+    EXPECT_FALSE(r.ok()) << text;
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  EXPECT_EQ(err("0,1,2,10\n\n0,1,2\n"),
+            "workload: t.csv:3: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("0,1,2,10,5\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("x,1,2,10\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("0,1,2,1.5\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("nan,1,2,10\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("1000000001,1,2,10\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("0,1,-2,10\n"),
+            "workload: t.csv:1: expected start_us,src,dst,bytes");
+  EXPECT_EQ(err("#\n0,1,16,10\n"),
+            "workload: t.csv:2: host out of range (1 -> 16, 16 hosts)");
+  EXPECT_EQ(err("0,4,4,10\n"), "workload: t.csv:1: flow 4 -> 4 to itself");
+  EXPECT_EQ(err("0,1,2,0\n"), "workload: t.csv:1: bytes must be in 1..2^40");
+  EXPECT_EQ(err("0,1,2,1099511627777\n"),
+            "workload: t.csv:1: bytes must be in 1..2^40");
+  EXPECT_FALSE(ParseTrace("0,1,2,3", "t", 16, 4096, 0).ok());
+  EXPECT_FALSE(ParseTrace("0,1,2,3", "t", 16, 0, 65536).ok());
+}
+
 constexpr char kTiny[] = R"({
   "name": "tiny", "seed": 3,
   "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
