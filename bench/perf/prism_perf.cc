@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -229,6 +230,22 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     }
     return true;
   };
+  // A time in microseconds (or seconds for -D): a finite number in
+  // [lo, hi], so that it converts to Time (int64 picoseconds): "inf" or
+  // 1e300 was an undefined conversion, not an error.
+  auto micros = [](const char* name, const char* s, double lo, double hi,
+                   bool lo_open, double* out) {
+    double d;
+    if (!absl::SimpleAtod(s, &d) || !std::isfinite(d) || d > hi ||
+        (lo_open ? d <= lo : d < lo)) {
+      fprintf(stderr, "prism_perf: %s must be a number in %s%g, %g]: '%s'\n",
+              name, lo_open ? "(" : "[", lo, hi, s);
+      return false;
+    }
+    *out = d;
+    return true;
+  };
+  constexpr double kMaxUs = 1e9;  // 1000 s
   uint64_t v;
   while ((c = getopt_long(argc, argv, "s:n:D:t:p:P:l:d:L:u:r:m:h", opts,
                           nullptr)) != -1) {
@@ -240,10 +257,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         if (!num(optarg, &a->iters)) return false;
         break;
       case 'D':
-        if (!absl::SimpleAtod(optarg, &a->duration) || a->duration <= 0) {
-          fprintf(stderr, "prism_perf: bad duration '%s'\n", optarg);
+        if (!micros("--duration (seconds)", optarg, 0, kMaxUs / 1e6, true,
+                    &a->duration))
           return false;
-        }
         break;
       case 't':
         if (!num(optarg, &v) || v == 0 || v > 65536) return false;
@@ -275,8 +291,11 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         a->routes.push_back(optarg);
         break;
       case 'm':
-        if (!num(optarg, &v)) return false;
-        a->link_mtu = v;
+        if (!num(optarg, &v) || v > 65535) {
+          fprintf(stderr, "prism_perf: --mtu must be 0 .. 65535\n");
+          return false;
+        }
+        a->link_mtu = static_cast<uint32_t>(v);
         break;
       case kTxMode:
         a->tx_mode = optarg;
@@ -289,25 +308,30 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         a->cc = optarg;
         break;
       case kRate:
-        if (!num(optarg, &a->rate_gbps) || a->rate_gbps == 0) return false;
+        if (!num(optarg, &a->rate_gbps) || a->rate_gbps == 0 ||
+            a->rate_gbps > 1'000'000) {  // (x 1e9 must fit in 64 bits)
+          fprintf(stderr, "prism_perf: --rate must be 1 .. 1000000 Gbit/s\n");
+          return false;
+        }
         break;
       case kRto:
-        if (!absl::SimpleAtod(optarg, &a->rto_min_us)) return false;
+        if (!micros("--rto-min", optarg, 0, kMaxUs, false, &a->rto_min_us))
+          return false;
         break;
       case kRtoMax:
-        if (!absl::SimpleAtod(optarg, &a->rto_max_us) || a->rto_max_us <= 0)
+        if (!micros("--rto-max", optarg, 0, kMaxUs, true, &a->rto_max_us))
           return false;
         break;
       case kBaseRtt:
-        if (!absl::SimpleAtod(optarg, &a->base_rtt_us) || a->base_rtt_us <= 0)
+        if (!micros("--base-rtt", optarg, 0, kMaxUs, true, &a->base_rtt_us))
           return false;
         break;
       case kProbe:
-        if (!absl::SimpleAtod(optarg, &a->probe_us) || a->probe_us <= 0)
+        if (!micros("--probe", optarg, 0, kMaxUs, true, &a->probe_us))
           return false;
         break;
       case kAckDelay:
-        if (!absl::SimpleAtod(optarg, &a->ack_delay_us) || a->ack_delay_us < 0)
+        if (!micros("--ack-delay", optarg, 0, kMaxUs, false, &a->ack_delay_us))
           return false;
         break;
       case kImm:

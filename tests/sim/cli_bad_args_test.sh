@@ -86,6 +86,16 @@ expect 1 "--qps must be 1 .. 1024" "$perf" --qps=0
 expect 1 "not a number: 'x'" "$perf" --qps=x
 expect 1 "--mtu-payload must be 0 .. 2\^32-1" "$perf" --mtu-payload=4294967296
 expect 1 "not a number: '-1'" "$perf" --mtu-payload=-1
+# Times that do not convert to Time (int64 picoseconds) were undefined
+# conversions; now each is refused with its range.
+expect 1 "--rto-min must be a number in \\[0, 1e\\+09\\]: 'inf'" "$perf" --rto-min=inf
+expect 1 "--rto-max must be a number in \\(0, 1e\\+09\\]: '1e300'" "$perf" --rto-max=1e300
+expect 1 "--base-rtt must be a number in \\(0, 1e\\+09\\]: 'nan'" "$perf" --base-rtt=nan
+expect 1 "--probe must be a number in \\(0, 1e\\+09\\]: '-5'" "$perf" --probe=-5
+expect 1 "--ack-delay must be a number in \\[0, 1e\\+09\\]: 'inf'" "$perf" --ack-delay=inf
+expect 1 "--duration \\(seconds\\) must be a number in \\(0, 1000\\]: 'inf'" "$perf" --duration=inf
+expect 1 "--mtu must be 0 .. 65535" "$perf" --mtu=70000
+expect 1 "--rate must be 1 .. 1000000 Gbit/s" "$perf" --rate=99999999999
 expect 2 "--mib must be in \[1, 4096\]" "$demo" --mib=5x
 expect 2 "--mib must be in \[1, 4096\]" "$demo" --mib=0
 expect 2 "--seed must be a whole number" "$demo" --seed=x
