@@ -24,16 +24,21 @@ struct Ctx {
   std::vector<Flow>* flows;
 };
 
-absl::StatusOr<uint32_t> MessageBytes(const json::Value& v, uint32_t mtu) {
-  absl::StatusOr<int64_t> m = v.GetInt("message_bytes", kDefaultMessageBytes);
-  if (!m.ok()) return m.status();
-  if (*m <= 0 || *m > kDefaultMessageBytes) {
+// A message size `m` checked and rounded up to whole packets (so payload
+// offsets stay MTU-aligned), at most kDefaultMessageBytes.
+absl::StatusOr<uint32_t> WholePacketMessages(int64_t m, uint32_t mtu) {
+  if (m <= 0 || m > kDefaultMessageBytes) {
     return Bad(absl::StrFormat("message_bytes must be in 1..%d",
                                kDefaultMessageBytes));
   }
-  // Messages are whole packets so payload offsets stay MTU-aligned.
-  uint64_t r = (static_cast<uint64_t>(*m) + mtu - 1) / mtu * mtu;
+  uint64_t r = (static_cast<uint64_t>(m) + mtu - 1) / mtu * mtu;
   return static_cast<uint32_t>(std::min<uint64_t>(r, kDefaultMessageBytes));
+}
+
+absl::StatusOr<uint32_t> MessageBytes(const json::Value& v, uint32_t mtu) {
+  absl::StatusOr<int64_t> m = v.GetInt("message_bytes", kDefaultMessageBytes);
+  if (!m.ok()) return m.status();
+  return WholePacketMessages(*m, mtu);
 }
 
 // `src` and `dst` as read (int64_t): a host number is range-checked before
@@ -334,13 +339,11 @@ absl::StatusOr<std::vector<Flow>> ParseTrace(absl::string_view text,
                                              uint32_t num_hosts, uint32_t mtu,
                                              uint32_t message_bytes) {
   if (mtu == 0) return Bad("mtu must be > 0");
-  if (message_bytes == 0 || message_bytes > kDefaultMessageBytes) {
-    return Bad(absl::StrFormat("message_bytes must be in 1..%d",
-                               kDefaultMessageBytes));
-  }
+  absl::StatusOr<uint32_t> msg = WholePacketMessages(message_bytes, mtu);
+  if (!msg.ok()) return msg.status();
   std::vector<Flow> flows;
   Ctx c{num_hosts, mtu, nullptr, &flows};
-  absl::Status st = AddTraceFlows(c, text, where, message_bytes);
+  absl::Status st = AddTraceFlows(c, text, where, *msg);
   if (!st.ok()) return st;
   return flows;
 }
