@@ -224,6 +224,7 @@ constexpr std::string_view kTransportKeys[] = {"mtu",
                                                "payload_checksum",
                                                "oracle_reroute_after_us",
                                                "fate_sharing",
+                                               "group_balance",
                                                "window_packets",
                                                "max_outstanding_messages",
                                                "qps",
@@ -269,6 +270,8 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
   }
   t->oracle_reroute_after = d < 0 ? -1 : static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(t->fate_sharing, v.GetBool("fate_sharing", t->fate_sharing));
+  PRISM_ASSIGN_OR(t->group_balance,
+                  v.GetBool("group_balance", t->group_balance));
   PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
   if (x != 0 && (x < 256 || x > 65536 || (x & (x - 1)) != 0)) {
     return Bad("window_packets must be 0 or a power of two in 256..65536");
@@ -567,6 +570,7 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
         x.Set("max_outstanding_messages", Value::Int(t2.max_messages));
       }
       if (!t2.fate_sharing) x.Set("fate_sharing", Value::Bool(false));
+      if (!t2.group_balance) x.Set("group_balance", Value::Bool(false));
       if (t2.payload_checksum) x.Set("payload_checksum", Value::Bool(true));
       if (t2.oracle_reroute_after >= 0) {
         x.Set("oracle_reroute_after_us",

@@ -66,6 +66,9 @@ struct TransportConfig {
   // (ConnectionOptions::path_groups, routing::FailureGroupOf over the
   // carriers' first uplink; SRv6 forwarding only). JSON: fate_sharing.
   bool fate_sharing = true;
+  // Group balance over those groups (ConnectionOptions::group_balance; needs
+  // fate_sharing, which gives the groups). JSON: group_balance.
+  bool group_balance = true;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)

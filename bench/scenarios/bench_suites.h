@@ -46,6 +46,9 @@ struct SuiteOptions {
   // false: Prism runs without the fate-sharing hint
   // (sim::TransportConfig::fate_sharing), for A/B runs.
   bool fate_sharing = true;
+  // false: Prism runs without group balance
+  // (sim::TransportConfig::group_balance), for A/B runs.
+  bool group_balance = true;
   // Called before each transport run (scenario, transport); may be empty.
   std::function<void(const std::string&, const std::string&)> on_run;
 };

@@ -3,13 +3,14 @@
 //
 //   prism_bench SUITE [--quick] --out DIR [--seed N] [--no-plot] [--quiet]
 //               [--only TRANSPORT] [--oracle-reroute-after-us D]
-//               [--no-fate-sharing]
+//               [--no-fate-sharing] [--no-group-balance]
 //   prism_bench --list
 //
 // --only runs one transport (e.g. prism) of each scenario; the oracle flag
 // is a what-if for diagnosis (sim::TransportConfig::oracle_reroute_after),
 // never a result. --no-fate-sharing runs Prism without the failure-group
-// hint (sim::TransportConfig::fate_sharing), for A/B comparisons.
+// hint (sim::TransportConfig::fate_sharing), --no-group-balance without
+// group balance (sim::TransportConfig::group_balance), for A/B comparisons.
 //
 // Writes DIR/SUITE.json (docs/benchmarks.md lists every figure), the goodput
 // time series DIR/SUITE/<scenario>.csv and, when python3-matplotlib is
@@ -42,7 +43,7 @@ int Usage() {
                "usage: prism_bench SUITE [--quick] --out DIR [--seed N] "
                "[--no-plot] [--quiet]\n"
                "       [--only TRANSPORT] [--oracle-reroute-after-us D]\n"
-               "       [--no-fate-sharing]\n"
+               "       [--no-fate-sharing] [--no-group-balance]\n"
                "  SUITE: %s\n",
                names.c_str());
   return 2;
@@ -74,6 +75,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--no-fate-sharing") {
       opt.fate_sharing = false;
+    } else if (a == "--no-group-balance") {
+      opt.group_balance = false;
     } else if (a == "--no-plot") {
       plot = false;
     } else if (a == "--quiet") {

@@ -708,6 +708,77 @@ TEST(Engine, RetiredPathResendsItsFailureGroupsFlightOnOtherConnections) {
   }
 }
 
+TEST(Engine, GroupBalancePassesOverAGroupHoldingMoreThanItsShare) {
+  // 8 paths on one plane in 4 failure groups of 2 (paths 2g, 2g + 1), so
+  // rotation gives each group a quarter of the packets. The first flight
+  // (the fixed window, ~45 packets) is sent; everything is delivered and
+  // acked except what went on group 0, which stays in flight (a slow
+  // route: rto_min is long enough that nothing times out). The freed
+  // window is sent again: without group balance group 0 gets its quarter
+  // of it as well; with it, group 0 already holds more than its share of
+  // the flight and is passed over. Then everything is delivered and the
+  // WRITE completes byte-exact either way.
+  for (bool balance : {false, true}) {
+    SCOPED_TRACE(balance ? "group_balance" : "without");
+    ConnectionOptions o = Pair::Defaults();
+    o.num_paths = 8;
+    o.num_planes = 1;
+    o.rto_min = 2 * kMillisecond;
+    o.rto_max = 4 * kMillisecond;
+    o.group_balance = balance;
+    o.path_groups.resize(o.num_paths);
+    for (uint16_t x = 0; x < o.num_paths; ++x) o.path_groups[x] = 40 + x / 2;
+    Pair p(o);
+    ASSERT_TRUE(p.Write(0, 1, 0, 1 << 20, 0).ok());
+    const auto first = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+    ASSERT_GE(first.size(), 32u);
+    std::vector<Cap> held;
+    for (const Cap& c : first) {
+      if (c.path / 2 == 0) {
+        held.push_back(c);
+      } else {
+        Deliver(*p.b, 5 * kMicrosecond, c);
+      }
+    }
+    ASSERT_GE(held.size(), first.size() / 4 - 1);
+    for (const Cap& c : PollAcks(*p.b, 5 * kMicrosecond)) {
+      Deliver(*p.a, 9 * kMicrosecond, c);
+    }
+    const auto second =
+        OfType(Poll(*p.a, 9 * kMicrosecond), wire::PacketType::kData);
+    ASSERT_GE(second.size(), 24u);
+    size_t on_g0 = 0;
+    for (const Cap& c : second) on_g0 += c.path / 2 == 0;
+    const auto st = *p.a->connection_stats(p.ca);
+    if (balance) {
+      // Group 0 holds held.size() in flight; it is over its share until
+      // the others hold about 4 x (that - kGroupBalanceSlack) in all.
+      EXPECT_LE(on_g0, 2u);
+      EXPECT_GT(st.group_balance_passes, 0u);
+    } else {
+      EXPECT_GE(on_g0, second.size() / 4 - 1);
+      EXPECT_EQ(st.group_balance_passes, 0u);
+    }
+    // Everything arrives now; the WRITE completes, byte-exact.
+    Time now = 10 * kMicrosecond;
+    std::vector<Cap> flight = held;
+    flight.insert(flight.end(), second.begin(), second.end());
+    std::vector<Completion> done;
+    for (int round = 0; round < 200 && done.empty(); ++round) {
+      for (const Cap& c : flight) Deliver(*p.b, now, c);
+      for (const Cap& c : PollAcks(*p.b, now)) {
+        Deliver(*p.a, now + 4 * kMicrosecond, c);
+      }
+      now += 5 * kMicrosecond;
+      flight = OfType(Poll(*p.a, now), wire::PacketType::kData);
+      done = Drain(*p.a);
+    }
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, absl::StatusCode::kOk);
+    EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 1 << 20), 0);
+  }
+}
+
 // Planes above the eight whose latest acked send time the connection keeps
 // inline (the rest are allocated by Connect): a loss on plane 12 of 16 is
 // timed out once a later packet on plane 12 was acked, and not by later packets

@@ -11,7 +11,10 @@
 // time: PostWrite is refused at times, delivery held, NACK NO_BUFFER sent,
 // and still nothing may be lost. That part of the plan is drawn from a
 // generator of its own (CqPlan), so the other seeds' plans and runs are
-// what they were before it.
+// what they were before it. About half of the seeds (with two or more
+// paths) also give the paths failure groups (ConnectionOptions::
+// path_groups, a few paths without one), so group balance takes part;
+// drawn from a generator of its own too (GroupPlan).
 //
 // Usage: prism_fault_sweep [--seeds=A:B] [--seed=N] [--cc=fixed|nscc]
 //                          [--max_mib=M] [--mtu=BYTES] [--verbose]
@@ -190,6 +193,39 @@ struct CqPlan {
   }
 };
 
+// Failure groups for the connection's paths: path p is in group p % groups
+// unless it is one of the paths left without a group (every `ungrouped`-th
+// when non-zero). groups == 0: no path_groups at all.
+struct GroupPlan {
+  uint16_t groups = 0;
+  uint16_t ungrouped = 0;
+  std::string Describe() const {
+    if (groups == 0) return "";
+    return absl::StrCat(" groups=", groups, " ungrouped_every=", ungrouped);
+  }
+  std::vector<uint16_t> PathGroups(uint16_t paths) const {
+    std::vector<uint16_t> v;
+    if (groups == 0) return v;
+    for (uint16_t p = 0; p < paths; ++p) {
+      v.push_back(ungrouped != 0 && p % ungrouped == ungrouped - 1
+                      ? kNoFailureGroup
+                      : static_cast<uint16_t>(100 + p % groups));
+    }
+    return v;
+  }
+};
+
+GroupPlan MakeGroupPlan(uint64_t seed, uint16_t paths) {
+  Rng r(seed * 0xA24BAED4963EE407ull + 4242);
+  GroupPlan p;
+  if (paths < 2 || !r.Bernoulli(0.5)) return p;
+  static const uint16_t kGroups[] = {2, 3, 4, 8, 32};
+  p.groups = std::min<uint16_t>(kGroups[r.Uniform(5)], paths);
+  static const uint16_t kUngrouped[] = {0, 0, 5, 16};
+  p.ungrouped = kUngrouped[r.Uniform(4)];
+  return p;
+}
+
 CqPlan MakeCqPlan(uint64_t seed) {
   Rng r(seed * 0xD1B54A32D192ED03ull + 777);
   CqPlan p;
@@ -233,6 +269,8 @@ std::string RunSeed(uint64_t seed) {
   co.payload_checksum = plan.crc;
   co.max_outstanding_messages = plan.max_outstanding;
   if (cqp.extra_msgs > 0) co.max_inflight_packets = 256;
+  const GroupPlan gp = MakeGroupPlan(seed, plan.paths);
+  co.path_groups = gp.PathGroups(plan.paths);
   const auto [c0, c1] = h.Connect(0, 1, co, co);
   if (c0 == kInvalidConn) return "connect failed";
   const ConnId conn[2] = {c0, c1};
@@ -466,7 +504,8 @@ std::string RunSeed(uint64_t seed) {
                 " t=%.3fms %s%s\n  net: %s\n  conn0: %s\n  eng0: %s\n"
                 "  eng1: %s\n",
                 seed, msgs.size(), all, h.now() / 1e9, plan.Describe().c_str(),
-                cqp.Describe().c_str(), h.net().stats().ToString().c_str(),
+                (cqp.Describe() + gp.Describe()).c_str(),
+                h.net().stats().ToString().c_str(),
                 h.engine(0).connection_stats(c0)->ToString().c_str(),
                 h.engine(0).stats().ToString().c_str(),
                 h.engine(1).stats().ToString().c_str());
@@ -481,9 +520,11 @@ TEST(FaultSweep, SeedsCompleteExactlyOnceByteExactInOrder) {
     if (!e.empty()) {
       ++failures;
       Rng r(s * 0x9E3779B97F4A7C15ull + 12345);
+      Rng r2(s * 0x9E3779B97F4A7C15ull + 12345);
       ADD_FAILURE()
           << "seed " << s << ": " << e << "\n  plan: " << MakePlan(r).Describe()
           << MakeCqPlan(s).Describe()
+          << MakeGroupPlan(s, MakePlan(r2).paths).Describe()
           << "\n  replay: build/bin/prism_fault_sweep --seed=" << s
           << (std::strcmp(g_cc, "fixed") != 0 ? std::string(" --cc=") + g_cc
                                               : std::string())

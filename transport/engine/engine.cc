@@ -179,6 +179,8 @@ namespace {
 constexpr uint64_t kMinWindow = 256;  // >= wire::kSackBitmapBits
 constexpr uint64_t kMaxWindow = 1u << 16;
 constexpr uint32_t kNil = 0xFFFFFFFFu;
+// PathInfo::bgroup / Conn::path_bgroup of a path that is not balanced.
+constexpr uint16_t kNoBalance = 0xFFFF;
 constexpr uint32_t kAckEvery = 16;
 constexpr uint32_t kDupThresh = 3;
 constexpr size_t kCtrlRing = 1024;
@@ -246,6 +248,9 @@ struct alignas(64) PathInfo {
   uint32_t head = kNil, tail = kNil;
   uint64_t tx_seq = 0;  // transmissions on the path (each one's path_seq)
   uint32_t acked_seq_hi = 0;
+  // Group balance: the path's index in Conn::group_inflight, kNoBalance
+  // when the connection does not balance or the path has no group.
+  uint16_t bgroup = kNoBalance;
   Time last_acked_sent = 0;
   Time srtt = 0;
   bool any_acked = false;
@@ -614,6 +619,31 @@ struct Conn {
   // Fate sharing: the paths that have a failure group (opt.path_groups[p]
   // != kNoFailureGroup), sorted by (group, path); built by CreateConnection.
   std::vector<uint16_t> group_paths;
+  // Group balance (ConnectionOptions::group_balance; empty when off): per
+  // path its group's index here (PathInfo::bgroup is a copy in the sender
+  // state), per group its transmissions in flight (linked on a path list),
+  // the groups with any, and their sum. Kept by LinkSlot / UnlinkSlot and
+  // the sender's and the ack path's inlined forms of them.
+  std::vector<uint16_t> path_bgroup;
+  std::vector<uint32_t> group_inflight;
+  uint32_t groups_active = 0;
+  uint32_t group_total = 0;
+  void GroupAdd(uint16_t g) {
+    if (group_inflight[g]++ == 0) ++groups_active;
+    ++group_total;
+  }
+  void GroupSub(uint16_t g) {
+    if (--group_inflight[g] == 0) --groups_active;
+    --group_total;
+  }
+  // True when a new transmission on `path` should go elsewhere: its group
+  // holds kGroupBalanceSlack or more above its share of what is in flight.
+  bool OverShare(uint16_t path) const {
+    const uint16_t g = paths[path].bgroup;
+    if (g == kNoBalance || group_inflight[g] == 0) return false;
+    return uint64_t{group_inflight[g]} * groups_active >=
+           group_total + uint64_t{kGroupBalanceSlack} * groups_active;
+  }
 
   bool Outstanding() const { return msg_una != post_msn; }
   TxSlot& Slot(uint64_t psn) { return slots[psn & win_mask]; }
@@ -752,6 +782,9 @@ struct Conn {
     if (!slots.empty()) return;
     slots.assign(win, TxSlot{});
     paths.assign(num_paths, PathInfo{});
+    for (size_t p = 0; p < path_bgroup.size() && p < num_paths; ++p) {
+      paths[p].bgroup = path_bgroup[p];
+    }
     path_cold.assign(num_paths, PathCold{});
     plane_of.resize(num_paths);
     for (uint32_t p = 0; p < num_paths; ++p) {
@@ -1754,6 +1787,7 @@ class Engine::Impl {
   void LinkSlot(Conn* c, uint32_t idx) {
     TxSlot& s = c->slots[idx];
     PathInfo& p = c->paths[s.path];
+    if (p.bgroup != kNoBalance) c->GroupAdd(p.bgroup);
     s.next_path = kNil;
     s.prev_path = p.tail;
     if (p.tail != kNil) {
@@ -1774,6 +1808,7 @@ class Engine::Impl {
   void UnlinkSlot(Conn* c, uint32_t idx) {
     TxSlot& s = c->slots[idx];
     PathInfo& p = c->paths[s.path];
+    if (p.bgroup != kNoBalance) c->GroupSub(p.bgroup);
     if (s.prev_path != kNil) {
       c->slots[s.prev_path].next_path = s.next_path;
     } else {
@@ -2941,6 +2976,7 @@ class Engine::Impl {
             if (s.prev_path != kNil) std::abort();  // lists out of order
 #endif
             PathInfo& p = paths[s.path];
+            if (p.bgroup != kNoBalance) c->GroupSub(p.bgroup);
             head = s.next_all;
             const uint32_t np = s.next_path;
             p.head = np;
@@ -3139,6 +3175,13 @@ class Engine::Impl {
     c->cc->OnAck(ev);
     ReadCc(c);
     CompleteWrites(c);
+#ifndef NDEBUG
+    // Group balance counts exactly the linked transmissions.
+    if (!c->group_inflight.empty() && c->all_head == kNil &&
+        (c->group_total != 0 || c->groups_active != 0)) {
+      std::abort();
+    }
+#endif
   }
 
   // For the controller (AckEvent::stranded): the oldest transmission in
@@ -3291,6 +3334,7 @@ class Engine::Impl {
       }
     }
     std::sort(keys.begin(), keys.end());
+    IndexBalance(c, keys);
     c->group_paths.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       c->group_paths[i] = static_cast<uint16_t>(keys[i]);
@@ -3303,6 +3347,56 @@ class Engine::Impl {
       v.push_back(c);
     }
   }
+  // Group balance: each group of `keys` (IndexGroups' sorted keys) gets
+  // an index, in c->path_bgroup for its paths; nothing when the option is
+  // off, the policy is "reps" or there are fewer than two groups.
+  static void IndexBalance(Conn* c, const std::vector<uint32_t>& keys) {
+    if (!c->opt.group_balance || c->opt.path_policy == "reps") return;
+    uint16_t n = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i == 0 || keys[i - 1] >> 16 != keys[i] >> 16) ++n;
+    }
+    if (n < 2) return;
+    c->path_bgroup.assign(c->opt.num_paths, kNoBalance);
+    c->group_inflight.assign(n, 0);
+    uint16_t g = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i > 0 && keys[i - 1] >> 16 != keys[i] >> 16) ++g;
+      c->path_bgroup[keys[i] & 0xFFFF] = g;
+    }
+  }
+
+  // Group balance for one transmission: `path` (the selector's pick), or
+  // the first of up to kGroupBalanceTries further picks whose group is
+  // within its share; `path` when none is (the balance never stalls the
+  // sender). REQUIRES: c balances (group_inflight not empty).
+  static int Balanced(Time now, Conn* c, uint16_t path) {
+    int q = path;
+    for (int t = 0;
+         t < kGroupBalanceTries && c->OverShare(static_cast<uint16_t>(q));
+         ++t) {
+      ++c->st.group_balance_passes;
+      q = c->sel->NextPath(now);
+      if (q < 0) return path;
+    }
+    return c->OverShare(static_cast<uint16_t>(q)) ? path : q;
+  }
+  // The same for a run of n picks about to be sent at once: each judged
+  // with the run's earlier picks counted in flight (added here and taken
+  // back at the end, so the sender's own accounting is unchanged).
+  static void BalanceRun(Time now, Conn* c, PathId* paths, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const int q = Balanced(now, c, paths[i]);
+      paths[i] = static_cast<PathId>(q);
+      const uint16_t g = c->paths[paths[i]].bgroup;
+      if (g != kNoBalance) c->GroupAdd(g);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t g = c->paths[paths[i]].bgroup;
+      if (g != kNoBalance) c->GroupSub(g);
+    }
+  }
+
   void UnindexGroups(Conn* c) {
     const std::vector<uint16_t>& groups = c->opt.path_groups;
     for (size_t i = 0; i < c->group_paths.size(); ++i) {
@@ -3769,6 +3863,7 @@ class Engine::Impl {
                                                  c->snd_una + c->snd_win - psn),
                               room)));
         path_have = c->sel->NextPaths(now, path_buf, k);
+        if (!c->group_inflight.empty()) BalanceRun(now, c, path_buf, path_have);
         path_short = path_have < k;
         path_pos = path_have;
         if (path_have > 0) {
@@ -3783,6 +3878,9 @@ class Engine::Impl {
         path = -1;
       } else {
         path = c->sel->NextPath(now);
+        if (path >= 0 && !probe && !rnr && !c->group_inflight.empty()) {
+          path = Balanced(now, c, static_cast<uint16_t>(path));
+        }
       }
       if (path < 0) {
         c->no_path = true;
@@ -3935,6 +4033,7 @@ class Engine::Impl {
         s.path = path;
         s.state = kInFlight;
         s.tx_count = 1;
+        if (pi.bgroup != kNoBalance) c->GroupAdd(pi.bgroup);
         s.next_path = kNil;
         s.prev_path = pi.tail;
         if (pi.tail != kNil) {

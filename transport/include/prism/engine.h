@@ -322,7 +322,27 @@ struct ConnectionOptions {
   // in service (their own losses retire them). Both ends should use the
   // same mapping (path ids are symmetric: routing::PairSpread).
   std::vector<uint16_t> path_groups;
+  // Group balance (with path_groups naming at least two groups; not with
+  // path_policy "reps", whose clean-EV cache steers on its own): a failure
+  // group that holds kGroupBalanceSlack or more transmissions in flight
+  // above its share (the connection's in flight / the groups with any in
+  // flight) gets no new transmission while another pick is within its
+  // share: its path is passed over (ConnectionStats::group_balance_passes)
+  // and the selector asked again, at most kGroupBalanceTries times; if every
+  // pick is over, the first is used (never a stall). A route that drains
+  // slowly (a degraded link, a deep queue, a dead hop before its paths are
+  // retired) then holds about its share of the flight instead of its
+  // share of every new packet. Probes ignore it. docs/congestion.md
+  // ("Group balance").
+  bool group_balance = true;
 };
+
+// Group balance (ConnectionOptions::group_balance): packets in flight a
+// failure group may hold above its share before it is passed over, and the
+// selector calls made for one transmission before the first pick is taken
+// anyway.
+inline constexpr uint32_t kGroupBalanceSlack = 3;
+inline constexpr int kGroupBalanceTries = 8;
 
 // What a peer needs to know to talk to a connection; exchanged out of band
 // (or with the wire CONNECT exchange) and passed to Connect().

@@ -85,6 +85,10 @@ struct ConnectionStats {
   // resent at once because a path of their failure group was retired on
   // another connection of the engine.
   uint64_t group_resends = 0;
+  // Group balance (ConnectionOptions::group_balance): path picks passed
+  // over because their failure group held more than its share of the
+  // connection's transmissions in flight.
+  uint64_t group_balance_passes = 0;
   uint64_t messages_completed = 0;  // sender side
   uint64_t messages_received = 0;   // receiver side (all WRITEs)
   // Completion queue backpressure (EngineOptions::cq_capacity): as
