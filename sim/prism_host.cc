@@ -201,6 +201,7 @@ class PrismDriver : public TransportDriver {
     co.probe_interval = tc_.probe_interval;
     co.payload_checksum = tc_.payload_checksum;
     co.group_balance = tc_.group_balance;
+    co.tail_resend = tc_.tail_resend;
     if (tc_.max_messages > 0) co.max_outstanding_messages = tc_.max_messages;
     if (tc_.window_packets > 0 && !SetWindow(co, tc_.window_packets)) {
       return absl::UnimplementedError(

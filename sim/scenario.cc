@@ -225,6 +225,7 @@ constexpr std::string_view kTransportKeys[] = {"mtu",
                                                "oracle_reroute_after_us",
                                                "fate_sharing",
                                                "group_balance",
+                                               "tail_resend",
                                                "window_packets",
                                                "max_outstanding_messages",
                                                "qps",
@@ -272,6 +273,7 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
   PRISM_ASSIGN_OR(t->fate_sharing, v.GetBool("fate_sharing", t->fate_sharing));
   PRISM_ASSIGN_OR(t->group_balance,
                   v.GetBool("group_balance", t->group_balance));
+  PRISM_ASSIGN_OR(t->tail_resend, v.GetBool("tail_resend", t->tail_resend));
   PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
   if (x != 0 && (x < 256 || x > 65536 || (x & (x - 1)) != 0)) {
     return Bad("window_packets must be 0 or a power of two in 256..65536");
@@ -571,6 +573,7 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
       }
       if (!t2.fate_sharing) x.Set("fate_sharing", Value::Bool(false));
       if (!t2.group_balance) x.Set("group_balance", Value::Bool(false));
+      if (!t2.tail_resend) x.Set("tail_resend", Value::Bool(false));
       if (t2.payload_checksum) x.Set("payload_checksum", Value::Bool(true));
       if (t2.oracle_reroute_after >= 0) {
         x.Set("oracle_reroute_after_us",

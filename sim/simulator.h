@@ -69,6 +69,8 @@ struct TransportConfig {
   // Group balance over those groups (ConnectionOptions::group_balance; needs
   // fate_sharing, which gives the groups). JSON: group_balance.
   bool group_balance = true;
+  // Tail resend (ConnectionOptions::tail_resend). JSON: tail_resend.
+  bool tail_resend = true;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)

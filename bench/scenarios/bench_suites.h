@@ -49,6 +49,9 @@ struct SuiteOptions {
   // false: Prism runs without group balance
   // (sim::TransportConfig::group_balance), for A/B runs.
   bool group_balance = true;
+  // false: Prism runs without tail resends
+  // (sim::TransportConfig::tail_resend), for A/B runs.
+  bool tail_resend = true;
   // Called before each transport run (scenario, transport); may be empty.
   std::function<void(const std::string&, const std::string&)> on_run;
 };

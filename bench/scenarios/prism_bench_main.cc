@@ -3,14 +3,16 @@
 //
 //   prism_bench SUITE [--quick] --out DIR [--seed N] [--no-plot] [--quiet]
 //               [--only TRANSPORT] [--oracle-reroute-after-us D]
-//               [--no-fate-sharing] [--no-group-balance]
+//               [--no-fate-sharing] [--no-group-balance] [--no-tail-resend]
 //   prism_bench --list
 //
 // --only runs one transport (e.g. prism) of each scenario; the oracle flag
 // is a what-if for diagnosis (sim::TransportConfig::oracle_reroute_after),
 // never a result. --no-fate-sharing runs Prism without the failure-group
 // hint (sim::TransportConfig::fate_sharing), --no-group-balance without
-// group balance (sim::TransportConfig::group_balance), for A/B comparisons.
+// group balance (sim::TransportConfig::group_balance), --no-tail-resend
+// without tail resends (sim::TransportConfig::tail_resend), for A/B
+// comparisons.
 //
 // Writes DIR/SUITE.json (docs/benchmarks.md lists every figure), the goodput
 // time series DIR/SUITE/<scenario>.csv and, when python3-matplotlib is
@@ -43,7 +45,8 @@ int Usage() {
                "usage: prism_bench SUITE [--quick] --out DIR [--seed N] "
                "[--no-plot] [--quiet]\n"
                "       [--only TRANSPORT] [--oracle-reroute-after-us D]\n"
-               "       [--no-fate-sharing] [--no-group-balance]\n"
+               "       [--no-fate-sharing] [--no-group-balance] "
+               "[--no-tail-resend]\n"
                "  SUITE: %s\n",
                names.c_str());
   return 2;
@@ -77,6 +80,8 @@ int main(int argc, char** argv) {
       opt.fate_sharing = false;
     } else if (a == "--no-group-balance") {
       opt.group_balance = false;
+    } else if (a == "--no-tail-resend") {
+      opt.tail_resend = false;
     } else if (a == "--no-plot") {
       plot = false;
     } else if (a == "--quiet") {

@@ -212,9 +212,9 @@ TEST(BenchQuick, LinkFlaps) {
     if (Strict()) {
       EXPECT_LE(lost, removed + 0.05);
     } else {
-      EXPECT_LE(lost, 0.35) << "regression beyond the recorded 0.309";
+      EXPECT_LE(lost, 0.35) << "regression beyond the recorded 0.290";
     }
-    EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.5);  // 1.43 at seed 1
+    EXPECT_LE(Num(p, "fct_p99_vs_no_flaps"), 1.5);  // 1.35 at seed 1
     // 7 at seed 1 (53 / 70 with lockstep carriers; ~1100 before the path
     // timeout).
     EXPECT_LE(Num(p, "timeouts"), 120);
@@ -246,19 +246,14 @@ TEST(BenchQuick, T1Reboot) {
   const json::Value& p = T(Scenario(res, "ring-allreduce-16"), "prism");
   EXPECT_TRUE(Bool(p, "completed"));
   EXPECT_EQ(Num(p, "connection_errors"), 0);
-  // Bar: loss no larger than the capacity removed (0.125). NOT MET in the
-  // quick variant (0.440 at seeds 1-6, step 51.6 us against 28.9: the path
-  // timeout's rto_min / 4 floor, needed against spurious timeouts in the
-  // 128-host permutation, slows the detection of packets lost into the
-  // rebooting switches in this short ring; 0.251-0.260 with the earlier
-  // lockstep carriers); the full variant meets it (0.002). Default: a
-  // regression floor.
+  // Bar: loss no larger than the capacity removed (0.125). Met since the
+  // tail resend (0.111, step 32.5 us against 28.9 undisturbed; 0.357 with
+  // group balance alone, 0.440 before either: the path timeout's
+  // rto_min / 4 floor and the srtt lifted by the slow steps kept packets
+  // lost into the rebooting switches waiting; docs/congestion.md "Tail
+  // resend"). The full variant meets it too (0.002).
   const double lost = Num(p, "throughput_loss_fraction");
-  if (Strict()) {
-    EXPECT_LE(lost, Num(p, "capacity_removed_fraction"));
-  } else {
-    EXPECT_LE(lost, 0.48) << "regression beyond the recorded 0.440";
-  }
+  EXPECT_LE(lost, Num(p, "capacity_removed_fraction"));
 }
 
 }  // namespace

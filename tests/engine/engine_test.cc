@@ -788,6 +788,10 @@ TEST(Engine, PathTimeoutWorksPerPlaneAboveEightPlanes) {
   o.num_paths = 32;
   o.num_planes = 16;
   o.rto_min = 40 * kMicrosecond;
+  // Both WRITEs are sent in full, so without this a tail resend (no loss,
+  // no path timeout: Engine.TailResend*) would take the packet at 10 us
+  // in the case without evidence on its plane.
+  o.tail_resend = false;
   for (const bool later_on_its_plane : {true, false}) {
     SCOPED_TRACE(later_on_its_plane);
     Pair p(o);
@@ -824,6 +828,97 @@ TEST(Engine, PathTimeoutWorksPerPlaneAboveEightPlanes) {
     ASSERT_EQ(re.size(), 1u);
     EXPECT_EQ(re[0].pkt.data.psn, pk[lost].pkt.data.psn);
     EXPECT_EQ(p.a->connection_stats(p.ca)->path_timeouts, 1u);
+  }
+}
+
+TEST(Engine, TailResendUsesTheTypicalRttAndRetiresNothing) {
+  // Warm-up WRITEs acked about 5 us after they left, then one acked 400 us
+  // late (a slow route): the connection's srtt / rttvar take it (the path
+  // timeout and the tail-loss probe now wait hundreds of us), the typical
+  // RTT takes it as 2 x its own. Then two WRITEs of 4 packets, all sent:
+  // every packet but one is delivered and acked at once. With
+  // tail_resend the held one is resent on another path at its typical
+  // loss timeout (~16 us here, at least rto_min / 4), with no path retired, no
+  // path timeout and no loss for the controller; without, nothing is due
+  // for far longer.
+  for (bool tail : {true, false}) {
+    SCOPED_TRACE(tail ? "tail_resend" : "without");
+    ConnectionOptions o = Pair::Defaults();
+    o.num_paths = 8;
+    o.num_planes = 1;
+    o.tail_resend = tail;
+    Pair p(o);
+    Time now = 0;
+    uint64_t id = 0, off = 0;
+    auto round = [&](uint64_t len, Time ack_after) {
+      ASSERT_TRUE(p.Write(now, ++id, off, len, off).ok());
+      off += len;
+      const auto pk = OfType(Poll(*p.a, now), wire::PacketType::kData);
+      for (const Cap& c : pk) Deliver(*p.b, now + 2 * kMicrosecond, c);
+      for (const Cap& c : PollAcks(*p.b, now + 2 * kMicrosecond)) {
+        Deliver(*p.a, now + ack_after, c);
+      }
+      now += ack_after + kMicrosecond;
+      ASSERT_EQ(Drain(*p.a).size(), 1u);
+    };
+    for (int i = 0; i < 4; ++i) round(8 * 4096, 6 * kMicrosecond);
+    round(4096, 400 * kMicrosecond);
+    const auto before = *p.a->connection_stats(p.ca);
+    EXPECT_GT(before.srtt, 40 * kMicrosecond);
+    // A WRITE of 4 packets whose second is held, then another of 4 sent
+    // 1 us later (a transmission sent strictly after the held one must be
+    // acked; one sent at the same time is no evidence).
+    const Time sent = now;
+    ASSERT_TRUE(p.Write(sent, ++id, off, 4 * 4096, off).ok());
+    off += 4 * 4096;
+    auto pk = OfType(Poll(*p.a, sent), wire::PacketType::kData);
+    ASSERT_TRUE(p.Write(sent + kMicrosecond, ++id, off, 4 * 4096, off).ok());
+    off += 4 * 4096;
+    const auto pk2 =
+        OfType(Poll(*p.a, sent + kMicrosecond), wire::PacketType::kData);
+    ASSERT_EQ(pk.size(), 4u);
+    ASSERT_EQ(pk2.size(), 4u);
+    const Cap held = pk[1];
+    pk.insert(pk.end(), pk2.begin(), pk2.end());
+    for (size_t i = 0; i < pk.size(); ++i) {
+      if (i != 1) Deliver(*p.b, sent + 3 * kMicrosecond, pk[i]);
+    }
+    for (const Cap& c : PollAcks(*p.b, sent + 3 * kMicrosecond)) {
+      Deliver(*p.a, sent + 7 * kMicrosecond, c);
+    }
+    // (Completions are in order: the second WRITE waits for the first.)
+    ASSERT_TRUE(Drain(*p.a).empty());
+    const Time t = p.a->NextEventTime();
+    if (!tail) {
+      EXPECT_GT(t, sent + 50 * kMicrosecond);
+      continue;
+    }
+    // typical srtt (~6 us) + 4 typical rttvar + the SACK delay: well under
+    // the connection's own loss timeout.
+    EXPECT_GE(t, sent + 12'500 * kNanosecond);
+    EXPECT_LT(t, sent + 25 * kMicrosecond);
+    const auto re = OfType(Poll(*p.a, t), wire::PacketType::kData);
+    ASSERT_EQ(re.size(), 1u);
+    EXPECT_EQ(re[0].pkt.data.psn, held.pkt.data.psn);
+    EXPECT_NE(re[0].path, held.path);
+    const auto st = *p.a->connection_stats(p.ca);
+    EXPECT_EQ(st.tail_resends, 1u);
+    EXPECT_EQ(st.path_timeouts, before.path_timeouts);
+    EXPECT_EQ(st.paths_retired, before.paths_retired);
+    EXPECT_EQ(st.rto_events, before.rto_events);
+    EXPECT_EQ(st.tail_loss_probes, before.tail_loss_probes);
+    // The resent copy completes the WRITE, byte-exact.
+    Deliver(*p.b, t + kMicrosecond, re[0]);
+    for (const Cap& c : PollAcks(*p.b, t + kMicrosecond)) {
+      Deliver(*p.a, t + 5 * kMicrosecond, c);
+    }
+    const auto done = Drain(*p.a);
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_EQ(done[0].status, absl::StatusCode::kOk);
+    EXPECT_EQ(done[1].status, absl::StatusCode::kOk);
+    EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), off), 0);
+    // Nothing else is due soon: the one resend per age, not a stream.
+    EXPECT_GT(p.a->NextEventTime(), t + 5 * kMicrosecond);
   }
 }
 

@@ -532,6 +532,9 @@ struct Conn {
   uint64_t cwnd = 0;    // cc->window_bytes() (ReadCc)
   uint64_t pacing = 0;  // cc->pacing_rate_bps(), 0: window only (ReadCc)
   Time srtt = 0, rttvar = 0;
+  // The typical paths' RTT (tail resend): srtt / rttvar over samples
+  // capped at kTypicalRttCap x typ_srtt.
+  Time typ_srtt = 0, typ_rttvar = 0;
   int backoff = 0;
   Time last_progress = 0;  // last time a SACK acked something new
   Time rack_sent = 0;      // latest send time of a transmission acked
@@ -684,6 +687,28 @@ struct Conn {
     if (srtt == 0) return 2 * opt.base_rtt;
     return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
                     std::max(opt.base_rtt, opt.rto_min / 4));
+  }
+  // Tail resend (ConnectionOptions::tail_resend): LossTimeout over the
+  // typical RTT statistics.
+  Time TailResendAge() const {
+    return std::max(
+        typ_srtt + std::max(4 * typ_rttvar, typ_srtt / 4) + opt.base_rtt / 4,
+        std::max(opt.base_rtt, opt.rto_min / 4));
+  }
+  // When the oldest transmission in flight is due for a tail resend
+  // (kTimeInfinite: off, no RTT sample yet, new data left to send, nothing
+  // in flight, or nothing sent after it acked, on any plane: unlike the
+  // path timeout, which blames a path and so wants evidence from its own
+  // plane, a resend blames nothing). Only the
+  // oldest is timed: O(1), as PathLossTime.
+  Time TailResendTime() const {
+    if (!opt.tail_resend || typ_srtt == 0 || all_head == kNil ||
+        send_msn != post_msn) {
+      return kTimeInfinite;
+    }
+    const TxSlot& s = slots[all_head];
+    if (!(any_acked_sent && s.sent_time < rack_sent)) return kTimeInfinite;
+    return s.sent_time + TailResendAge();
   }
   // The same for a transmission on `path`: a path whose own smoothed RTT
   // (echoed timestamps of its packets) is known to be well above the
@@ -1441,14 +1466,17 @@ class Engine::Impl {
         const size_t before = n;
         const uint32_t head = c->all_head;
         const Time ack_deadline = c->ack_deadline;
+        const bool all_sent = c->send_msn == c->post_msn;
         // A clean connection's cached probe time is its selector's: none
         // due before it (NextProbe would return -1).
         const bool probe_due = q.dirty != kClean || q.probe <= now;
         n += EmitConn(now, c, out + n, max - n, probe_due);
         // Sending appends to the send-order list and consumes queues; of the
         // timers' inputs (TimerDeadline) it can change only the list's head
-        // (an empty list) and, for completeness, the delayed-SACK deadline.
-        TouchSent(c, c->all_head != head || c->ack_deadline != ack_deadline);
+        // (an empty list), whether new data is left (the tail resend's
+        // condition) and, for completeness, the delayed-SACK deadline.
+        TouchSent(c, c->all_head != head || c->ack_deadline != ack_deadline ||
+                         (c->send_msn == c->post_msn) != all_sent);
         if (n != before) progress = true;
       }
       cursor_ = cursor_ + 1 == nc ? 0 : cursor_ + 1;
@@ -1682,6 +1710,7 @@ class Engine::Impl {
       t = std::min(t, c->RtoTime());
       t = std::min(t, c->TlpTime());
       t = std::min(t, c->PathLossTime());
+      t = std::min(t, c->TailResendTime());
     }
     t = std::min(t, c->plane_resend_at);
     if (c->Outstanding()) {
@@ -3135,6 +3164,18 @@ class Engine::Impl {
   }
 
   void UpdateRtt(Conn* c, Time rtt) {
+    {
+      const Time r =
+          c->typ_srtt == 0 ? rtt : std::min(rtt, kTypicalRttCap * c->typ_srtt);
+      if (c->typ_srtt == 0) {
+        c->typ_srtt = r;
+        c->typ_rttvar = r / 2;
+      } else {
+        const Time d = r > c->typ_srtt ? r - c->typ_srtt : c->typ_srtt - r;
+        c->typ_rttvar += (d - c->typ_rttvar) / 4;
+        c->typ_srtt += (r - c->typ_srtt) / 8;
+      }
+    }
     if (c->srtt == 0) {
       c->srtt = rtt;
       c->rttvar = rtt / 2;
@@ -3235,6 +3276,22 @@ class Engine::Impl {
     }
     if (n > 0) c->no_path = false;
     return n;
+  }
+
+  // Tail resend: resends (on other paths, from the retransmit queue) the
+  // oldest transmissions in flight while each is due (TailResendTime);
+  // not a loss for the paths, the controller or the window.
+  void TailResends(Time now, Conn* c) {
+    uint32_t n = 0;
+    while (c->all_head != kNil && c->TailResendTime() <= now &&
+           c->TailResendTime() < c->PathLossTime()) {
+      MarkLost(c, PsnOfSlot(c, c->all_head), false);
+      ++n;
+    }
+    if (n > 0) {
+      c->st.tail_resends += n;
+      c->no_path = false;
+    }
   }
 
   // A transmission that timed out (PTO or RTO) blames its path only if one
@@ -3589,6 +3646,10 @@ class Engine::Impl {
       }
     }
     if (c->all_head == kNil) return;
+    if (c->TailResendTime() <= now && c->TailResendTime() < c->PathLossTime()) {
+      TailResends(now, c);
+      if (c->all_head == kNil) return;
+    }
     if (c->PathLossTime() <= now) {
       congestion::AckEvent ev;
       ev.now = now;

@@ -91,6 +91,7 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "paths_restored", paths_restored);
   Add(&s, "group_resends", group_resends);
   Add(&s, "group_balance_passes", group_balance_passes);
+  Add(&s, "tail_resends", tail_resends);
   Add(&s, "messages_completed", messages_completed);
   Add(&s, "messages_received", messages_received);
   Add(&s, "writes_refused_cq_full", writes_refused_cq_full);

@@ -254,6 +254,20 @@ struct ConnectionOptions {
   // retransmitted on another path (at most twice per stall, then the RTO
   // takes over). A failure then costs about two RTTs instead of rto_min.
   bool tail_loss_probe = true;
+  // Tail resend: once every posted WRITE is fully sent (nothing new to
+  // send), the oldest transmission in flight is resent on another path
+  // when a transmission sent after it (on any plane) was acked and it is
+  // older than the typical paths' loss timeout: srtt + max(4 rttvar,
+  // srtt / 4) + the SACK delay (at least max(base_rtt, rto_min / 4)) over
+  // RTT samples capped at kTypicalRttCap x their own smoothed value, so a
+  // few slow routes (a degraded link, a deep queue) do not lift it as they
+  // lift the connection's srtt, which the RTO, the tail-loss probe and the
+  // path timeout use. Not a loss: no path is retired, the controller is
+  // not told, the window is not cut; the copy that arrives first is taken
+  // (ConnectionStats::tail_resends). Each transmission is resent so at
+  // most once per such age, and only while later ones are acked (a
+  // silent fabric resends nothing). docs/congestion.md ("Tail resend").
+  bool tail_resend = true;
   // Delayed SACK: an in-order packet is acknowledged at the latest this
   // long after it arrived (or with the 16th unacknowledged packet). 0:
   // base_rtt / 4. Longer means fewer SACKs per byte where packets arrive
@@ -343,6 +357,10 @@ struct ConnectionOptions {
 // anyway.
 inline constexpr uint32_t kGroupBalanceSlack = 3;
 inline constexpr int kGroupBalanceTries = 8;
+
+// Tail resend (ConnectionOptions::tail_resend): an RTT sample counts for
+// the typical RTT as at most this many times the typical smoothed RTT.
+inline constexpr int kTypicalRttCap = 2;
 
 // What a peer needs to know to talk to a connection; exchanged out of band
 // (or with the wire CONNECT exchange) and passed to Connect().

@@ -89,6 +89,10 @@ struct ConnectionStats {
   // over because their failure group held more than its share of the
   // connection's transmissions in flight.
   uint64_t group_balance_passes = 0;
+  // Tail resends (ConnectionOptions::tail_resend): transmissions resent
+  // because nothing new was left to send and they were older than the
+  // typical paths' loss timeout.
+  uint64_t tail_resends = 0;
   uint64_t messages_completed = 0;  // sender side
   uint64_t messages_received = 0;   // receiver side (all WRITEs)
   // Completion queue backpressure (EngineOptions::cq_capacity): as
