@@ -3163,27 +3163,25 @@ class Engine::Impl {
     return now - static_cast<Time>(echo_ts);
   }
 
-  void UpdateRtt(Conn* c, Time rtt) {
-    {
-      const Time r =
-          c->typ_srtt == 0 ? rtt : std::min(rtt, kTypicalRttCap * c->typ_srtt);
-      if (c->typ_srtt == 0) {
-        c->typ_srtt = r;
-        c->typ_rttvar = r / 2;
-      } else {
-        const Time d = r > c->typ_srtt ? r - c->typ_srtt : c->typ_srtt - r;
-        c->typ_rttvar += (d - c->typ_rttvar) / 4;
-        c->typ_srtt += (r - c->typ_srtt) / 8;
-      }
-    }
-    if (c->srtt == 0) {
-      c->srtt = rtt;
-      c->rttvar = rtt / 2;
+  // RFC 6298's estimator: srtt / rttvar with gains 1/8 and 1/4; the first
+  // sample sets srtt and half of it as rttvar.
+  static void RttEstimate(Time& srtt, Time& rttvar, Time rtt) {
+    if (srtt == 0) {
+      srtt = rtt;
+      rttvar = rtt / 2;
     } else {
-      const Time d = rtt > c->srtt ? rtt - c->srtt : c->srtt - rtt;
-      c->rttvar += (d - c->rttvar) / 4;
-      c->srtt += (rtt - c->srtt) / 8;
+      const Time d = rtt > srtt ? rtt - srtt : srtt - rtt;
+      rttvar += (d - rttvar) / 4;
+      srtt += (rtt - srtt) / 8;
     }
+  }
+  // The connection's RTT statistics, and the typical ones (tail resend)
+  // over the sample capped at kTypicalRttCap x the typical srtt.
+  void UpdateRtt(Conn* c, Time rtt) {
+    RttEstimate(
+        c->typ_srtt, c->typ_rttvar,
+        c->typ_srtt == 0 ? rtt : std::min(rtt, kTypicalRttCap * c->typ_srtt));
+    RttEstimate(c->srtt, c->rttvar, rtt);
   }
 
   // Loss inference on touched paths, window update, completions.
