@@ -685,16 +685,21 @@ struct Conn {
   // 0.977, paths retired by the thousand.)
   Time LossTimeout() const {
     if (srtt == 0) return 2 * opt.base_rtt;
-    return std::max(srtt + std::max(4 * rttvar, srtt / 4) + opt.base_rtt / 4,
+    return LossAge(srtt, rttvar);
+  }
+  // The loss timeout's formula over given RTT statistics.
+  Time LossAge(Time s, Time v) const {
+    return std::max(s + std::max(4 * v, s / 4) + opt.base_rtt / 4,
                     std::max(opt.base_rtt, opt.rto_min / 4));
+  }
+  // True when a transmission sent after `sent_time` was acked, on any path
+  // or plane.
+  bool Overtaken(Time sent_time) const {
+    return any_acked_sent && sent_time < rack_sent;
   }
   // Tail resend (ConnectionOptions::tail_resend): LossTimeout over the
   // typical RTT statistics.
-  Time TailResendAge() const {
-    return std::max(
-        typ_srtt + std::max(4 * typ_rttvar, typ_srtt / 4) + opt.base_rtt / 4,
-        std::max(opt.base_rtt, opt.rto_min / 4));
-  }
+  Time TailResendAge() const { return LossAge(typ_srtt, typ_rttvar); }
   // When the oldest transmission in flight is due for a tail resend
   // (kTimeInfinite: off, no RTT sample yet, new data left to send, nothing
   // in flight, or nothing sent after it acked, on any plane: unlike the
@@ -707,7 +712,7 @@ struct Conn {
       return kTimeInfinite;
     }
     const TxSlot& s = slots[all_head];
-    if (!(any_acked_sent && s.sent_time < rack_sent)) return kTimeInfinite;
+    if (!Overtaken(s.sent_time)) return kTimeInfinite;
     return s.sent_time + TailResendAge();
   }
   // The same for a transmission on `path`: a path whose own smoothed RTT
@@ -3303,7 +3308,7 @@ class Engine::Impl {
   // no path is retired for it (per-path inference and probes still handle a
   // dead path).
   static bool Overtaken(const Conn* c, Time sent_time) {
-    return c->any_acked_sent && sent_time < c->rack_sent;
+    return c->Overtaken(sent_time);
   }
 
   // With the fate sharing hint, other connections of the engine resend
