@@ -202,6 +202,7 @@ class PrismDriver : public TransportDriver {
     co.payload_checksum = tc_.payload_checksum;
     co.group_balance = tc_.group_balance;
     co.tail_resend = tc_.tail_resend;
+    co.spurious_undo = tc_.spurious_undo;
     if (tc_.max_messages > 0) co.max_outstanding_messages = tc_.max_messages;
     if (tc_.window_packets > 0 && !SetWindow(co, tc_.window_packets)) {
       return absl::UnimplementedError(
@@ -526,6 +527,8 @@ void PrismHost::AddTotals(TransportTotals* t) const {
     t->path_retirements += s->paths_retired;
     t->path_timeouts += s->path_timeouts;
     t->paths_restored += s->paths_restored;
+    t->spurious_losses += s->spurious_losses;
+    t->paths_unretired += s->paths_unretired;
     t->probes += s->probes_sent;
     t->tail_loss_probes += s->tail_loss_probes;
     t->trims_seen += s->rx_trimmed;

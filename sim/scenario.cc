@@ -226,6 +226,7 @@ constexpr std::string_view kTransportKeys[] = {"mtu",
                                                "fate_sharing",
                                                "group_balance",
                                                "tail_resend",
+                                               "spurious_undo",
                                                "window_packets",
                                                "max_outstanding_messages",
                                                "qps",
@@ -274,6 +275,8 @@ absl::Status ParseTransportFields(const json::Value& v, TransportConfig* t,
   PRISM_ASSIGN_OR(t->group_balance,
                   v.GetBool("group_balance", t->group_balance));
   PRISM_ASSIGN_OR(t->tail_resend, v.GetBool("tail_resend", t->tail_resend));
+  PRISM_ASSIGN_OR(t->spurious_undo,
+                  v.GetBool("spurious_undo", t->spurious_undo));
   PRISM_ASSIGN_OR(x, v.GetInt("window_packets", t->window_packets));
   if (x != 0 && (x < 256 || x > 65536 || (x & (x - 1)) != 0)) {
     return Bad("window_packets must be 0 or a power of two in 256..65536");
@@ -574,6 +577,7 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
       if (!t2.fate_sharing) x.Set("fate_sharing", Value::Bool(false));
       if (!t2.group_balance) x.Set("group_balance", Value::Bool(false));
       if (!t2.tail_resend) x.Set("tail_resend", Value::Bool(false));
+      if (!t2.spurious_undo) x.Set("spurious_undo", Value::Bool(false));
       if (t2.payload_checksum) x.Set("payload_checksum", Value::Bool(true));
       if (t2.oracle_reroute_after >= 0) {
         x.Set("oracle_reroute_after_us",
@@ -690,6 +694,10 @@ json::Value Summarize(const ScenarioConfig& sc,
           Value::Int(static_cast<int64_t>(t.path_retirements)));
     o.Set("path_timeouts", Value::Int(static_cast<int64_t>(t.path_timeouts)));
     o.Set("paths_restored", Value::Int(static_cast<int64_t>(t.paths_restored)));
+    o.Set("spurious_losses",
+          Value::Int(static_cast<int64_t>(t.spurious_losses)));
+    o.Set("paths_unretired",
+          Value::Int(static_cast<int64_t>(t.paths_unretired)));
     o.Set("probes", Value::Int(static_cast<int64_t>(t.probes)));
     o.Set("trims_seen_by_receivers",
           Value::Int(static_cast<int64_t>(t.trims_seen)));

@@ -71,6 +71,9 @@ struct TransportConfig {
   bool group_balance = true;
   // Tail resend (ConnectionOptions::tail_resend). JSON: tail_resend.
   bool tail_resend = true;
+  // Spurious-loss undo (ConnectionOptions::spurious_undo). JSON:
+  // spurious_undo.
+  bool spurious_undo = true;
   // baselines (roce, multiqp)
   uint32_t qps =
       0;         // QPs per connection; 0 = planes (roce), 4*planes (multiqp)
@@ -145,6 +148,10 @@ struct TransportTotals {
   uint64_t path_retirements = 0;
   uint64_t path_timeouts = 0;  // Prism: packets lost by the path timeout
   uint64_t paths_restored = 0;
+  // Prism: declared losses found spurious (the copy was acked after all),
+  // and the paths that finding put back into service (ConnectionStats).
+  uint64_t spurious_losses = 0;
+  uint64_t paths_unretired = 0;
   uint64_t probes = 0;
   uint64_t trims_seen = 0;  // trimmed headers seen by receivers
   uint64_t ecn_echoes = 0;

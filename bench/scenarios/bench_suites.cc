@@ -105,6 +105,7 @@ absl::StatusOr<std::vector<RunResult>> RunAll(const ScenarioConfig& sc,
     if (tc.type == "prism" && !opt.fate_sharing) tc.fate_sharing = false;
     if (tc.type == "prism" && !opt.group_balance) tc.group_balance = false;
     if (tc.type == "prism" && !opt.tail_resend) tc.tail_resend = false;
+    if (tc.type == "prism" && !opt.spurious_undo) tc.spurious_undo = false;
     if (opt.on_run) opt.on_run(label, tc.name);
     sim::Simulator s(sc, tc);
     absl::Status st = s.Init();

@@ -52,6 +52,9 @@ struct SuiteOptions {
   // false: Prism runs without tail resends
   // (sim::TransportConfig::tail_resend), for A/B runs.
   bool tail_resend = true;
+  // false: Prism runs without the spurious-loss undo
+  // (sim::TransportConfig::spurious_undo), for A/B runs.
+  bool spurious_undo = true;
   // Called before each transport run (scenario, transport); may be empty.
   std::function<void(const std::string&, const std::string&)> on_run;
 };

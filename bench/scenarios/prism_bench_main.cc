@@ -4,6 +4,7 @@
 //   prism_bench SUITE [--quick] --out DIR [--seed N] [--no-plot] [--quiet]
 //               [--only TRANSPORT] [--oracle-reroute-after-us D]
 //               [--no-fate-sharing] [--no-group-balance] [--no-tail-resend]
+//               [--no-spurious-undo]
 //   prism_bench --list
 //
 // --only runs one transport (e.g. prism) of each scenario; the oracle flag
@@ -11,8 +12,9 @@
 // never a result. --no-fate-sharing runs Prism without the failure-group
 // hint (sim::TransportConfig::fate_sharing), --no-group-balance without
 // group balance (sim::TransportConfig::group_balance), --no-tail-resend
-// without tail resends (sim::TransportConfig::tail_resend), for A/B
-// comparisons.
+// without tail resends (sim::TransportConfig::tail_resend),
+// --no-spurious-undo without the spurious-loss undo
+// (sim::TransportConfig::spurious_undo), for A/B comparisons.
 //
 // Writes DIR/SUITE.json (docs/benchmarks.md lists every figure), the goodput
 // time series DIR/SUITE/<scenario>.csv and, when python3-matplotlib is
@@ -47,6 +49,7 @@ int Usage() {
                "       [--only TRANSPORT] [--oracle-reroute-after-us D]\n"
                "       [--no-fate-sharing] [--no-group-balance] "
                "[--no-tail-resend]\n"
+               "       [--no-spurious-undo]\n"
                "  SUITE: %s\n",
                names.c_str());
   return 2;
@@ -82,6 +85,8 @@ int main(int argc, char** argv) {
       opt.group_balance = false;
     } else if (a == "--no-tail-resend") {
       opt.tail_resend = false;
+    } else if (a == "--no-spurious-undo") {
+      opt.spurious_undo = false;
     } else if (a == "--no-plot") {
       plot = false;
     } else if (a == "--quiet") {

@@ -42,7 +42,10 @@
 // rttvar, srtt / 4) + the SACK delay (at least max(base_rtt, rto_min / 4)): it
 // is resent at once on another path and its path gets kTimeout (ASSUMED_BAD
 // until a probe comes back), as MRC retires an EV after a loss by timeout. That
-// is a path failure, not congestion: the window is left alone. Anything else is
+// is a path failure, not congestion: the window is left alone. (A copy so
+// declared whose ack comes back after all, named by the SACK's echo, was
+// late: ConnectionStats::spurious_losses, and the path is restored at once,
+// ConnectionOptions::spurious_undo.) Anything else is
 // recovered by the tail-loss probe and the RTO: srtt + 4 * rttvar from echoed
 // timestamps, at least rto_min, doubled per consecutive timeout without
 // progress up to max(rto_max, that RTO); when it fires every transmission older
@@ -211,8 +214,13 @@ struct TxSlot {
   uint32_t len = 0;  // payload bytes (up to wire::kMaxPayloadLen)
   uint16_t path = 0;
   uint8_t state = kFree;
+  // Transmissions so far (kTxCountMask bits, saturating) and, in
+  // kDeclaredLost, whether a copy was declared lost on its path (path
+  // timeout, per-path inference, PTO or RTO: DeclareLost) since.
   uint8_t tx_count = 0;
 };
+constexpr uint8_t kDeclaredLost = 0x80;
+constexpr uint8_t kTxCountMask = 0x7f;
 
 // A slot's state and tx_count in one load (adjacent bytes, state first);
 // kInFlightOnce: in flight, sent once.
@@ -1892,6 +1900,15 @@ class Engine::Impl {
     }
   }
 
+  // MarkLost for a loss declared against the slot's path (path timeout,
+  // per-path inference, PTO, RTO): the slot remembers it, so that an ack
+  // of that very copy later shows the declaration was wrong (AckSlot,
+  // SpuriousLoss).
+  void DeclareLost(Conn* c, uint64_t psn) {
+    MarkLost(c, psn, false);
+    c->Slot(psn).tx_count |= kDeclaredLost;
+  }
+
   // Drops stale entries (acked meanwhile) from the retransmit ring, keeping
   // order. Live entries are distinct PSNs of the window, so they fit.
   void CompactRetx(Conn* c) {
@@ -2824,6 +2841,14 @@ class Engine::Impl {
         s.state == kInFlight &&
         (s.tx_count == 1 || (is_trig && echo_path == s.path &&
                              echo_ts == static_cast<uint64_t>(s.sent_time)));
+    // The trigger's echo names a copy declared lost: one older than the
+    // latest transmission, or the latest itself when it was declared lost
+    // and not yet resent (a valid echo: rtt > 0).
+    const bool spurious = is_trig && (s.tx_count & kDeclaredLost) != 0 &&
+                          rtt > 0 && echo_path < c->num_paths &&
+                          (echo_ts < static_cast<uint64_t>(s.sent_time) ||
+                           (s.state == kLost && echo_path == s.path &&
+                            echo_ts == static_cast<uint64_t>(s.sent_time)));
     if (this_copy) {
       NoteCopyAcked(c, p, s, run);
       run.any_acked_sent = true;
@@ -2858,7 +2883,8 @@ class Engine::Impl {
           fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
-    } else if (s.tx_count == 1 && c->srtt > 0 &&
+      if (spurious) SpuriousLoss(c, s, echo_path, rtt, now);
+    } else if ((s.tx_count & kTxCountMask) == 1 && c->srtt > 0 &&
                now - s.sent_time > 2 * c->srtt) {
       // A clean ack without an echoed timestamp, for a packet sent once,
       // that took over twice the connection's RTT: the selector gets its
@@ -2877,6 +2903,36 @@ class Engine::Impl {
     ++ev.acked_packets;
     TxMsg& m = c->Msg(s.msn);
     if (++m.acked == m.npkts) m.done = true;
+  }
+
+  // A copy of `s` declared lost on `path` arrived after all (AckSlot,
+  // OnSack), `rtt` after it left: the declaration was wrong (the copy was
+  // late, not lost). Counted; with spurious_undo, `path`, if it is retired
+  // (and its plane up), goes back into service now, as a probe's answer
+  // would put it: a path that delivered a packet after it was retired is
+  // alive. Its slowness is the late copy's delay, given to the selector
+  // after the restore (OnAckDelay), so a slow path sits out passes in
+  // proportion (SKIP) instead of taking a full share at once; before the
+  // restore the selector ignores samples of a retired path, and the
+  // path's srtt moves 1/8 per sample. Rare: a trigger's echo, once per
+  // slot. (The controller is not told: a window cut a drop-tail fabric's
+  // loss_is_congestion made is not undone.)
+  void SpuriousLoss(Conn* c, TxSlot& s, uint16_t path, Time rtt, Time now) {
+    s.tx_count &= kTxCountMask;
+    ++c->st.spurious_losses;
+    const uint32_t plane = path % c->num_planes;
+    if (!c->opt.spurious_undo ||
+        (plane < 32 &&
+         (((c->planes_down_local | c->peer_planes_down) >> plane) & 1) != 0) ||
+        c->sel->state(path) != routing::PathState::kAssumedBad) {
+      return;
+    }
+    c->sel->OnFeedback(path, routing::PathFeedback::kProbeOk, now, 0);
+    if (c->sel->state(path) != routing::PathState::kAssumedBad) {
+      ++c->st.paths_unretired;
+      ++c->path_cold[path].restored;
+      c->sel->OnAckDelay(path, now, rtt);
+    }
   }
 
   // `n` packets of message `msn` acked (AckSlot's per-packet count, added
@@ -3103,6 +3159,20 @@ class Engine::Impl {
     // positions of the PSNs in flight, PsnOfSlot, are the same from either.
     if (cum > c->snd_una) c->snd_una = cum;
     FlushGoodFeedback(c, now);
+    // A trigger acked before this SACK (a duplicate, re-acknowledged at
+    // once: the receiver had the PSN already) whose echo names a copy
+    // older than its latest transmission, declared lost: that copy was
+    // late, not lost. Its slot still holds the PSN's record while no later
+    // PSN took its ring position (trig + win >= snd_nxt).
+    if (rtt > 0 && echo_path < c->num_paths && trig < c->snd_nxt &&
+        trig + c->win >= c->snd_nxt) {
+      TxSlot& s = c->Slot(trig);
+      if ((s.state == kFree || s.state == kAcked) &&
+          (s.tx_count & kDeclaredLost) != 0 &&
+          echo_ts < static_cast<uint64_t>(s.sent_time)) {
+        SpuriousLoss(c, s, echo_path, rtt, now);
+      }
+    }
     c->rack_sent = run.rack_sent;
     c->any_acked_sent = run.any_acked_sent;
     if (ev.acked_packets > 0) {
@@ -3206,7 +3276,7 @@ class Engine::Impl {
         const uint64_t psn = PsnOfSlot(c, p.head);
         ++c->Cold(p).lost_packets;
         ++ev.lost;
-        MarkLost(c, psn, false);
+        DeclareLost(c, psn);
         RetireFeedback(c, pid, routing::PathFeedback::kLost, now);
       }
     }
@@ -3273,7 +3343,7 @@ class Engine::Impl {
       const uint16_t path = s.path;
       ++c->path_cold[path].lost_packets;
       ++c->st.path_timeouts;
-      MarkLost(c, PsnOfSlot(c, idx), false);
+      DeclareLost(c, PsnOfSlot(c, idx));
       RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
       ++n;
     }
@@ -3692,7 +3762,7 @@ class Engine::Impl {
         const uint16_t path = c->slots[idx].path;
         ++c->path_cold[path].lost_packets;
         ++ev.lost;
-        MarkLost(c, PsnOfSlot(c, idx), false);
+        DeclareLost(c, PsnOfSlot(c, idx));
         RetireFeedback(c, path, routing::PathFeedback::kLost, now);
       }
       uint32_t probed = 0;
@@ -3746,9 +3816,11 @@ class Engine::Impl {
         const uint16_t path = s.path;
         const bool overtaken = Overtaken(c, s.sent_time);
         ++c->path_cold[path].lost_packets;
-        MarkLost(c, PsnOfSlot(c, idx), false);
         if (overtaken) {
+          DeclareLost(c, PsnOfSlot(c, idx));
           RetireFeedback(c, path, routing::PathFeedback::kTimeout, now);
+        } else {
+          MarkLost(c, PsnOfSlot(c, idx), false);
         }
       }
       idx = next;
@@ -3982,7 +4054,7 @@ class Engine::Impl {
       s.path = static_cast<uint16_t>(path);
       s.sent_time = now;
       s.state = kInFlight;
-      if (s.tx_count < 255) ++s.tx_count;
+      if ((s.tx_count & kTxCountMask) < kTxCountMask) ++s.tx_count;
       PathInfo& pi = c->paths[path];
       s.path_seq = static_cast<uint32_t>(++pi.tx_seq);
       LinkSlot(c, idx);

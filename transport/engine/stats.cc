@@ -92,6 +92,8 @@ std::string ConnectionStats::ToString() const {
   Add(&s, "group_resends", group_resends);
   Add(&s, "group_balance_passes", group_balance_passes);
   Add(&s, "tail_resends", tail_resends);
+  Add(&s, "spurious_losses", spurious_losses);
+  Add(&s, "paths_unretired", paths_unretired);
   Add(&s, "messages_completed", messages_completed);
   Add(&s, "messages_received", messages_received);
   Add(&s, "writes_refused_cq_full", writes_refused_cq_full);

@@ -268,6 +268,17 @@ struct ConnectionOptions {
   // most once per such age, and only while later ones are acked (a
   // silent fabric resends nothing). docs/congestion.md ("Tail resend").
   bool tail_resend = true;
+  // Spurious-loss undo: a transmission declared lost on its path (path
+  // timeout, per-path inference, PTO, RTO) whose copy is acked after all
+  // (the SACK's echo names it, or a duplicate re-acknowledged names an
+  // earlier copy) was late, not lost: counted
+  // (ConnectionStats::spurious_losses) and, with this set, the path that
+  // declaration retired goes back into service at once, as a probe's
+  // answer would put it, instead of waiting for its probe
+  // (probe_interval). The controller is not told (a window cut a drop-tail
+  // fabric's loss_is_congestion made is not undone).
+  // docs/congestion.md ("Spurious-loss undo").
+  bool spurious_undo = true;
   // Delayed SACK: an in-order packet is acknowledged at the latest this
   // long after it arrived (or with the 16th unacknowledged packet). 0:
   // base_rtt / 4. Longer means fewer SACKs per byte where packets arrive

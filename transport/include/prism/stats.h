@@ -93,6 +93,12 @@ struct ConnectionStats {
   // because nothing new was left to send and they were older than the
   // typical paths' loss timeout.
   uint64_t tail_resends = 0;
+  // Losses found spurious: a copy declared lost on its path (path timeout,
+  // per-path inference, PTO, RTO) was acked after all (the SACK's echo
+  // named it). paths_unretired: paths that such a finding put back into
+  // service (retired by the wrong declaration; not in paths_restored).
+  uint64_t spurious_losses = 0;
+  uint64_t paths_unretired = 0;
   uint64_t messages_completed = 0;  // sender side
   uint64_t messages_received = 0;   // receiver side (all WRITEs)
   // Completion queue backpressure (EngineOptions::cq_capacity): as
