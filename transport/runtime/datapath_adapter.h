@@ -69,6 +69,15 @@ class DatapathAdapter {
   virtual CompletionFilter* completion_filter() { return nullptr; }
   // The engine the loop drives, once it exists (udp: receive in place).
   virtual void AttachEngine(Engine* engine) { (void)engine; }
+  // The fate-sharing hint for a connection of `num_paths` paths over
+  // `num_planes` planes (ConnectionOptions::path_groups); empty: none
+  // (udp: from the source routes, RouteFailureGroups).
+  virtual std::vector<uint16_t> FailureGroups(uint16_t num_paths,
+                                              uint16_t num_planes) const {
+    (void)num_paths;
+    (void)num_planes;
+    return {};
+  }
 };
 
 // The in-process datapath: every loopback endpoint of the process is a port

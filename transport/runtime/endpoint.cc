@@ -12,6 +12,7 @@
 #include "transport/runtime/datapath_adapter.h"
 #include "transport/runtime/endpoint_testing.h"
 #include "transport/runtime/event_loop.h"
+#include "transport/runtime/route_groups.h"
 #include "transport/wire/packet.h"
 
 namespace prism {
@@ -43,6 +44,10 @@ class UdpAdapter : public DatapathAdapter, public udp::RxResolver {
   // (bench/perf/spin_ab.sh; figures and their spread in docs/runtime.md).
   Time idle_spin() const override { return 0; }
   BlobDatapath kind() const override { return BlobDatapath::kUdp; }
+  std::vector<uint16_t> FailureGroups(uint16_t num_paths,
+                                      uint16_t num_planes) const override {
+    return RouteFailureGroups(routes_, num_paths, num_planes);
+  }
   uint32_t ReservePeer() override { return dp_->ReservePeer(); }
   absl::Status SetPeer(uint32_t id, const ConnInfoWire& remote) override {
     udp::PeerConfig pc;
@@ -184,6 +189,9 @@ class EndpointImpl : public Endpoint {
       }
       ConnectionOptions co = options;
       co.peer = peer;
+      if (co.path_groups.empty() && opt_.route_failure_groups) {
+        co.path_groups = dp_->FailureGroups(co.num_paths, co.num_planes);
+      }
       out = engine_->CreateConnection(co);
       if (out.ok()) {
         peers_[*out] = peer;

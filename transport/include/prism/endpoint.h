@@ -148,6 +148,13 @@ struct EndpointOptions {
   // routes[p % routes.size()]: "entropy", "usid:<carrier>" or
   // "srh:<seg>,<seg>,..." (the peer's plane address is the final segment).
   std::vector<std::string> routes;
+  // With source routes (uSID or SRH): give each connection the failure
+  // groups they imply (ConnectionOptions::path_groups, unless `connection`
+  // or CreateConnection's options set their own): paths on one plane with
+  // the same route share a group, so the engine's fate sharing and group
+  // balance act on them (transport/runtime/route_groups.h). false: no
+  // hint.
+  bool route_failure_groups = true;
   // sockets mode: UDP GSO for runs of equal-size data packets (falls back
   // to plain sends by itself where the kernel refuses it).
   bool gso = false;

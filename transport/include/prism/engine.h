@@ -333,7 +333,9 @@ struct ConnectionOptions {
   // Fate sharing hint (optional; empty = none): path_groups[p] is the
   // failure group of path p, an opaque id from the routing layer
   // (routing::PathSet::FailureGroups(); the simulator derives its own
-  // carriers' groups with the same rule, routing::FailureGroupOf). Ids are
+  // carriers' groups with the same rule, routing::FailureGroupOf; a UDP
+  // Endpoint with uSID/SRH routes one group per plane and route,
+  // EndpointOptions::route_failure_groups). Ids are
   // engine-wide: the same id on two connections of one engine names the
   // same fabric element (a plane's uplink from the local T0 to one T1 and
   // that T1), whose failure takes every path with that id.
