@@ -621,6 +621,10 @@ struct Conn {
   uint32_t plane_seq = 0;
   uint32_t peer_plane_seq = 0;
   uint32_t peer_planes_down = 0;
+  // Plane `plane` (< kMaxPlanes) is down here or at the peer.
+  bool PlaneDown(uint32_t plane) const {
+    return (((planes_down_local | peer_planes_down) >> plane) & 1) != 0;
+  }
   Time plane_resend_at = kTimeInfinite;  // next repeat of our PLANE_STATUS
   Time plane_resend_gap = 0;
   uint8_t plane_repeats_left = 0;
@@ -1742,7 +1746,7 @@ class Engine::Impl {
   }
   void QueuePlaneStatus(Conn* c) {
     for (uint16_t p = 0; p < c->num_planes; ++p) {
-      if ((c->planes_down_local | c->peer_planes_down) & (1u << p)) continue;
+      if (c->PlaneDown(p)) continue;
       CtrlItem* it = c->PushCtrl();
       if (it == nullptr) break;
       *it = CtrlItem{};
@@ -2082,9 +2086,7 @@ class Engine::Impl {
   // A plane went up/down (locally or at the peer): tell the selector and,
   // when it went down, retransmit what was in flight on it at once.
   void ApplyPlane(Conn* c, uint16_t plane, bool up, Time now) {
-    const bool effective_up =
-        up &&
-        (((c->planes_down_local | c->peer_planes_down) >> plane) & 1) == 0;
+    const bool effective_up = up && !c->PlaneDown(plane);
     c->sel->SetPlaneUp(plane, effective_up, now);
     c->no_path = false;
     if (effective_up || c->paths.empty()) return;
@@ -2920,10 +2922,7 @@ class Engine::Impl {
   void SpuriousLoss(Conn* c, TxSlot& s, uint16_t path, Time rtt, Time now) {
     s.tx_count &= kTxCountMask;
     ++c->st.spurious_losses;
-    const uint32_t plane = path % c->num_planes;
-    if (!c->opt.spurious_undo ||
-        (plane < 32 &&
-         (((c->planes_down_local | c->peer_planes_down) >> plane) & 1) != 0) ||
+    if (!c->opt.spurious_undo || c->PlaneDown(path % c->num_planes) ||
         c->sel->state(path) != routing::PathState::kAssumedBad) {
       return;
     }
