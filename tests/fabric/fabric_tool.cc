@@ -37,6 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +59,19 @@ using prism::PathId;
 [[noreturn]] void Die(const std::string& msg) {
   fprintf(stderr, "prism_fabric_tool: %s\n", msg.c_str());
   exit(2);
+}
+
+// A decimal integer in [lo, hi], all of `s`; dies naming `what` otherwise
+// (atoi took "12x" as 12 and "x" as 0).
+int Int(const char* s, int lo, int hi, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+    Die(std::string("bad ") + what + " \"" + s + "\" (want " +
+        std::to_string(lo) + ".." + std::to_string(hi) + ")");
+  }
+  return static_cast<int>(v);
 }
 
 Topology Load(const char* path) {
@@ -154,7 +169,8 @@ int Plan(const Topology& t) {
 }
 
 PathSet Paths(const Topology& t, const char* s, const char* d) {
-  absl::StatusOr<PathSet> ps = PathSet::Build(t, atoi(s), atoi(d));
+  absl::StatusOr<PathSet> ps = PathSet::Build(t, Int(s, 0, INT32_MAX, "host"),
+                                              Int(d, 0, INT32_MAX, "host"));
   if (!ps.ok()) Die(std::string(ps.status().message()));
   return *std::move(ps);
 }
@@ -195,8 +211,8 @@ int ListPaths(const Topology& t, const PathSet& ps) {
 }
 
 PathId PathArg(const PathSet& ps, const char* s) {
-  const int x = atoi(s);
-  if (x < 0 || x >= ps.num_paths()) Die("path id out of range");
+  const int x = Int(s, 0, INT32_MAX, "path id");
+  if (x >= ps.num_paths()) Die("path id out of range");
   return static_cast<PathId>(x);
 }
 
@@ -344,22 +360,28 @@ int Recv(int port, const char* out_path) {
 int main(int argc, char** argv) {
   if (argc < 2) Die("usage: see the comment at the top of fabric_tool.cc");
   const std::string cmd = argv[1];
-  if (cmd == "recv" && argc == 4) return Recv(atoi(argv[2]), argv[3]);
+  if (cmd == "recv" && argc == 4) {
+    return Recv(Int(argv[2], 1, 65535, "port"), argv[3]);
+  }
   if (argc < 3) Die("missing topology file");
   const Topology t = Load(argv[2]);
-  if (cmd == "plan") return Plan(t);
+  if (cmd == "plan" && argc == 3) return Plan(t);
   if (cmd == "paths" && argc == 5) {
     return ListPaths(t, Paths(t, argv[3], argv[4]));
   }
   if (cmd == "expect" && argc == 8) {
     const PathSet ps = Paths(t, argv[3], argv[4]);
-    return Expect(t, ps, PathArg(ps, argv[5]), argv[6], atoi(argv[7]));
+    return Expect(t, ps, PathArg(ps, argv[5]), argv[6],
+                  Int(argv[7], 0, 64, "hop"));
   }
   if (cmd == "send" && (argc == 11 || argc == 12)) {
+    if (argc == 12 && std::string(argv[11]) != "badcsum") {
+      Die(std::string("unknown send option \"") + argv[11] + "\"");
+    }
     const PathSet ps = Paths(t, argv[3], argv[4]);
-    const bool bad = argc == 12 && std::string(argv[11]) == "badcsum";
-    return Send(t, ps, PathArg(ps, argv[5]), argv[6], atoi(argv[7]), argv[8],
-                argv[9], atoi(argv[10]), bad);
+    return Send(t, ps, PathArg(ps, argv[5]), argv[6],
+                Int(argv[7], 0, 1000000, "count"), argv[8], argv[9],
+                Int(argv[10], 1, 65535, "port"), argc == 12);
   }
   Die("bad arguments: see the comment at the top of fabric_tool.cc");
 }
