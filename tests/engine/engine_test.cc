@@ -913,6 +913,98 @@ TEST(Engine, SpuriousLossUndoesTheRetirementItCaused) {
   }
 }
 
+// The only copy of a packet, declared lost on its path and not resent yet
+// (no path left to resend it on: the connection's one path was retired),
+// is acked after all by a SACK whose trigger is another packet (no echo
+// names it): the loss was spurious all the same, and with spurious_undo
+// the path is back in service.
+// Two packets on one plane held past their path timeout: both are declared
+// lost and their paths retired, and the sender, asked for one packet, resends
+// one of them. Then both originals arrive in one burst: the SACK's echo
+// names the last (the resent one's original, found as in the test above);
+// the other one, acked by the same SACK with no echo naming it, was the
+// only copy that left, declared lost and not resent yet: its loss was
+// spurious all the same, and with spurious_undo its path is back too.
+TEST(Engine, SpuriousLossFoundWithoutAnEchoBeforeTheResendLeft) {
+  for (const bool undo : {true, false}) {
+    SCOPED_TRACE(undo ? "spurious_undo" : "without");
+    ConnectionOptions o = Pair::Defaults();
+    o.num_paths = 32;
+    o.num_planes = 16;
+    o.rto_min = 40 * kMicrosecond;
+    o.tail_resend = false;
+    o.spurious_undo = undo;
+    Pair p(o);
+    const Time t0 = kMicrosecond;
+    ASSERT_TRUE(p.Write(t0, 1, 0, 32 * 4096, 0).ok());
+    auto pk = OfType(Poll(*p.a, t0), wire::PacketType::kData);
+    ASSERT_EQ(pk.size(), 32u);
+    // Plane 12's two paths (12 and 28) hold their packets; everything else
+    // arrives, and a second WRITE's packets on plane 12 (sent later) are
+    // acked: evidence against both held ones.
+    std::vector<size_t> held;
+    for (size_t i = 0; i < pk.size(); ++i) {
+      if (pk[i].path % 16 == 12) {
+        held.push_back(i);
+      } else {
+        Deliver(*p.b, t0 + 1500, pk[i]);
+      }
+    }
+    ASSERT_EQ(held.size(), 2u);
+    ASSERT_NE(pk[held[0]].path, pk[held[1]].path);
+    ASSERT_TRUE(p.Write(t0 + 1000, 2, 32 * 4096, 16 * 4096, 32 * 4096).ok());
+    for (const Cap& c :
+         OfType(Poll(*p.a, t0 + 1000), wire::PacketType::kData)) {
+      Deliver(*p.b, t0 + 1500, c);
+    }
+    for (auto& c : PollAcks(*p.b, t0 + 1500)) Deliver(*p.a, t0 + 2000, c);
+    // One packet per call until the path timeouts: the WRITE's rest, then
+    // one resend.
+    uint32_t resent_psn = 0;
+    for (int k = 0; k < 8 && resent_psn == 0; ++k) {
+      const Time t = p.a->NextEventTime();
+      ASSERT_LT(t, t0 + 40 * kMicrosecond);
+      TxPacket tx[1];
+      ASSERT_EQ(p.a->PollTransmit(t, tx, 1), 1u);
+      wire::Packet w;
+      ASSERT_EQ(wire::DecodeSplit(tx[0].header, tx[0].header_len, tx[0].payload,
+                                  tx[0].payload_len, &w),
+                wire::DecodeError::kOk);
+      if (w.data.flags & wire::kFlagRetransmit) resent_psn = w.data.psn;
+    }
+    const auto before = *p.a->connection_stats(p.ca);
+    EXPECT_EQ(before.path_timeouts, 2u);
+    EXPECT_EQ(before.paths_retired, 2u);
+    EXPECT_EQ(before.retransmitted_packets, 1u);
+    const size_t first =
+        pk[held[0]].pkt.data.psn == resent_psn ? held[1] : held[0];
+    const size_t last = first == held[0] ? held[1] : held[0];
+    ASSERT_EQ(pk[last].pkt.data.psn, resent_psn);
+    const Time late = t0 + 12 * kMicrosecond;
+    RxPacket rx[2];
+    rx[0].data = pk[first].bytes.data();
+    rx[0].len = static_cast<uint32_t>(pk[first].bytes.size());
+    rx[1].data = pk[last].bytes.data();
+    rx[1].len = static_cast<uint32_t>(pk[last].bytes.size());
+    p.b->OnReceive(late, rx, 2);
+    for (auto& c : PollAcks(*p.b, late)) Deliver(*p.a, late + 4000, c);
+    const auto st = *p.a->connection_stats(p.ca);
+    EXPECT_EQ(st.spurious_losses, 2u);
+    EXPECT_EQ(st.paths_unretired, undo ? 2u : 0u);
+    for (const size_t i : held) {
+      const uint8_t state = p.a->path_stats(p.ca, pk[i].path)->state;
+      EXPECT_EQ(state == static_cast<uint8_t>(routing::PathState::kAssumedBad),
+                !undo);
+    }
+    // The held packet acked before its resend left is not sent again.
+    for (const Cap& c :
+         OfType(Poll(*p.a, late + 4000), wire::PacketType::kData)) {
+      EXPECT_NE(c.pkt.data.psn, pk[first].pkt.data.psn);
+    }
+    EXPECT_EQ(p.a->connection_stats(p.ca)->retransmitted_packets, 1u);
+  }
+}
+
 TEST(Engine, TailResendUsesTheTypicalRttAndRetiresNothing) {
   // Warm-up WRITEs acked about 5 us after they left, then one acked 400 us
   // late (a slow route): the connection's srtt / rttvar take it (the path

@@ -2851,6 +2851,10 @@ class Engine::Impl {
                           (echo_ts < static_cast<uint64_t>(s.sent_time) ||
                            (s.state == kLost && echo_path == s.path &&
                             echo_ts == static_cast<uint64_t>(s.sent_time)));
+    // With or without an echo: the slot's only transmission, declared lost
+    // and not resent yet (kLost), acked all the same.
+    const bool sole_declared =
+        s.state == kLost && s.tx_count == (kDeclaredLost | 1);
     if (this_copy) {
       NoteCopyAcked(c, p, s, run);
       run.any_acked_sent = true;
@@ -2885,7 +2889,17 @@ class Engine::Impl {
           fb_path,
           marked ? routing::PathFeedback::kEcn : routing::PathFeedback::kGood,
           now, rtt);
-      if (spurious) SpuriousLoss(c, s, echo_path, rtt, now);
+      if (spurious) {
+        SpuriousLoss(c, s, echo_path, rtt, now);
+      } else if (sole_declared) {  // (an echo without a valid timestamp)
+        SpuriousLoss(c, s, s.path, now - s.sent_time, now);
+      }
+    } else if (sole_declared) {
+      // The only copy that left was declared lost, and it is acked before
+      // its resend left: it was late, not lost, on its own path. Its delay
+      // is known only up to this SACK (now - sent, an upper bound).
+      FlushGoodFeedback(c, now);
+      SpuriousLoss(c, s, s.path, now - s.sent_time, now);
     } else if ((s.tx_count & kTxCountMask) == 1 && c->srtt > 0 &&
                now - s.sent_time > 2 * c->srtt) {
       // A clean ack without an echoed timestamp, for a packet sent once,
@@ -2916,9 +2930,10 @@ class Engine::Impl {
   // after the restore (OnAckDelay), so a slow path sits out passes in
   // proportion (SKIP) instead of taking a full share at once; before the
   // restore the selector ignores samples of a retired path, and the
-  // path's srtt moves 1/8 per sample. Rare: a trigger's echo, once per
-  // slot. (The controller is not told: a window cut a drop-tail fabric's
-  // loss_is_congestion made is not undone.)
+  // path's srtt moves 1/8 per sample. Rare: a trigger's echo, or the ack of
+  // a slot's only copy before its resend left; once per slot. (The controller
+  // is not told: a window cut a drop-tail fabric's loss_is_congestion made is
+  // not undone.)
   void SpuriousLoss(Conn* c, TxSlot& s, uint16_t path, Time rtt, Time now) {
     s.tx_count &= kTxCountMask;
     ++c->st.spurious_losses;
