@@ -913,11 +913,6 @@ TEST(Engine, SpuriousLossUndoesTheRetirementItCaused) {
   }
 }
 
-// The only copy of a packet, declared lost on its path and not resent yet
-// (no path left to resend it on: the connection's one path was retired),
-// is acked after all by a SACK whose trigger is another packet (no echo
-// names it): the loss was spurious all the same, and with spurious_undo
-// the path is back in service.
 // Two packets on one plane held past their path timeout: both are declared
 // lost and their paths retired, and the sender, asked for one packet, resends
 // one of them. Then both originals arrive in one burst: the SACK's echo
