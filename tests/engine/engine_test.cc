@@ -831,6 +831,19 @@ TEST(Engine, PathTimeoutWorksPerPlaneAboveEightPlanes) {
   }
 }
 
+// The spurious-loss tests' connection: 32 paths on 16 planes (as in
+// Engine.PathTimeoutWorksPerPlaneAboveEightPlanes: plane 12 holds paths 12
+// and 28), rto_min 40 us, no tail resend, the undo on or off.
+ConnectionOptions SpuriousLossOptions(bool undo) {
+  ConnectionOptions o = Pair::Defaults();
+  o.num_paths = 32;
+  o.num_planes = 16;
+  o.rto_min = 40 * kMicrosecond;
+  o.tail_resend = false;
+  o.spurious_undo = undo;
+  return o;
+}
+
 // A packet held on its path past the path timeout is declared lost, its
 // path retired and the packet resent; then the held copy arrives after
 // all. Its ack names that copy (the SACK's echo: the late original itself
@@ -844,14 +857,7 @@ TEST(Engine, SpuriousLossUndoesTheRetirementItCaused) {
       SCOPED_TRACE(
           std::string(original_first ? "original first" : "resent first") +
           (undo ? ", spurious_undo" : ", without"));
-      ConnectionOptions o = Pair::Defaults();
-      // As in Engine.PathTimeoutWorksPerPlaneAboveEightPlanes.
-      o.num_paths = 32;
-      o.num_planes = 16;
-      o.rto_min = 40 * kMicrosecond;
-      o.tail_resend = false;
-      o.spurious_undo = undo;
-      Pair p(o);
+      Pair p(SpuriousLossOptions(undo));
       // (From 1 us: a send time of 0 echoes as "no timestamp".)
       const Time t0 = kMicrosecond;
       ASSERT_TRUE(p.Write(t0, 1, 0, 16 * 4096, 0).ok());
@@ -923,13 +929,7 @@ TEST(Engine, SpuriousLossUndoesTheRetirementItCaused) {
 TEST(Engine, SpuriousLossFoundWithoutAnEchoBeforeTheResendLeft) {
   for (const bool undo : {true, false}) {
     SCOPED_TRACE(undo ? "spurious_undo" : "without");
-    ConnectionOptions o = Pair::Defaults();
-    o.num_paths = 32;
-    o.num_planes = 16;
-    o.rto_min = 40 * kMicrosecond;
-    o.tail_resend = false;
-    o.spurious_undo = undo;
-    Pair p(o);
+    Pair p(SpuriousLossOptions(undo));
     const Time t0 = kMicrosecond;
     ASSERT_TRUE(p.Write(t0, 1, 0, 32 * 4096, 0).ok());
     auto pk = OfType(Poll(*p.a, t0), wire::PacketType::kData);
