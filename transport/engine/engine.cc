@@ -1245,20 +1245,22 @@ class Engine::Impl {
     for (size_t i = 0; i < n; i += kChunk) {
       const size_t k = std::min(kChunk, n - i);
       if (!batch) {
+        // Each packet's checksum span; and the connections of the chunk's
+        // packets start loading (a packet with a span holds at least the
+        // common header), each once per stretch of packets of one
+        // connection, while the checksums are computed and the packets
+        // before them handled. Prefetches only: no effect on results.
+        uint32_t prev_id = 0xFFFFFFFFu;
         for (size_t j = 0; j < k; ++j) {
           const RxPacket& rx = pkts[i + j];
           const size_t sp = wire::internal::HeaderCrcSpanImpl(rx.data, rx.len);
           hdr[j] = sp != 0 ? rx.data : kNoHeader;
           span[j] = sp != 0 ? sp : sizeof(kNoHeader);
-        }
-        wire::HeaderCrcs(hdr, span, k, crc);
-        // Start loading the connections of the chunk's packets (their
-        // headers are in cache now; one with a checksum span holds at least
-        // the common header) while the packets before them are handled.
-        // Prefetches only: no effect on results.
-        for (size_t j = 0; j < k; ++j) {
-          if (hdr[j] == kNoHeader) continue;
-          const Conn* c = Find(Get32(hdr[j] + wire::internal::off::kDstConn));
+          if (sp == 0) continue;
+          const uint32_t id = Get32(rx.data + wire::internal::off::kDstConn);
+          if (id == prev_id) continue;
+          prev_id = id;
+          const Conn* c = Find(id);
           if (c == nullptr) continue;
           __builtin_prefetch(&c->connected);
           __builtin_prefetch(&c->snd_una);
@@ -1266,6 +1268,7 @@ class Engine::Impl {
           __builtin_prefetch(&c->rcv_nxt);
           __builtin_prefetch(&c->ack_deadline);
         }
+        wire::HeaderCrcs(hdr, span, k, crc);
       } else {
         // Only the packets not read in place are checksummed (m of them).
         size_t m = 0;
