@@ -3368,13 +3368,20 @@ class Engine::Impl {
     return n;
   }
 
+  // Whether the oldest transmission in flight is due for a tail resend at
+  // `now`, before the path timeout would take it (TailResendTime is
+  // kTimeInfinite when nothing is in flight). Each read once.
+  static bool TailResendDue(const Conn* c, Time now) {
+    const Time t = c->TailResendTime();
+    return t <= now && t < c->PathLossTime();
+  }
+
   // Tail resend: resends (on other paths, from the retransmit queue) the
   // oldest transmissions in flight while each is due (TailResendTime);
   // not a loss for the paths, the controller or the window.
   void TailResends(Time now, Conn* c) {
     uint32_t n = 0;
-    while (c->all_head != kNil && c->TailResendTime() <= now &&
-           c->TailResendTime() < c->PathLossTime()) {
+    while (TailResendDue(c, now)) {
       MarkLost(c, PsnOfSlot(c, c->all_head), false);
       ++n;
     }
@@ -3736,7 +3743,7 @@ class Engine::Impl {
       }
     }
     if (c->all_head == kNil) return;
-    if (c->TailResendTime() <= now && c->TailResendTime() < c->PathLossTime()) {
+    if (TailResendDue(c, now)) {
       TailResends(now, c);
       if (c->all_head == kNil) return;
     }
