@@ -3369,8 +3369,8 @@ class Engine::Impl {
   }
 
   // Whether the oldest transmission in flight is due for a tail resend at
-  // `now`, before the path timeout would take it (TailResendTime is
-  // kTimeInfinite when nothing is in flight). Each read once.
+  // `now`, before the path timeout would take it (TailResendTime, computed
+  // once, is kTimeInfinite when nothing is in flight).
   static bool TailResendDue(const Conn* c, Time now) {
     const Time t = c->TailResendTime();
     return t <= now && t < c->PathLossTime();
@@ -3743,10 +3743,8 @@ class Engine::Impl {
       }
     }
     if (c->all_head == kNil) return;
-    if (TailResendDue(c, now)) {
-      TailResends(now, c);
-      if (c->all_head == kNil) return;
-    }
+    TailResends(now, c);  // (nothing unless the oldest is due)
+    if (c->all_head == kNil) return;
     if (c->PathLossTime() <= now) {
       congestion::AckEvent ev;
       ev.now = now;
