@@ -8,22 +8,22 @@
 # per run and, at the end, per binary the medians of `_NoPlacement_`'s ns
 # per packet and of BM_EngineLoopbackVsMemcpy's loopback and memcpy us per
 # MiB and pct_of_memcpy.
-# Why pinned: unpinned, a thread moved between the two cores mid-pair
-# adds its own swing. Pinned, the loopback half is steady (Zen 4,
-# 2026-12-07 fourth session: 21.7-22.5 us per MiB in 20 runs, one 24.3)
-# and `_NoPlacement_` within ~5%; the memcpy half is not: it sits at
-# ~16.1 or at ~17.9 us per MiB for minutes at a time, whatever the
-# binary, so pct_of_memcpy reads ~73% or ~81% for the same loopback. Compare
-# binaries by the loopback and `_NoPlacement_` medians of alternated rounds;
-# quote pct_of_memcpy with the memcpy figure beside it.
+# Why pinned, and why the memcpy half is not a fixed yardstick (it sits
+# at one of two levels for minutes at a time, so pct_of_memcpy moves with
+# it while the loopback holds still): docs/benchmarks.md "Pinned runs".
+# Compare binaries by the loopback and `_NoPlacement_` medians of
+# alternated rounds; quote pct_of_memcpy with the memcpy figure beside it.
 set -u
 R=5 T=0.5 CPU=$(($(nproc) - 1))
+usage() {
+  echo "usage: $0 [-r rounds] [-t min_time] [-c cpu] MICROBENCH..." >&2
+  exit 2
+}
 while getopts "r:t:c:" o; do
-  case $o in r) R=$OPTARG ;; t) T=$OPTARG ;; c) CPU=$OPTARG ;;
-    *) echo "usage: $0 [-r rounds] [-t min_time] [-c cpu] MICROBENCH..." >&2; exit 2 ;; esac
+  case $o in r) R=$OPTARG ;; t) T=$OPTARG ;; c) CPU=$OPTARG ;; *) usage ;; esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-r rounds] [-t min_time] [-c cpu] MICROBENCH..." >&2; exit 2; }
+[ $# -ge 1 ] || usage
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); cpu $CPU; $R rounds of ${T} s"
 for ((k = 0; k < R; k++)); do
