@@ -121,7 +121,8 @@ class BaselineDriver : public TransportDriver {
 BaselineHost::BaselineHost(BaselineDriver* d, uint32_t host, uint32_t planes)
     : d_(d), host_(host), rr_(planes) {
   for (uint32_t p = 0; p < planes; ++p) {
-    plane_timers_.push_back(std::make_unique<Timer>(this, kPlaneTimerTag | p));
+    plane_timers_.push_back(
+        std::make_unique<Timer>(this, kPlaneTimerTag | p, host));
   }
 }
 
@@ -148,8 +149,8 @@ void BaselineHost::StartFlow(Time now, uint32_t flow) {
         static_cast<uint32_t>(static_cast<uint64_t>(K) * (i + 1) / n) - q.k0;
     q.line = q.rc = q.rt = line;
     const uint32_t tag = static_cast<uint32_t>(flow * n + i) * 2;
-    q.rto_timer = std::make_unique<Timer>(this, tag);
-    q.cc_timer = std::make_unique<Timer>(this, tag + 1);
+    q.rto_timer = std::make_unique<Timer>(this, tag, host_);
+    q.cc_timer = std::make_unique<Timer>(this, tag + 1, host_);
     if (q.count == 0) {
       q.done = true;
       continue;

@@ -188,10 +188,33 @@ const Event* EventQueue::PopSlow() {
 }
 
 size_t EventQueue::memory_bytes() const {
-  const size_t n = ready_.capacity() + far_join_.capacity() + late_.capacity() +
-                   far_.capacity();
+  size_t n = ready_.capacity() + far_join_.capacity() + late_.capacity() +
+             far_.capacity();
+  for (const std::vector<Event>& v : batch_bucket_) n += v.capacity();
   return n * sizeof(Event) + chunks_.capacity() * sizeof(Chunk) +
          buckets_.size() * sizeof(Bucket) + bits_.size() * sizeof(uint64_t);
+}
+
+uint64_t EventQueue::PushBatch(Time time, uint16_t kind, uint32_t arg,
+                               void* ptr) {
+  Event e;
+  e.time = time < now_ ? now_ : time;
+  e.seq = next_seq_++;
+  e.ptr = ptr;
+  e.arg = arg;
+  e.kind = kind;
+  const int k = static_cast<int>((e.time - batch_start_) >> batch_shift_);
+  std::vector<Event>& v = batch_bucket_[k];
+  batch_mask_ |= uint64_t{1} << k;
+  // Insertion from the back (the new seq is the largest: ties go after).
+  size_t i = v.size();
+  v.push_back(e);
+  while (i > batch_head_[k] && e.time < v[i - 1].time) {
+    v[i] = v[i - 1];
+    --i;
+  }
+  v[i] = e;
+  return e.seq;
 }
 
 void EventQueue::HeapPush(std::vector<Event>& h, const Event& e) {
@@ -233,7 +256,7 @@ void Timer::Arm(EventQueue& q, Time when) {
   if (when < q.now()) when = q.now();
   when_ = when;
   if (queued_ && queued_at_ <= when) return;  // fires early, re-pushes
-  queued_seq_ = q.Push(when, EventQueue::kTimerKind, 0, this);
+  queued_seq_ = q.Push(when, EventQueue::kTimerKind, node_, this);
   queued_at_ = when;
   queued_ = true;
 }
@@ -243,7 +266,7 @@ void Timer::Fire(EventQueue& q, const Event& e) {
   queued_ = false;
   if (when_ == kTimeInfinite) return;  // cancelled
   if (e.time < when_) {                // re-armed later: wait again
-    queued_seq_ = q.Push(when_, EventQueue::kTimerKind, 0, this);
+    queued_seq_ = q.Push(when_, EventQueue::kTimerKind, node_, this);
     queued_at_ = when_;
     queued_ = true;
     return;

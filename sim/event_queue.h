@@ -7,11 +7,19 @@
 //   pure function of its inputs and seed.
 // - An event is plain data {time, seq, kind, arg, ptr}; the owner of the
 //   queue (the Simulator) dispatches on `kind`. Kind kTimerKind is reserved
-//   for Timer and is dispatched with Timer::Fire.
+//   for Timer and is dispatched with Timer::Fire; its arg is the timer's node.
 // - Timers are cancelled lazily: re-arming or cancelling leaves the old heap
 //   entry in place and it is ignored when it pops (its seq no longer
 //   matches). Re-arming a timer later than its queued entry pushes nothing
 //   until that entry pops, so frequently re-armed timers do not grow the heap.
+// - Batches (the Simulator's "batched" scheduler, docs/simulator.md): while
+//   a batch [start, end) is open (BeginBatch), the caller pops the batch's
+//   events itself (PopUntil(end - 1)) and dispatches them in its own order,
+//   moving the clock with SetClock (it may go back between nodes); an event
+//   pushed meanwhile with time < end goes to a side heap, taken with
+//   PopBatch in (time, seq) order, and later ones to the calendar as usual.
+//   A timer records the node it belongs to (Timer::node) so that the caller
+//   can tell whose batch its events are part of.
 // - No globals: any number of queues can live in one process.
 //
 // Thread safety: none; one queue per single-threaded simulation.
@@ -61,8 +69,11 @@ class EventQueue {
 
   EventQueue();
   // Schedules an event; returns its sequence number. REQUIRES: time >= the
-  // time of the last popped event (no scheduling into the past).
+  // clock (the time of the last popped event, or SetClock's); an earlier
+  // time is taken as the clock's.
   uint64_t Push(Time time, uint16_t kind, uint32_t arg, void* ptr) {
+    if (time < batch_end_) [[unlikely]]
+      return PushBatch(time, kind, arg, ptr);
     if (time < now_) time = now_;  // never into the past
     const int64_t b = time >> kShift;
     // cur_ < b < cur_ + kBuckets, in one unsigned comparison.
@@ -135,6 +146,44 @@ class EventQueue {
   }
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
+  // Batches (see the contract). BeginBatch: events pushed with time < end
+  // go to the batch heap until EndBatch. REQUIRES: no batch open, start <
+  // end, and the clock never below start while the batch is open (the
+  // batch's events are all at start or later).
+  void BeginBatch(Time start, Time end) {
+    batch_start_ = start;
+    batch_end_ = end;
+    batch_shift_ = 0;
+    while (((end - start - 1) >> batch_shift_) >= kBatchBuckets) ++batch_shift_;
+  }
+  // The clock for the event about to be dispatched (may go back).
+  void SetClock(Time t) { now_ = t; }
+  bool batch_heap_empty() const { return batch_mask_ == 0; }
+  // The batch heap's earliest event. REQUIRES: !batch_heap_empty().
+  const Event& batch_top() const {
+    const int b = __builtin_ctzll(batch_mask_);
+    return batch_bucket_[b][batch_head_[b]];
+  }
+  Event PopBatch() {
+    ++popped_;
+    const int b = __builtin_ctzll(batch_mask_);
+    std::vector<Event>& v = batch_bucket_[b];
+    const Event e = v[batch_head_[b]++];
+    if (batch_head_[b] == v.size()) {
+      v.clear();
+      batch_head_[b] = 0;
+      batch_mask_ &= batch_mask_ - 1;
+    }
+    return e;
+  }
+  // Closes the batch; the clock becomes `clock`. REQUIRES:
+  // batch_heap_empty(), clock >= every time popped in the batch.
+  void EndBatch(Time clock) {
+    batch_end_ = kNoBatch;
+    now_ = clock;
+  }
+  // (time, seq) order.
+  static bool Before(const Event& a, const Event& b) { return Less(a, b); }
   uint64_t pushed() const { return next_seq_; }
   uint64_t popped() const { return popped_; }
   // Bytes held by the calendar, the heaps and their spare capacity.
@@ -195,6 +244,23 @@ class EventQueue {
   uint64_t next_seq_ = 0;
   uint64_t popped_ = 0;
   Time now_ = 0;
+  // Batches: batch_end_ is kNoBatch (below every time) when none is open.
+  static constexpr Time kNoBatch = -1;
+  Time batch_end_ = kNoBatch;
+  // Pushed into the open batch (all the running node's: port-dones, next
+  // wire arrivals, timers): a small calendar of kBatchBuckets buckets over
+  // [batch_start_, batch_end_), each sorted by (time, seq) from its head
+  // on (insertion from the back: a bucket spans a few ns), and a mask of
+  // the non-empty ones. (A heap cost a log per event; one sorted list, a
+  // long insertion whenever a slow port's port-done waited ahead of a fast
+  // link's next arrival.)
+  static constexpr int kBatchBuckets = 64;
+  Time batch_start_ = 0;
+  int batch_shift_ = 0;
+  uint64_t batch_mask_ = 0;
+  std::vector<Event> batch_bucket_[kBatchBuckets];
+  uint32_t batch_head_[kBatchBuckets] = {};
+  uint64_t PushBatch(Time time, uint16_t kind, uint32_t arg, void* ptr);
 };
 
 class TimerClient {
@@ -207,7 +273,12 @@ class TimerClient {
 // pointer to it); it must outlive the queue's dispatching.
 class Timer {
  public:
-  Timer(TimerClient* client, uint32_t tag) : client_(client), tag_(tag) {}
+  static constexpr uint32_t kNoNode = 0xffffffffu;
+  // `node`: the topology node (host) whose state the client's OnTimer
+  // touches, for batched dispatch; kNoNode: not one node's (such a timer
+  // ends a batch when it comes up).
+  Timer(TimerClient* client, uint32_t tag, uint32_t node = kNoNode)
+      : client_(client), tag_(tag), node_(node) {}
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
 
@@ -224,6 +295,7 @@ class Timer {
   // Called by the dispatcher for an event of kind kTimerKind whose ptr is
   // this timer.
   void Fire(EventQueue& q, const Event& e);
+  uint32_t node() const { return node_; }
 
  private:
   TimerClient* client_;
@@ -232,6 +304,7 @@ class Timer {
   Time queued_at_ = kTimeInfinite;
   uint64_t queued_seq_ = 0;
   bool queued_ = false;
+  uint32_t node_;
 };
 
 }  // namespace prism::sim

@@ -106,7 +106,11 @@ absl::Status Fabric::Init() {
     }
   }
   port_to_.resize(ports_.size());
-  for (size_t id = 0; id < ports_.size(); ++id) port_to_[id] = ports_[id].to;
+  port_from_.resize(ports_.size());
+  for (size_t id = 0; id < ports_.size(); ++id) {
+    port_to_[id] = ports_[id].to;
+    port_from_[id] = ports_[id].from;
+  }
   for (size_t l = 0; l < t.num_links(); ++l) {
     if (link_port_[2 * l] == kNone || link_port_[2 * l + 1] == kNone) {
       return absl::InternalError(
@@ -974,6 +978,7 @@ size_t Fabric::memory_bytes() const {
          direct_.capacity() * sizeof(DirectSlot) +
          link_port_.capacity() * sizeof(uint32_t) +
          port_to_.capacity() * sizeof(uint32_t) +
+         port_from_.capacity() * sizeof(uint32_t) +
          hop_.capacity() * sizeof(Hop) +
          nic_room_.capacity() * sizeof(uint16_t) +
          host_room_.capacity() * sizeof(uint32_t) +

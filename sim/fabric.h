@@ -262,8 +262,10 @@ class Fabric {
   // Handles a kPortDoneKind event (what HandleEvent does for it, without
   // the dispatch).
   void OnPortDone(const Event& e) { PortDone(e.time, e.arg); }
-  // Prefetch only: the node at the far end of port `id`.
+  // The nodes at the far end and at the near end of port `id` (compact
+  // arrays: for the look-ahead and the batched scheduler's grouping).
   uint32_t port_to(uint32_t id) const { return port_to_[id]; }
+  uint32_t port_from(uint32_t id) const { return port_from_[id]; }
   static constexpr uint32_t kNoPort = 0xffffffffu;
   uint32_t WireSize(const SimPacket* p) const {
     return p->header_len + p->payload_len + config_.wire_overhead_bytes;
@@ -434,6 +436,7 @@ class Fabric {
   // Port::to of every port, compact (BuildCarrier walks it per packet; the
   // 168-byte ports would cost a cache miss per hop).
   std::vector<uint32_t> port_to_;
+  std::vector<uint32_t> port_from_;  // Port::from, compact
   std::vector<uint8_t> link_up_;     // administrative link state
   std::vector<uint32_t> host_port_;  // host*planes + plane
   // Room of each NIC port (host*planes + plane): up ? nic_queue_packets -

@@ -53,8 +53,8 @@ class PrismHost : public HostAgent, public TimerClient {
       : d_(d),
         host_(host),
         engine_(MakeOptions(placer, seed, mtu, max_conns)),
-        wake_(this, kWakeTag),
-        rx_timer_(this, kRxTag),
+        wake_(this, kWakeTag, host),
+        rx_timer_(this, kRxTag, host),
         oracle_rng_(seed ^ 0x6f7261636c65ull) {}
 
   static EngineOptions MakeOptions(Placer* placer, uint64_t seed, uint32_t mtu,

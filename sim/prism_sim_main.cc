@@ -2,8 +2,9 @@
 //
 //   prism_sim --scenario FILE.json --out DIR [--seed N] [--quiet]
 //             [--transport NAME] [--no-plot]
-//   (any mode) [--lazy-ports] [--nic-pull-watermark N]: set the scenario's
-//   fabric.lazy_switch_ports / fabric.nic_pull_watermark (docs/simulator.md)
+//   (any mode) [--lazy-ports] [--nic-pull-watermark N] [--scheduler S]: set
+//   the scenario's fabric.lazy_switch_ports / fabric.nic_pull_watermark /
+//   scheduler (exact or batched) (docs/simulator.md)
 //   prism_sim --bench [--hosts N] [--planes P] [--duration_us T] [--out DIR]
 //   prism_sim --bench-scale [--hosts N] [--out DIR]
 //
@@ -45,7 +46,8 @@ int Usage() {
                "                 [--max-messages N] [--out DIR]\n"
                "       prism_sim --bench-scale [--transport NAME] [--hosts N] "
                "[--out DIR]\n"
-               "  any mode: [--lazy-ports] [--nic-pull-watermark N]\n");
+               "  any mode: [--lazy-ports] [--nic-pull-watermark N] "
+               "[--scheduler exact|batched]\n");
   return 2;
 }
 
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
   std::string scenario_path, out_dir, only;
   bool quiet = false, plot = true, bench = false, bench_scale = false;
   bool have_seed = false, have_hosts = false, lazy_ports = false;
+  std::string scheduler;
   int32_t nic_pull_watermark = -1;
   uint64_t seed = 0;
   uint32_t hosts = 1024, planes = 8, group = 8, window = 0, max_messages = 0;
@@ -243,6 +246,13 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--lazy-ports") {
       lazy_ports = true;
+    } else if (a == "--scheduler") {
+      const char* v = next();
+      if (!v ||
+          (std::strcmp(v, "exact") != 0 && std::strcmp(v, "batched") != 0)) {
+        return BadValue(a, v, "exact or batched");
+      }
+      scheduler = v;
     } else if (a == "--nic-pull-watermark") {
       const char* v = next();
       if (!v || !absl::SimpleAtoi(v, &nic_pull_watermark) ||
@@ -293,6 +303,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (lazy_ports) sc->fabric.lazy_switch_ports = true;
+  if (!scheduler.empty()) {
+    sc->scheduler = scheduler == "batched" ? prism::sim::Scheduler::kBatched
+                                           : prism::sim::Scheduler::kExact;
+  }
   if (nic_pull_watermark >= 0) {
     sc->fabric.nic_pull_watermark = nic_pull_watermark;
   }
@@ -373,6 +387,14 @@ int main(int argc, char** argv) {
           static_cast<unsigned long long>(r.wire_events),
           static_cast<unsigned long long>(r.port_done_events),
           static_cast<unsigned long long>(r.other_events));
+      if (sc->scheduler == prism::sim::Scheduler::kBatched) {
+        std::printf(
+            "bench %s: scheduler batched: batches=%llu (%.1f events each) "
+            "violations=%llu\n",
+            r.transport.c_str(), static_cast<unsigned long long>(r.batches),
+            r.batches > 0 ? double(r.events) / r.batches : 0.0,
+            static_cast<unsigned long long>(r.batch_violations));
+      }
       // Resident memory added by each setup stage (MiB), then the run.
       std::printf("bench %s: memory", r.transport.c_str());
       for (const auto& [stage, mib] : r.setup_rss_mib) {

@@ -370,7 +370,7 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   absl::Status keys = v.CheckKeys(
       {"name", "comment", "seed", "topology", "fabric", "duration_us",
        "sample_interval_us", "warmup_us", "timeseries", "check_bytes",
-       "workload", "faults", "transport_defaults", "transports"},
+       "scheduler", "workload", "faults", "transport_defaults", "transports"},
       "scenario");
   if (!keys.ok()) return keys;
   ScenarioConfig sc;
@@ -399,6 +399,18 @@ absl::StatusOr<ScenarioConfig> ParseScenario(const json::Value& v,
   sc.warmup = static_cast<Time>(d * kMicrosecond);
   PRISM_ASSIGN_OR(sc.timeseries, v.GetBool("timeseries", true));
   PRISM_ASSIGN_OR(sc.check_bytes, v.GetBool("check_bytes", true));
+  std::string sched;
+  PRISM_ASSIGN_OR(sched, v.GetString("scheduler", "exact"));
+  if (sched == "batched") {
+    sc.scheduler = Scheduler::kBatched;
+  } else if (sched != "exact") {
+    return Bad("scheduler must be exact or batched");
+  }
+  if (sc.scheduler == Scheduler::kBatched && sc.fabric.lazy_switch_ports) {
+    // A lazy port is caught up from the far end of its link (WireArrive),
+    // which a batch may reach before the port's own switch.
+    return Bad("scheduler batched needs fabric.lazy_switch_ports off");
+  }
   const json::Value* wl = v.Find("workload");
   if (wl == nullptr) return Bad("missing workload");
   sc.workload = *wl;
@@ -553,6 +565,9 @@ json::Value DescribeScenario(const ScenarioConfig& sc) {
   }
   if (!sc.timeseries) o.Set("timeseries", Value::Bool(false));
   if (!sc.check_bytes) o.Set("check_bytes", Value::Bool(false));
+  if (sc.scheduler == Scheduler::kBatched) {
+    o.Set("scheduler", Value::String("batched"));
+  }
   o.Set("workload", sc.workload);
   o.Set("faults", sc.faults);
   Value ts = Value::Array();

@@ -90,6 +90,11 @@ absl::Status Simulator::Init() {
 }
 
 absl::Status Simulator::InitImpl() {
+  if (sc_.scheduler == Scheduler::kBatched && sc_.fabric.lazy_switch_ports) {
+    return absl::InvalidArgumentError(
+        "scheduler batched needs fabric.lazy_switch_ports off (a lazy port is "
+        "caught up from the far end of its link)");
+  }
   double rss = ResidentMiB();
   auto stage = [&](const char* name) {
     const double now = ResidentMiB();
@@ -557,12 +562,23 @@ void Simulator::FlowCompleted(Time now, uint32_t flow) {
   r.finish = now;
   ++flows_done_;
   if (flows_[flow].after.empty() && win_end_ < 0) {
-    win_end_ = now;
-    win_end_bytes_ = InitialClassBytes();
+    if (batch_end_ >= 0) {
+      // Batched: other hosts' deliveries are not all at `now` yet; the
+      // window ends with the batch (RunBatched), at most one lookahead late.
+      win_end_due_ = true;
+    } else {
+      win_end_ = now;
+      win_end_bytes_ = InitialClassBytes();
+    }
   }
   for (uint32_t d : dependents_[flow]) {
     if (--pending_deps_[d] == 0) {
-      queue_.Push(std::max(now, flows_[d].start), kFlowStartKind, d, this);
+      Time at = std::max(now, flows_[d].start);
+      // Batched: another host's flow cannot start inside the batch (that
+      // host may be past `at` already); it starts when the batch ends, at
+      // most one lookahead late, as if told over a link.
+      if (at < batch_end_ && flows_[d].src != batch_node_) at = batch_end_;
+      queue_.Push(at, kFlowStartKind, d, this);
     }
   }
 }
@@ -589,11 +605,91 @@ void Simulator::TakeSample(Time now) {
   result_.samples.push_back(std::move(s));
 }
 
+// Handles one popped event. `out_hint`: for a wire arrival, its output port
+// if the look-ahead found it (Fabric::kNoPort: not known).
+[[gnu::always_inline]] inline void Simulator::Dispatch(const Event& e,
+                                                       uint32_t out_hint) {
+  switch (e.kind) {
+    case EventQueue::kTimerKind:
+      ++result_.timer_events;
+      static_cast<Timer*>(e.ptr)->Fire(queue_, e);
+      break;
+    case Fabric::kWireKind:
+      ++result_.wire_events;
+      fabric_->OnWire(e, out_hint);
+      break;
+    case Fabric::kPortDoneKind:
+      ++result_.port_done_events;
+      fabric_->OnPortDone(e);
+      break;
+    case Fabric::kArriveKind:
+    case Fabric::kConvergeKind:
+      ++result_.other_events;
+      fabric_->HandleEvent(e);
+      break;
+    case kFlowStartKind: {
+      ++result_.other_events;
+      FlowResult& r = result_.flows[e.arg];
+      r.start = e.time;
+      agents_[flows_[e.arg].src]->StartFlow(e.time, e.arg);
+      break;
+    }
+    case kFaultKind:
+      ApplyFault(e.time, faults_[e.arg]);
+      break;
+    case kWarmupKind:
+      warm_time_ = e.time;
+      warm_bytes_.resize(flows_.size());
+      for (const Flow& f : flows_)
+        warm_bytes_[f.id] = verifier_->delivered(f.id);
+      win_start_bytes_ = InitialClassBytes();
+      break;
+    case kSampleKind:
+      TakeSample(e.time);
+      queue_.Push(e.time + sc_.sample_interval, kSampleKind, 0, this);
+      break;
+    default:
+      break;
+  }
+}
+
 absl::Status Simulator::Run(const std::function<void(double)>& progress) {
   const auto wall0 = std::chrono::steady_clock::now();
   const double cpu0 = ThreadCpuSeconds();
   const double rss0 = ResidentMiB();
   const Time end = sc_.duration;
+  Time lookahead = kTimeInfinite;
+  for (const Port& pt : fabric_->ports()) {
+    lookahead = std::min(lookahead, pt.delay);
+  }
+  // Batches need a positive lookahead (a zero-delay link couples nodes at
+  // the same instant): without one the run is exact.
+  Time now = sc_.scheduler == Scheduler::kBatched && lookahead > 0 &&
+                     lookahead != kTimeInfinite
+                 ? RunBatched(end, lookahead, progress)
+                 : RunExact(end, progress);
+  if (flows_done_ < flows_.size()) now = std::max(now, end);
+  Finish(now);
+  result_.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0)
+          .count();
+  result_.cpu_seconds = ThreadCpuSeconds() - cpu0;
+  result_.setup_rss_mib.emplace_back("run", ResidentMiB() - rss0);
+  result_.queue_bytes = queue_.memory_bytes();
+  result_.pool_bytes = pool_.capacity() * sizeof(SimPacket);
+  if (progress) progress(1.0);
+  return absl::OkStatus();
+}
+
+void Simulator::Progress(const std::function<void(double)>& progress, Time now,
+                         Time end) {
+  const double a = static_cast<double>(now) / static_cast<double>(end);
+  const double b = flows_.empty() ? 0 : double(flows_done_) / flows_.size();
+  progress(std::min(1.0, std::max(a, b)));
+}
+
+Time Simulator::RunExact(Time end,
+                         const std::function<void(double)>& progress) {
   uint64_t n = 0;
   uint64_t pops = 0;
   Time now = 0;
@@ -666,69 +762,209 @@ absl::Status Simulator::Run(const std::function<void(double)>& progress) {
       }
     }
     now = e.time;
-    switch (e.kind) {
-      case EventQueue::kTimerKind:
-        ++result_.timer_events;
-        static_cast<Timer*>(e.ptr)->Fire(queue_, e);
-        break;
-      case Fabric::kWireKind: {
-        ++result_.wire_events;
-        const Hint& h = hints_[pops % kHints];
-        fabric_->OnWire(e, h.seq == e.seq && h.epoch == fabric_->routes_epoch()
-                               ? h.out
-                               : Fabric::kNoPort);
+    const Hint& h = hints_[pops % kHints];
+    Dispatch(e, e.kind == Fabric::kWireKind && h.seq == e.seq &&
+                        h.epoch == fabric_->routes_epoch()
+                    ? h.out
+                    : Fabric::kNoPort);
+    if (progress && (++n & 0xfffff) == 0) Progress(progress, now, end);
+  }
+  return now;
+}
+
+[[gnu::always_inline]] inline uint32_t Simulator::NodeOf(const Event& e) const {
+  switch (e.kind) {
+    case EventQueue::kTimerKind:  // a timer's event carries its node
+      return std::min(e.arg, kAllNodes);
+    case Fabric::kWireKind:
+      return fabric_->port_to(e.arg);
+    case Fabric::kPortDoneKind:
+      return fabric_->port_from(e.arg);
+    case Fabric::kArriveKind:
+      return std::min(e.arg, kAllNodes);
+    case kFlowStartKind:
+      return flows_[e.arg].src;
+    default:  // faults, routing convergence, samples, warm-up
+      return kAllNodes;
+  }
+}
+
+// Batched scheduler (ScenarioConfig::scheduler): each step takes the events
+// of [T, T + lookahead) (T: the earliest pending), or up to the first
+// event that is not one node's (a fault, a sample...), which then runs
+// alone after them. A stable counting sort groups the batch by node,
+// keeping each node's events in (time, seq) order; a node's events are
+// dispatched in one stretch, merged with what they push for the batch's
+// own time span (the queue's batch heap: timers, port-dones, a flow start).
+// Anything one node does to another arrives over a link, at least one
+// lookahead later, so in the next batch or after: each node sees exactly
+// the events, in exactly the order, it would see in an exact run, bar the
+// draws of the shared random stream and (FlowCompleted) a dependent flow
+// of another host and the end of the measurement window. An event of the
+// batch heap that is not the node's own would break that: counted
+// (RunResult::batch_violations, an invariant) and dispatched anyway.
+// The look-ahead prefetching of RunExact runs over the sorted batch.
+Time Simulator::RunBatched(Time end, Time lookahead,
+                           const std::function<void(double)>& progress) {
+  const Port* const ports = fabric_->ports().data();
+  const size_t num_flows = flows_.size();
+  const uint32_t num_nodes = static_cast<uint32_t>(topo_->num_nodes());
+  std::vector<Event> got, sorted;
+  std::vector<uint32_t> got_node, sorted_node, hint, count(num_nodes + 2);
+  uint64_t n = 0;
+  Time now = 0;
+  while (flows_done_ < num_flows && !queue_.empty()) {
+    const Time t0 = queue_.next_time();
+    if (t0 > end) break;
+    Time w = std::min(t0 + lookahead, end + 1);
+    got.clear();
+    got_node.clear();
+    bool have_global = false;
+    Event global;
+    while (const Event* e = queue_.PopUntil(w - 1)) {
+      const uint32_t nd = NodeOf(*e);
+      if (nd >= kAllNodes) {
+        if (got.empty()) {  // alone: dispatch it now
+          now = e->time;
+          ++result_.batches;
+          Dispatch(*e, Fabric::kNoPort);
+          if (flows_done_ >= num_flows) break;
+          continue;
+        }
+        global = *e;
+        have_global = true;
+        w = e->time;
         break;
       }
-      case Fabric::kPortDoneKind:
-        ++result_.port_done_events;
-        fabric_->OnPortDone(e);
-        break;
-      case Fabric::kArriveKind:
-      case Fabric::kConvergeKind:
-        ++result_.other_events;
-        fabric_->HandleEvent(e);
-        break;
-      case kFlowStartKind: {
-        ++result_.other_events;
-        FlowResult& r = result_.flows[e.arg];
-        r.start = e.time;
-        agents_[flows_[e.arg].src]->StartFlow(e.time, e.arg);
-        break;
-      }
-      case kFaultKind:
-        ApplyFault(e.time, faults_[e.arg]);
-        break;
-      case kWarmupKind:
-        warm_time_ = e.time;
-        warm_bytes_.resize(flows_.size());
-        for (const Flow& f : flows_)
-          warm_bytes_[f.id] = verifier_->delivered(f.id);
-        win_start_bytes_ = InitialClassBytes();
-        break;
-      case kSampleKind:
-        TakeSample(e.time);
-        queue_.Push(e.time + sc_.sample_interval, kSampleKind, 0, this);
-        break;
-      default:
-        break;
+      got.push_back(*e);
+      got_node.push_back(nd);
     }
-    if (progress && (++n & 0xfffff) == 0) {
-      const double a = static_cast<double>(now) / static_cast<double>(end);
-      const double b = flows_.empty() ? 0 : double(flows_done_) / flows_.size();
-      progress(std::min(1.0, std::max(a, b)));
+    if (got.empty()) continue;
+    ++result_.batches;
+    // Stable counting sort by node, the nodes taken in an order rotated
+    // from batch to batch: simultaneous events that different nodes push to
+    // one node tie-break by the order their pushers ran in, and a fixed
+    // order would favour the low-numbered nodes every time.
+    const uint32_t rot = static_cast<uint32_t>(
+        (result_.batches * 0x9e3779b97f4a7c15ull >> 32) % num_nodes);
+    auto place = [&](uint32_t nd) {
+      return nd >= num_nodes - rot ? nd - (num_nodes - rot) : nd + rot;
+    };
+    std::fill(count.begin(), count.end(), 0);
+    for (uint32_t nd : got_node) ++count[place(nd) + 1];
+    for (size_t k = 1; k < count.size(); ++k) count[k] += count[k - 1];
+    const size_t ns = got.size();
+    sorted.resize(ns);
+    sorted_node.resize(ns);
+    hint.assign(ns, Fabric::kNoPort);
+    for (size_t k = 0; k < ns; ++k) {
+      const size_t at = count[place(got_node[k])]++;
+      sorted[at] = got[k];
+      sorted_node[at] = got_node[k];
+    }
+    const uint32_t epoch = fabric_->routes_epoch();
+    Time last = now;
+    batch_end_ = w;
+    queue_.BeginBatch(t0, w);
+    size_t i = 0;
+    while (i < ns) {
+      batch_node_ = sorted_node[i];
+      while (true) {
+        const bool have_sorted = i < ns && sorted_node[i] == batch_node_;
+        Event e;
+        uint32_t out = Fabric::kNoPort;
+        if (!queue_.batch_heap_empty() &&
+            (!have_sorted ||
+             EventQueue::Before(queue_.batch_top(), sorted[i]))) {
+          e = queue_.PopBatch();
+          if (NodeOf(e) != batch_node_) ++result_.batch_violations;
+        } else if (have_sorted) {
+          const size_t k = i++;
+          e = sorted[k];
+          // RunExact's look-ahead, over the batch's order.
+          if (k + kAhead < ns) {
+            const Event* ne = &sorted[k + kAhead];
+            __builtin_prefetch(ne->ptr);
+            if (ne->kind == Fabric::kWireKind)
+              __builtin_prefetch(&ports[ne->arg]);
+          }
+          if (k + kRoute < ns) {
+            const Event* ne = &sorted[k + kRoute];
+            if (ne->kind == Fabric::kWireKind) {
+              const auto* p = static_cast<const SimPacket*>(ne->ptr);
+              bool exact = false;
+              const uint32_t o = fabric_->PeekOutPort(ne->arg, p, &exact);
+              if (exact) hint[k + kRoute] = o;
+              if (o != Fabric::kNoPort) {
+                const char* b = reinterpret_cast<const char*>(&ports[o]);
+                __builtin_prefetch(b);
+                __builtin_prefetch(b + 64);
+                __builtin_prefetch(b + 128);
+                __builtin_prefetch(b + sizeof(Port) - 1);
+              } else {
+                const uint32_t to = fabric_->port_to(ne->arg);
+                if (to < agents_.size()) __builtin_prefetch(agents_[to]);
+              }
+            } else if (ne->kind == Fabric::kPortDoneKind) {
+              const Port& pt = ports[ne->arg];
+              __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head
+                                                       : pt.dq_head);
+            }
+          }
+          if (k + kTail < ns) {
+            const Event* ne = &sorted[k + kTail];
+            if (ne->kind == Fabric::kWireKind) {
+              const uint32_t o = hint[k + kTail];
+              if (o != Fabric::kNoPort) {
+                const Port& op = ports[o];
+                if (op.dq_tail != nullptr) __builtin_prefetch(op.dq_tail, 1);
+                if (op.busy_until <= ne->time && op.wire_tail != nullptr) {
+                  __builtin_prefetch(op.wire_tail, 1);
+                }
+              }
+            } else if (ne->kind == Fabric::kPortDoneKind) {
+              const SimPacket* tail = ports[ne->arg].wire_tail;
+              if (tail != nullptr) __builtin_prefetch(tail, 1);
+            }
+          }
+          if (e.kind == Fabric::kWireKind && fabric_->routes_epoch() == epoch) {
+            out = hint[k];
+          }
+        } else {
+          break;
+        }
+        now = e.time;
+        last = std::max(last, now);
+        queue_.SetClock(now);
+        Dispatch(e, out);
+        if (progress && (++n & 0xfffff) == 0) Progress(progress, now, end);
+      }
+    }
+    while (!queue_.batch_heap_empty()) {  // none unless a violation
+      const Event e = queue_.PopBatch();
+      ++result_.batch_violations;
+      now = e.time;
+      last = std::max(last, now);
+      queue_.SetClock(now);
+      Dispatch(e, Fabric::kNoPort);
+    }
+    batch_node_ = kAllNodes;
+    batch_end_ = -1;
+    now = last;
+    queue_.EndBatch(now);
+    if (win_end_due_) {  // a first-class flow completed in the batch
+      win_end_due_ = false;
+      win_end_ = std::min(w, end);
+      win_end_bytes_ = InitialClassBytes();
+    }
+    if (have_global) {
+      now = global.time;
+      queue_.SetClock(now);
+      ++result_.batches;
+      Dispatch(global, Fabric::kNoPort);
     }
   }
-  if (flows_done_ < flows_.size()) now = std::max(now, end);
-  Finish(now);
-  result_.wall_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0)
-          .count();
-  result_.cpu_seconds = ThreadCpuSeconds() - cpu0;
-  result_.setup_rss_mib.emplace_back("run", ResidentMiB() - rss0);
-  result_.queue_bytes = queue_.memory_bytes();
-  result_.pool_bytes = pool_.capacity() * sizeof(SimPacket);
-  if (progress) progress(1.0);
-  return absl::OkStatus();
+  return now;
 }
 
 void Simulator::Finish(Time now) {
@@ -807,6 +1043,11 @@ void Simulator::Finish(Time now) {
   }
   if (err.empty() && r.duplicates > 0) {
     err = absl::StrFormat("%d payload bytes ranges placed twice", r.duplicates);
+  }
+  if (err.empty() && r.batch_violations > 0) {
+    err = absl::StrFormat(
+        "batched scheduler: %d events dispatched outside their node's turn",
+        r.batch_violations);
   }
   if (err.empty()) {
     for (const FlowResult& f : r.flows) {

@@ -44,6 +44,10 @@ expect 2 "bad value '-2' for --nic-pull-watermark" \
 expect 2 "--scenario FILE.json and --out DIR are both needed" \
   "$sim" --scenario "$tmp/none.json"
 expect 2 "unknown argument --frobnicate" "$sim" --bench --frobnicate
+expect 2 "bad value 'fast' for --scheduler \(exact or batched\)" \
+  "$sim" --bench --scheduler fast
+expect 1 "needs fabric.lazy_switch_ports off" \
+  "$sim" --bench --hosts 16 --duration_us 5 --scheduler batched --lazy-ports
 expect 1 "planes = 300 out of range" "$sim" --bench --hosts 16 --planes 300
 expect 1 "$tmp/none.json" "$sim" --scenario "$tmp/none.json" --out "$tmp/o1"
 echo '{"name": ' >"$tmp/bad.json"

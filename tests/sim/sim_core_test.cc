@@ -230,6 +230,75 @@ TEST(EventQueueTest, NeverSchedulesIntoThePast) {
   EXPECT_EQ(q.Pop().time, 100);
 }
 
+// Batches: while one is open, a push before its end goes to the batch heap
+// (popped in (time, seq) order by PopBatch, never by Pop), a later one to
+// the calendar; the clock may be moved back for another node's events.
+TEST(EventQueueTest, BatchHeapTakesPushesBeforeTheBatchEnd) {
+  EventQueue q;
+  q.Push(100, 1, 0, nullptr);
+  q.Push(150, 1, 1, nullptr);
+  q.Push(900, 1, 2, nullptr);
+  q.BeginBatch(100, 500);
+  std::vector<uint32_t> args;
+  while (const Event* e = q.PopUntil(499)) args.push_back(e->arg);
+  EXPECT_THAT(args, ::testing::ElementsAre(0u, 1u));
+  q.SetClock(150);
+  const uint64_t a = q.Push(300, 1, 3, nullptr);
+  q.SetClock(100);  // back, to the other node's event
+  const uint64_t b = q.Push(300, 1, 4, nullptr);
+  q.Push(200, 1, 5, nullptr);
+  q.Push(50, 1, 6, nullptr);   // before the clock: at the clock
+  q.Push(500, 1, 7, nullptr);  // at the batch end: calendar
+  EXPECT_LT(a, b);
+  EXPECT_FALSE(q.batch_heap_empty());
+  std::vector<std::pair<Time, uint32_t>> heap;
+  while (!q.batch_heap_empty()) {
+    const Event e = q.PopBatch();
+    heap.emplace_back(e.time, e.arg);
+  }
+  EXPECT_THAT(heap, ::testing::ElementsAre(std::make_pair(Time{100}, 6u),
+                                           std::make_pair(Time{200}, 5u),
+                                           std::make_pair(Time{300}, 3u),
+                                           std::make_pair(Time{300}, 4u)));
+  q.EndBatch(300);
+  EXPECT_EQ(q.now(), 300);
+  q.Push(400, 1, 8, nullptr);  // no batch open: calendar
+  std::vector<uint32_t> rest;
+  while (!q.empty()) rest.push_back(q.Pop().arg);
+  EXPECT_THAT(rest, ::testing::ElementsAre(8u, 7u, 2u));
+}
+
+// The batch heap against a reference sort: random times over a batch
+// span, with ties, pushed in random order.
+TEST(EventQueueTest, BatchHeapMatchesReferenceOrder) {
+  Rng rng(21);
+  for (Time span : {Time{1}, Time{63}, Time{64}, Time{500000}, Time{7777777}}) {
+    EventQueue q;
+    const Time start = 1000;
+    q.Push(start, 1, 0, nullptr);
+    q.BeginBatch(start, start + span);
+    ASSERT_NE(q.PopUntil(start), nullptr);
+    q.SetClock(start);
+    std::vector<std::pair<Time, uint64_t>> want;
+    for (uint32_t i = 0; i < 2000; ++i) {
+      const Time t =
+          start + static_cast<Time>(rng.Uniform(static_cast<uint64_t>(
+                                        std::min<Time>(span, 300))) *
+                                    (span / std::min<Time>(span, 300)));
+      want.emplace_back(t, q.Push(t, 1, i, nullptr));
+    }
+    std::sort(want.begin(), want.end());
+    std::vector<std::pair<Time, uint64_t>> got;
+    while (!q.batch_heap_empty()) {
+      const Event e = q.PopBatch();
+      got.emplace_back(e.time, e.seq);
+    }
+    EXPECT_EQ(got, want) << "span " << span;
+    q.EndBatch(start + span - 1);
+    EXPECT_TRUE(q.empty());
+  }
+}
+
 class Recorder : public TimerClient {
  public:
   void OnTimer(Time now, uint32_t tag) override { fired.push_back({now, tag}); }
@@ -1230,6 +1299,60 @@ TEST(ScenarioTest, ResolvedConfigurationRunsAgainAsItWas) {
     EXPECT_EQ(r1[i].end_time, r2[i].end_time);
     EXPECT_EQ(r1[i].delivered_bytes, r2[i].delivered_bytes);
     EXPECT_EQ(r1[i].events, r2[i].events);
+  }
+}
+
+// The scheduler option: parsed, echoed only when not the default, refused
+// with lazy switch ports (at parse time and by Simulator::Init), and a
+// batched ring all-reduce (dependent flows on other hosts) starts each
+// step at most one lookahead after its last prerequisite completed.
+TEST(ScenarioTest, SchedulerOption) {
+  EXPECT_THAT(ParseError(R"({"topology": {"kind": "clos2", "planes": 1},
+                 "workload": {}, "scheduler": "fast"})"),
+              HasSubstr("scheduler must be exact or batched"));
+  EXPECT_THAT(ParseError(R"({"topology": {"kind": "clos2", "planes": 1},
+                 "workload": {}, "scheduler": "batched",
+                 "fabric": {"lazy_switch_ports": true}})"),
+              HasSubstr("lazy_switch_ports"));
+  ScenarioConfig tiny = MustParse(kTiny);
+  EXPECT_EQ(tiny.scheduler, Scheduler::kExact);
+  EXPECT_EQ(DescribeScenario(tiny).Find("scheduler"), nullptr);
+  tiny.scheduler = Scheduler::kBatched;
+  const json::Value d = DescribeScenario(tiny);
+  ASSERT_NE(d.Find("scheduler"), nullptr);
+  EXPECT_EQ(MustParse(json::Serialize(d, 0)).scheduler, Scheduler::kBatched);
+  tiny.fabric.lazy_switch_ports = true;
+  Simulator lazy(tiny, tiny.transports[0]);
+  EXPECT_THAT(std::string(lazy.Init().message()),
+              HasSubstr("lazy_switch_ports"));
+
+  ScenarioConfig ring = MustParse(R"({
+    "topology": {"kind": "clos2", "planes": 2, "t0_per_plane": 2,
+                 "t1_per_plane": 2, "hosts_per_t0": 2},
+    "duration_us": 5000, "scheduler": "batched",
+    "workload": {"type": "ring_allreduce", "bytes": 400000, "steps": 3},
+    "transports": ["prism", "roce"]})");
+  const Time lookahead = 500 * kNanosecond;  // the default link delay
+  for (const TransportConfig& tc : ring.transports) {
+    Simulator s(ring, tc);
+    ASSERT_TRUE(s.Init().ok());
+    ASSERT_TRUE(s.Run().ok());
+    const RunResult& r = s.result();
+    SCOPED_TRACE(r.transport);
+    testing::ExpectInvariants(r);
+    EXPECT_TRUE(r.completed);
+    EXPECT_EQ(r.batch_violations, 0u);
+    EXPECT_GT(r.batches, 0u);
+    int dependent = 0;
+    for (const Flow& f : s.flows()) {
+      if (f.after.empty()) continue;
+      ++dependent;
+      Time ready = 0;
+      for (uint32_t a : f.after) ready = std::max(ready, r.flows[a].finish);
+      EXPECT_GE(r.flows[f.id].start, ready) << "flow " << f.id;
+      EXPECT_LE(r.flows[f.id].start, ready + lookahead) << "flow " << f.id;
+    }
+    EXPECT_GT(dependent, 0);
   }
 }
 
