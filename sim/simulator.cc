@@ -688,12 +688,70 @@ void Simulator::Progress(const std::function<void(double)>& progress, Time now,
   progress(std::min(1.0, std::max(a, b)));
 }
 
+// The look-ahead's steps (RunExact, RunBatched; prefetch only, no effect
+// on results). kAhead: the event's packet and port (or timer).
+[[gnu::always_inline]] inline void Simulator::PrefetchAhead(
+    const Event& ne) const {
+  __builtin_prefetch(ne.ptr);  // a wire's packet, a port-done's port, a timer
+  if (ne.kind == Fabric::kWireKind) {
+    __builtin_prefetch(&fabric_->ports()[ne.arg]);
+  }
+}
+
+// kRoute: for a wire arrival at a switch, the port it will be queued on
+// (returned; *exact: it is the one the arrival will take, as long as no
+// switch's tables change meanwhile), else its host agent; for a port-done,
+// the packet it will transmit.
+[[gnu::always_inline]] inline uint32_t Simulator::PrefetchRoute(
+    const Event& ne, bool* exact) const {
+  const Port* const ports = fabric_->ports().data();
+  if (ne.kind == Fabric::kWireKind) {
+    const auto* p = static_cast<const SimPacket*>(ne.ptr);
+    const uint32_t out = fabric_->PeekOutPort(ne.arg, p, exact);
+    if (out != Fabric::kNoPort) {
+      const char* o = reinterpret_cast<const char*>(&ports[out]);
+      __builtin_prefetch(o);
+      __builtin_prefetch(o + 64);
+      __builtin_prefetch(o + 128);
+      __builtin_prefetch(o + sizeof(Port) - 1);
+    } else {
+      const uint32_t to = fabric_->port_to(ne.arg);
+      if (to < agents_.size()) __builtin_prefetch(agents_[to]);
+    }
+    return out;
+  }
+  if (ne.kind == Fabric::kPortDoneKind) {
+    const Port& pt = ports[ne.arg];
+    __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head : pt.dq_head);
+  }
+  return Fabric::kNoPort;
+}
+
+// kTail: the packets whose links an enqueue on `out` (a wire arrival's
+// port found by PrefetchRoute, kNoPort: none) or a port-done's transmit
+// writes (queue and wire tails).
+[[gnu::always_inline]] inline void Simulator::PrefetchTail(const Event& ne,
+                                                           uint32_t out) const {
+  const Port* const ports = fabric_->ports().data();
+  if (ne.kind == Fabric::kWireKind) {
+    if (out != Fabric::kNoPort) {
+      const Port& o = ports[out];
+      if (o.dq_tail != nullptr) __builtin_prefetch(o.dq_tail, 1);
+      if (o.busy_until <= ne.time && o.wire_tail != nullptr) {
+        __builtin_prefetch(o.wire_tail, 1);
+      }
+    }
+  } else if (ne.kind == Fabric::kPortDoneKind) {
+    const SimPacket* tail = ports[ne.arg].wire_tail;
+    if (tail != nullptr) __builtin_prefetch(tail, 1);
+  }
+}
+
 Time Simulator::RunExact(Time end,
                          const std::function<void(double)>& progress) {
   uint64_t n = 0;
   uint64_t pops = 0;
   Time now = 0;
-  const Port* const ports = fabric_->ports().data();
   const size_t num_flows = flows_.size();
   const Event* next;
   while (flows_done_ < num_flows && (next = queue_.PopUntil(end))) {
@@ -710,56 +768,25 @@ Time Simulator::RunExact(Time end,
     ++pops;
     size_t known;
     const Event* const up = queue_.Upcoming(&known);
-    if (known > kAhead) {
-      const Event* ne = up + kAhead;
-      if (ne->kind == Fabric::kWireKind) {
-        __builtin_prefetch(ne->ptr);
-        __builtin_prefetch(&ports[ne->arg]);
-      } else {
-        __builtin_prefetch(ne->ptr);  // the port of a port-done, a timer
-      }
-    }
+    if (known > kAhead) PrefetchAhead(up[kAhead]);
     if (known > kRoute) {
-      const Event* ne = up + kRoute;
-      if (ne->kind == Fabric::kWireKind) {
-        const auto* p = static_cast<const SimPacket*>(ne->ptr);
-        bool exact = false;
-        const uint32_t out = fabric_->PeekOutPort(ne->arg, p, &exact);
+      const Event& ne = up[kRoute];
+      bool exact = false;
+      const uint32_t out = PrefetchRoute(ne, &exact);
+      if (ne.kind == Fabric::kWireKind) {
         Hint& h = hints_[(pops + 1 + kRoute) % kHints];
-        h.seq = ne->seq;
+        h.seq = ne.seq;
         h.epoch = fabric_->routes_epoch();
         h.out = exact ? out : Fabric::kNoPort;
         h.prefetched = out;
-        if (out != Fabric::kNoPort) {
-          const char* o = reinterpret_cast<const char*>(&ports[out]);
-          __builtin_prefetch(o);
-          __builtin_prefetch(o + 64);
-          __builtin_prefetch(o + 128);
-          __builtin_prefetch(o + sizeof(Port) - 1);
-        } else {
-          const uint32_t to = fabric_->port_to(ne->arg);
-          if (to < agents_.size()) __builtin_prefetch(agents_[to]);
-        }
-      } else if (ne->kind == Fabric::kPortDoneKind) {
-        const Port& pt = ports[ne->arg];
-        __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head : pt.dq_head);
       }
     }
     if (known > kTail) {
-      const Event* ne = up + kTail;
-      if (ne->kind == Fabric::kWireKind) {
-        const Hint& h = hints_[(pops + 1 + kTail) % kHints];
-        if (h.seq == ne->seq && h.prefetched != Fabric::kNoPort) {
-          const Port& o = ports[h.prefetched];
-          if (o.dq_tail != nullptr) __builtin_prefetch(o.dq_tail, 1);
-          if (o.busy_until <= ne->time && o.wire_tail != nullptr) {
-            __builtin_prefetch(o.wire_tail, 1);
-          }
-        }
-      } else if (ne->kind == Fabric::kPortDoneKind) {
-        const SimPacket* tail = ports[ne->arg].wire_tail;
-        if (tail != nullptr) __builtin_prefetch(tail, 1);
-      }
+      const Event& ne = up[kTail];
+      const Hint& h = hints_[(pops + 1 + kTail) % kHints];
+      PrefetchTail(ne, ne.kind == Fabric::kWireKind && h.seq == ne.seq
+                           ? h.prefetched
+                           : Fabric::kNoPort);
     }
     now = e.time;
     const Hint& h = hints_[pops % kHints];
@@ -806,7 +833,6 @@ Time Simulator::RunExact(Time end,
 // The look-ahead prefetching of RunExact runs over the sorted batch.
 Time Simulator::RunBatched(Time end, Time lookahead,
                            const std::function<void(double)>& progress) {
-  const Port* const ports = fabric_->ports().data();
   const size_t num_flows = flows_.size();
   const uint32_t num_nodes = static_cast<uint32_t>(topo_->num_nodes());
   std::vector<Event> got, sorted;
@@ -882,51 +908,13 @@ Time Simulator::RunBatched(Time end, Time lookahead,
           const size_t k = i++;
           e = sorted[k];
           // RunExact's look-ahead, over the batch's order.
-          if (k + kAhead < ns) {
-            const Event* ne = &sorted[k + kAhead];
-            __builtin_prefetch(ne->ptr);
-            if (ne->kind == Fabric::kWireKind)
-              __builtin_prefetch(&ports[ne->arg]);
-          }
+          if (k + kAhead < ns) PrefetchAhead(sorted[k + kAhead]);
           if (k + kRoute < ns) {
-            const Event* ne = &sorted[k + kRoute];
-            if (ne->kind == Fabric::kWireKind) {
-              const auto* p = static_cast<const SimPacket*>(ne->ptr);
-              bool exact = false;
-              const uint32_t o = fabric_->PeekOutPort(ne->arg, p, &exact);
-              if (exact) hint[k + kRoute] = o;
-              if (o != Fabric::kNoPort) {
-                const char* b = reinterpret_cast<const char*>(&ports[o]);
-                __builtin_prefetch(b);
-                __builtin_prefetch(b + 64);
-                __builtin_prefetch(b + 128);
-                __builtin_prefetch(b + sizeof(Port) - 1);
-              } else {
-                const uint32_t to = fabric_->port_to(ne->arg);
-                if (to < agents_.size()) __builtin_prefetch(agents_[to]);
-              }
-            } else if (ne->kind == Fabric::kPortDoneKind) {
-              const Port& pt = ports[ne->arg];
-              __builtin_prefetch(pt.cq_head != nullptr ? pt.cq_head
-                                                       : pt.dq_head);
-            }
+            bool exact = false;
+            const uint32_t o = PrefetchRoute(sorted[k + kRoute], &exact);
+            if (exact) hint[k + kRoute] = o;
           }
-          if (k + kTail < ns) {
-            const Event* ne = &sorted[k + kTail];
-            if (ne->kind == Fabric::kWireKind) {
-              const uint32_t o = hint[k + kTail];
-              if (o != Fabric::kNoPort) {
-                const Port& op = ports[o];
-                if (op.dq_tail != nullptr) __builtin_prefetch(op.dq_tail, 1);
-                if (op.busy_until <= ne->time && op.wire_tail != nullptr) {
-                  __builtin_prefetch(op.wire_tail, 1);
-                }
-              }
-            } else if (ne->kind == Fabric::kPortDoneKind) {
-              const SimPacket* tail = ports[ne->arg].wire_tail;
-              if (tail != nullptr) __builtin_prefetch(tail, 1);
-            }
-          }
+          if (k + kTail < ns) PrefetchTail(sorted[k + kTail], hint[k + kTail]);
           if (e.kind == Fabric::kWireKind && fabric_->routes_epoch() == epoch) {
             out = hint[k];
           }

@@ -340,6 +340,9 @@ class Simulator : public FabricClient {
   Time RunBatched(Time end, Time lookahead,
                   const std::function<void(double)>& progress);
   void Dispatch(const Event& e, uint32_t out_hint);
+  void PrefetchAhead(const Event& ne) const;
+  uint32_t PrefetchRoute(const Event& ne, bool* exact) const;
+  void PrefetchTail(const Event& ne, uint32_t out) const;
   void Progress(const std::function<void(double)>& progress, Time now,
                 Time end);
   // The node an event belongs to (RunBatched); kAllNodes: none (it runs
