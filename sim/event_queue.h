@@ -147,9 +147,9 @@ class EventQueue {
   // Time of the last popped event (the simulation clock).
   Time now() const { return now_; }
   // Batches (see the contract). BeginBatch: events pushed with time < end
-  // go to the batch heap until EndBatch. REQUIRES: no batch open, start <
-  // end, and the clock never below start while the batch is open (the
-  // batch's events are all at start or later).
+  // go to the batch heap until EndBatch. REQUIRES: no batch open, start <=
+  // end (equal: nothing goes to the heap), and the clock never below start
+  // while the batch is open (the batch's events are all at start or later).
   void BeginBatch(Time start, Time end) {
     batch_start_ = start;
     batch_end_ = end;

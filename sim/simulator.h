@@ -5,8 +5,11 @@
 // The run: build the topology and the fabric, create one HostAgent per host
 // for the transport (Prism engine adapter or a baseline), schedule flow
 // starts, faults and samples, then pop events until every flow completed or
-// `duration` passed. Results: per-flow completion times, goodput against the
-// ideal, counters, time series, and the invariant check.
+// `duration` passed: one at a time in (time, seq) order (Scheduler::kExact,
+// the default), or a lookahead's worth at a time, node by node
+// (Scheduler::kBatched, opt-in; what it changes is documented there). Results:
+// per-flow completion times, goodput against the ideal, counters, time series,
+// and the invariant check.
 //
 // Determinism: all randomness derives from ScenarioConfig::seed through
 // forked Rng streams (fabric, workload, faults, each host); no globals, so
