@@ -182,18 +182,17 @@ class EventQueue {
     batch_end_ = kNoBatch;
     now_ = clock;
   }
-  // (time, seq) order.
-  static bool Before(const Event& a, const Event& b) { return Less(a, b); }
+  // (time, seq) order: whether a pops before b.
+  __attribute__((always_inline)) static bool Less(const Event& a,
+                                                  const Event& b) {
+    return a.time < b.time || (a.time == b.time && a.seq < b.seq);
+  }
   uint64_t pushed() const { return next_seq_; }
   uint64_t popped() const { return popped_; }
   // Bytes held by the calendar, the heaps and their spare capacity.
   size_t memory_bytes() const;
 
  private:
-  __attribute__((always_inline)) static bool Less(const Event& a,
-                                                  const Event& b) {
-    return a.time < b.time || (a.time == b.time && a.seq < b.seq);
-  }
   // Push when the inline case does not apply: the bucket needs a chunk, or
   // the event goes to late_ or far_. `time` is already >= now_.
   uint64_t PushSlow(Time time, uint16_t kind, uint32_t arg, void* ptr);

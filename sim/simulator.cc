@@ -900,8 +900,7 @@ Time Simulator::RunBatched(Time end, Time lookahead,
         Event e;
         uint32_t out = Fabric::kNoPort;
         if (!queue_.batch_heap_empty() &&
-            (!have_sorted ||
-             EventQueue::Before(queue_.batch_top(), sorted[i]))) {
+            (!have_sorted || EventQueue::Less(queue_.batch_top(), sorted[i]))) {
           e = queue_.PopBatch();
           if (NodeOf(e) != batch_node_) ++result_.batch_violations;
         } else if (have_sorted) {
