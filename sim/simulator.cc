@@ -363,6 +363,13 @@ absl::Status Simulator::BuildFaults() {
     // duration_us: negative (the default) means "no end"; NaN is refused.
     if (std::isnan(*dur) || *dur > kMaxScenarioUs)
       return FaultError("duration_us must be <= 1e9");
+    // The flaps time their own outages (down_us): a duration_us there would
+    // be silently ignored, so it is refused.
+    if ((*type == "link_flap" || *type == "random_flaps") && *dur >= 0) {
+      return FaultError(*type +
+                        ": duration_us does not apply (each outage lasts "
+                        "down_us; the flaps run from start_us to end_us)");
+    }
     uint32_t target = 0;
     if (*type == "link_down") {
       absl::Status st = link_sel(f.Find("link"), &target);
@@ -474,12 +481,15 @@ absl::Status Simulator::BuildFaults() {
               t.link(l).a < t.num_hosts() || t.link(l).b < t.num_hosts();
           if (which == "all" || (which == "host") == host) {
             add(Us(*at), FaultType::kLinkLoss, l, *rate);
+            // The loss ends (rate 0) after duration_us, when given.
+            if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkLoss, l, 0);
           }
         }
       } else {
         absl::Status st = link_sel(links, &target);
         if (!st.ok()) return st;
         add(Us(*at), FaultType::kLinkLoss, target, *rate);
+        if (*dur >= 0) add(Us(*at + *dur), FaultType::kLinkLoss, target, 0);
       }
     } else if (*type == "degrade") {
       absl::Status st = link_sel(f.Find("link"), &target);

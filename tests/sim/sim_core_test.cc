@@ -1200,6 +1200,13 @@ TEST(ScenarioTest, UnknownKeysAreErrorsAtEveryLevel) {
               HasSubstr("unknown key \"plane\""));
   EXPECT_THAT(FaultInitError(R"([{"type": "link_loss", "loss": 0.1}])"),
               HasSubstr("unknown key \"loss\""));
+  // The flaps time their own outages: a duration_us would be ignored.
+  EXPECT_THAT(FaultInitError(R"([{"type": "link_flap", "link": "random_fabric",
+                        "duration_us": 50}])"),
+              HasSubstr("link_flap: duration_us does not apply"));
+  EXPECT_THAT(
+      FaultInitError(R"([{"type": "random_flaps", "duration_us": 50}])"),
+      HasSubstr("random_flaps: duration_us does not apply"));
   EXPECT_THAT(FaultInitError(R"([{"type": "degrade", "link": "random_fabric",
                         "rate": 0.5}])"),
               HasSubstr("faults: degrade: unknown key \"rate\""));
@@ -1379,6 +1386,31 @@ TEST(DeterminismTest, TwoSimulatorsOneProcess) {
   EXPECT_GT(a.result().drops[static_cast<size_t>(DropReason::kRandomLoss)], 0u);
   testing::ExpectInvariants(a.result());
   testing::ExpectInvariants(c.result());
+}
+
+// link_loss with duration_us ends (rate 0) at at_us + duration_us: every
+// fabric link losing everything for 100 us still lets the run complete,
+// after losses; without the duration nothing crosses the fabric again.
+TEST(FaultTest, LinkLossEndsAfterItsDuration) {
+  for (const bool healed : {true, false}) {
+    SCOPED_TRACE(healed ? "duration_us 100" : "no duration");
+    ScenarioConfig sc = MustParse(kTiny);
+    sc.duration = 1 * kMillisecond;
+    sc.faults = *json::Parse(
+        healed ? R"([{"type": "link_loss", "rate": 1, "links": "fabric",
+                      "at_us": 5, "duration_us": 100}])"
+               : R"([{"type": "link_loss", "rate": 1, "links": "fabric",
+                      "at_us": 5}])");
+    for (const TransportConfig& tc : sc.transports) {
+      Simulator s(sc, tc);
+      ASSERT_TRUE(s.Init().ok());
+      ASSERT_TRUE(s.Run().ok());
+      const RunResult& r = s.result();
+      testing::ExpectInvariants(r);
+      EXPECT_GT(r.drops[static_cast<size_t>(DropReason::kRandomLoss)], 0u);
+      EXPECT_EQ(r.completed, healed) << tc.name;
+    }
+  }
 }
 
 // The engine window option: validated at parse time, and a Prism run with a
