@@ -486,6 +486,48 @@ TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
 }
 
+TEST(Engine, RtoResendsTheOldestLostPsnFirst) {
+  // PSN 0 is lost twice; PSNs 8..15, sent after it, are lost once, and the
+  // second RTO declares them lost before PSN 0's second copy (send order).
+  // The receiver's cumulative ack waits for PSN 0 (its SACK bitmap starts
+  // there), and after timeouts the window may allow one packet per RTO:
+  // the RTO's first retransmission must be PSN 0, not whatever the
+  // retransmit ring held first.
+  ConnectionOptions o = Pair::Defaults();
+  o.congestion = "nscc";
+  o.tail_loss_probe = false;  // the RTO path is under test
+  o.probe_interval = 10 * kSecond;
+  Pair p(o);
+  ASSERT_TRUE(p.Write(0, 1, 0, 8 * 4096, 0).ok());
+  auto first = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+  ASSERT_EQ(first.size(), 8u);
+  for (size_t i = 1; i < 8; ++i) Deliver(*p.b, 1000, first[i]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  ASSERT_EQ(p.a->connection_stats(p.ca)->inflight_bytes, 4096u);
+  ASSERT_TRUE(p.Write(3000, 2, 8 * 4096, 8 * 4096, 8 * 4096).ok());
+  auto second = OfType(Poll(*p.a, 3000), wire::PacketType::kData);
+  ASSERT_EQ(second.size(), 8u);  // all dropped
+  // First RTO: only PSN 0 is old enough; its copy is dropped too.
+  Time t = p.a->NextEventTime();
+  auto re1 = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(re1.size(), 1u);
+  EXPECT_EQ(re1[0].pkt.data.psn, first[0].pkt.data.psn);
+  ASSERT_EQ(p.a->connection_stats(p.ca)->rto_events, 1u);
+  // Second RTO: PSNs 8..15 and 0 are lost; 0 leaves first.
+  t = p.a->NextEventTime();
+  auto re2 = OfType(Poll(*p.a, t), wire::PacketType::kData);
+  ASSERT_EQ(p.a->connection_stats(p.ca)->rto_events, 2u);
+  ASSERT_GE(re2.size(), 1u);
+  EXPECT_EQ(re2[0].pkt.data.psn, first[0].pkt.data.psn);
+  // It arrives: the cumulative ack covers the first WRITE.
+  Deliver(*p.b, t + 1000, re2[0]);
+  for (auto& c : PollAcks(*p.b, t + 1000)) Deliver(*p.a, t + 2000, c);
+  auto cq = Drain(*p.a);
+  ASSERT_EQ(cq.size(), 1u);
+  EXPECT_EQ(cq[0].wr_id, 1u);
+  EXPECT_EQ(cq[0].status, absl::StatusCode::kOk);
+}
+
 // DATA payloads of 64 KiB and more (the verbs datapath's chunk): the
 // engine segments, places, loses and resends them like any other, and the
 // length travels in the header's payload_len_hi.

@@ -130,7 +130,7 @@
 // their immediates) until a message would be win messages past the held
 // one: then AcceptData answers kNoBuffer (NACK NO_BUFFER, nothing placed
 // or acked) and the sender pauses (Conn::rnr_until), then sends one RNR
-// probe per pause (the oldest refused packet, PickRnrProbe) until one is
+// probe per pause (the oldest refused packet, OldestRetxFirst) until one is
 // acked (OnSack ends the streak; ConnectionOptions::rnr_timeout may fail
 // the connection first, RunTimers). Only PollCompletions
 // frees room (a WRITE completing turns a reserved slot into a queued one),
@@ -3847,6 +3847,13 @@ class Engine::Impl {
       }
       idx = next;
     }
+    // The oldest lost PSN goes first: the cumulative ack waits for it, and
+    // after a timeout the window may allow one packet per RTO. (In ring
+    // order, behind what earlier declarations queued, it could wait many
+    // backed-off RTOs while packets the receiver already holds are resent:
+    // ones beyond its SACK bitmap, which starts at its oldest missing PSN,
+    // are never acked while that PSN is missing.)
+    if (c->retx_head != c->retx_tail) OldestRetxFirst(c);
     ++c->st.rto_events;
     if (!delivering) {
       if (c->backoff < kMaxBackoff) ++c->backoff;
@@ -3866,12 +3873,13 @@ class Engine::Impl {
            c->slots[c->rnr_probe_psn & c->win_mask].state == kInFlight;
   }
 
-  // Before an RNR probe: moves the oldest PSN waiting for retransmission
-  // to the head of the retransmit ring (the receiver refused everything
-  // beyond a point, so the oldest refused packet is the first it can take
-  // once it has room), dropping stale entries at the head; an all-stale
-  // ring is emptied. O(ring) once per pause, never per packet.
-  static void PickRnrProbe(Conn* c) {
+  // Moves the oldest PSN waiting for retransmission to the head of the
+  // retransmit ring (swapped with the entry there); an all-stale ring is
+  // emptied. Before an RNR probe (the receiver refused everything beyond a
+  // point, so the oldest refused packet is the first it can take once it
+  // has room), O(ring) once per pause, and after an RTO (RunTimers), never
+  // per packet.
+  static void OldestRetxFirst(Conn* c) {
     uint64_t best_r = c->retx_tail;
     uint64_t best = std::numeric_limits<uint64_t>::max();
     for (uint64_t r = c->retx_head; r != c->retx_tail; ++r) {
@@ -3963,7 +3971,7 @@ class Engine::Impl {
       if (c->next_send_time > now) break;
       if (rnr) {
         if (RnrProbeOut(c)) break;
-        if (c->retx_head != c->retx_tail) PickRnrProbe(c);
+        if (c->retx_head != c->retx_tail) OldestRetxFirst(c);
       }
       uint64_t psn;
       bool retx = false;
