@@ -2,7 +2,7 @@
 """Seeded random-fault soak of the simulator (a long check, not a test).
 
 Usage: bench/perf/sim_fault_soak.py [--sim build/bin/prism_sim]
-           [--seeds A:B] [--out DIR] [--keep] [--quiet]
+           [--seeds A:B] [--out DIR] [--keep] [--quiet] [--wide]
 
 For each seed N in [A, B) it draws a small random scenario from N alone
 (two-tier Clos of 1-8 planes and 4-32 hosts, SRv6 or ECMP forwarding, trimming or
@@ -13,13 +13,20 @@ random link flaps, T0/T1 reboots, a NIC port down, random loss of up to
 5% on the fabric or host links, a degraded link; each one over within
 2.1 ms), runs it with `prism`, one other Prism variant (a path
 policy or the classic NSCC), `roce` and `multiqp` side by side under the
-exact or the batched scheduler (alternating), and checks summary.json:
+exact or the batched scheduler (alternating), and checks summary.json
+(--wide draws more of the configuration, see widen()):
 
   * every transport's invariants are "ok" (bytes exactly once and intact,
     every packet accounted for, queues within their buffers);
   * every transport completed every flow (the scenario runs 100 ms, every
     fault is over by 2.1 ms, so nothing may be left), and no Prism
-    variant had a connection error.
+    variant had a connection error. Under --wide the baselines' completion
+    is reported, not required: with the host links up to 4x faster than
+    the fabric's, shallow buffers and 8 KiB packets, roce's go-back-N can
+    collapse into resending its window (--wide seed 2682: done at 218 ms,
+    351 k receiver discards; a modelled limit of the baseline, not a
+    fault). 100 ms, not more: Prism's RTO livelock (fixed) would have
+    completed in about 200 ms.
 
 A failing seed prints one line with the command that replays it (the
 scenario file is kept under DIR, a fresh temporary folder by default,
@@ -125,6 +132,51 @@ def draw_scenario(seed):
     }
 
 
+def widen(sc, seed):
+    """--wide: more of the configuration drawn, from a second stream (the
+    base draw of a seed is unchanged): link speeds and delays, parallel
+    links, NIC queue depth and pull watermark, lazy switch ports (exact
+    scheduler only), ECN thresholds, and the transports' MTU, path count,
+    window, message cap and size, payload checksum, fate sharing, group
+    balance, tail resend and spurious-loss undo."""
+    r = random.Random(seed * 7919 + 104729)
+    topo = sc["topology"]
+    topo["host_link_gbps"] = r.choice([100, 200, 400])
+    topo["fabric_link_gbps"] = r.choice([100, 200, 400])
+    topo["host_link_delay_ns"] = r.choice([500, 1000])
+    topo["fabric_link_delay_ns"] = r.choice([500, 1000, 3000])
+    topo["parallel_links"] = r.choice([1, 1, 2])
+    fab = sc["fabric"]
+    fab["nic_queue_packets"] = r.choice([1, 4, 16])
+    fab["nic_pull_watermark"] = r.choice([-1, -1, 2])
+    if sc["scheduler"] == "exact" and r.random() < 0.3:
+        fab["lazy_switch_ports"] = True
+    if fab["ecn"]["enabled"] and r.random() < 0.5:
+        kmin = r.choice([8192, 32768, 65536])
+        fab["ecn"].update({"kmin_bytes": kmin, "kmax_bytes": 4 * kmin,
+                           "pmax": r.choice([0.05, 0.2, 1.0])})
+    mtu = r.choice([1024, 4096, 4096, 8192])
+    sc["transport_defaults"] = {
+        "mtu": mtu,
+        "num_paths": max(topo["planes"], r.choice([1, 8, 64, 128, 256])),
+        "window_packets": r.choice([256, 1024, 4096]),
+        "max_outstanding_messages": r.choice([1, 4, 64, 256]),
+        "payload_checksum": r.random() < 0.3,
+        "fate_sharing": r.random() < 0.8,
+        "group_balance": r.random() < 0.8,
+        "tail_resend": r.random() < 0.8,
+        "spurious_undo": r.random() < 0.8,
+    }
+    # Small messages only with many outstanding: one 1 KiB message per
+    # round trip would need over 100 ms for a 16 MiB flow (latency-bound,
+    # not a fault; the check would be wrong).
+    small = r.choice([1, 3, 16, 256])
+    if (r.random() < 0.5 and
+            sc["transport_defaults"]["max_outstanding_messages"] >= 64):
+        sc["workload"]["message_bytes"] = mtu * small
+    return sc
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sim", default="build/bin/prism_sim")
@@ -133,13 +185,18 @@ def main():
     ap.add_argument("--keep", action="store_true",
                     help="keep every scenario and summary, not only failures")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--wide", action="store_true",
+                    help="draw more of the configuration (widen())")
     a = ap.parse_args()
     lo, hi = (int(x) for x in a.seeds.split(":"))
     out = a.out or tempfile.mkdtemp(prefix="sim_fault_soak.")
     os.makedirs(out, exist_ok=True)
     failed = 0
+    baselines_slow = []  # --wide: baselines not done within the run
     for seed in range(lo, hi):
         sc = draw_scenario(seed)
+        if a.wide:
+            sc = widen(sc, seed)
         d = os.path.join(out, "seed%d" % seed)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, "scenario.json")
@@ -159,9 +216,12 @@ def main():
                     why.append("%s invariants: %s" % (name, t.get("invariants")))
             for name, pr in s.items():
                 if not pr.get("completed"):
-                    why.append("%s incomplete: %s/%s flows" %
-                               (name, pr.get("flows_completed"),
-                                pr.get("flows")))
+                    msg = "%s incomplete: %s/%s flows" % (
+                        name, pr.get("flows_completed"), pr.get("flows"))
+                    if a.wide and not name.startswith("prism"):
+                        baselines_slow.append("seed %d %s" % (seed, msg))
+                    else:
+                        why.append(msg)
                 if name.startswith("prism") and pr.get("connection_errors"):
                     why.append("%s connection_errors=%d" %
                                (name, pr["connection_errors"]))
@@ -185,6 +245,9 @@ def main():
         out = "(none kept)"
     print("sim_fault_soak: %d of %d seeds failed; scenarios of failures in %s"
           % (failed, n, out))
+    if baselines_slow:
+        print("baselines not done within the run (reported, not failed): " +
+              "; ".join(baselines_slow))
     return 1 if failed else 0
 
 
