@@ -5,15 +5,15 @@ Usage: bench/perf/sim_fault_soak.py [--sim build/bin/prism_sim]
            [--seeds A:B] [--out DIR] [--keep] [--quiet] [--wide]
 
 For each seed N in [A, B) it draws a small random scenario from N alone
-(two-tier Clos of 1-8 planes and 4-32 hosts, SRv6 or ECMP forwarding, trimming or
-drop-tail, ECN on or off, small or default buffers; a workload: bulk,
-permutation, all-to-all, ring all-reduce or incast, sized to run
-~0.1-2 ms, so that the faults land during the transfers; one to four faults:
-random link flaps, T0/T1 reboots, a NIC port down, random loss of up to
-5% on the fabric or host links, a degraded link; each one over within
-2.1 ms), runs it with `prism`, one other Prism variant (a path
-policy or the classic NSCC), `roce` and `multiqp` side by side under the
-exact or the batched scheduler (alternating), and checks summary.json
+(two-tier Clos of 1-8 planes and 4-32 hosts, SRv6 or ECMP forwarding,
+trimming or drop-tail, ECN on or off, small or default buffers; a
+workload: bulk, permutation, all-to-all, ring all-reduce or incast, sized
+to run ~0.1-2 ms, so that the faults land during the transfers; one to
+four faults: random link flaps, T0/T1 reboots, a NIC port down, random
+loss of up to 5% on the fabric or host links, a degraded link, each one
+over within 2.1 ms), runs it with `prism`, one other Prism variant (a
+path policy or the classic NSCC), `roce` and `multiqp` side by side under
+the exact or the batched scheduler (alternating), and checks summary.json
 (--wide draws more of the configuration, see widen()):
 
   * every transport's invariants are "ok" (bytes exactly once and intact,
@@ -28,10 +28,11 @@ exact or the batched scheduler (alternating), and checks summary.json
     fault). 100 ms, not more: Prism's RTO livelock (fixed) would have
     completed in about 200 ms.
 
-A failing seed prints one line with the command that replays it (the
-scenario file is kept under DIR, a fresh temporary folder by default,
-removed when nothing failed). Exit status 1 if any seed failed. The first
-200 seeds run in `make test` (ctest sim_fault_soak_test, ~20 s).
+A failing seed prints why and the command that replays it (the scenario
+file is kept under DIR, a fresh temporary folder by default, removed when
+nothing failed). Exit status 1 if any seed failed. `make test` runs seeds
+1-200 and 1-100 --wide (ctest sim_fault_soak_test and
+sim_fault_soak_wide_test, ~20 s each).
 """
 
 import argparse
@@ -213,7 +214,8 @@ def main():
                 s = json.load(f)["transports"]
             for name, t in s.items():
                 if t.get("invariants") != "ok":
-                    why.append("%s invariants: %s" % (name, t.get("invariants")))
+                    why.append("%s invariants: %s" %
+                               (name, t.get("invariants")))
             for name, pr in s.items():
                 if not pr.get("completed"):
                     msg = "%s incomplete: %s/%s flows" % (
