@@ -486,6 +486,41 @@ TEST(Engine, SackBitmapRetransmitsOnlyTheHole) {
   EXPECT_EQ(std::memcmp(p.dst.data(), p.src.data(), 8 * 4096), 0);
 }
 
+// The SACK's bitmap covers its trigger PSN whatever the receiver's oldest
+// missing PSN: with that hole at rcv_nxt (40 past a multiple of 64), a PSN
+// 250 beyond it lies past the 256 bits from the 64-aligned rcv_nxt, so the
+// bitmap is moved up to end with the trigger's word, and the sender frees
+// that PSN at once. (Until 2026-12-08 the move happened only for a trigger
+// beyond rcv_nxt + 256, so PSNs from 193-255 past the hole were never
+// acknowledged while it lasted, and TLP and RTO resent them.)
+TEST(Engine, SackBitmapCoversItsTriggerFarPastTheHole) {
+  ConnectionOptions o = Pair::Defaults();
+  o.tail_loss_probe = false;
+  constexpr uint32_t kMtu = 256;  // 400 packets within the window
+  Pair p(o, kMtu);
+  ASSERT_TRUE(p.Write(0, 1, 0, 400 * kMtu, 0).ok());
+  auto pk = OfType(Poll(*p.a, 0), wire::PacketType::kData);
+  ASSERT_EQ(pk.size(), 400u);
+  const uint32_t psn0 = pk[0].pkt.data.psn;
+  const size_t hole = (40 - psn0 % 64 + 64) % 64;  // (psn0 + hole) % 64 == 40
+  const size_t far = hole + 250;
+  for (size_t i = 0; i < hole; ++i) Deliver(*p.b, 1000, pk[i]);
+  for (auto& c : PollAcks(*p.b, 1000)) Deliver(*p.a, 2000, c);
+  Deliver(*p.b, 3000, pk[far]);
+  auto sacks = OfType(PollAcks(*p.b, 3000), wire::PacketType::kSack);
+  ASSERT_EQ(sacks.size(), 1u);  // the gap's immediate SACK
+  const wire::SackHeader& s = sacks[0].pkt.sack;
+  EXPECT_EQ(s.cum_psn, psn0 + hole);
+  EXPECT_EQ(s.trigger_psn, psn0 + far);
+  const uint32_t bit = s.trigger_psn - s.bitmap_base;
+  ASSERT_LT(bit, wire::kSackBitmapBits);
+  EXPECT_TRUE((s.bitmap[bit / 64] >> (bit % 64)) & 1);
+  Deliver(*p.a, 4000, sacks[0]);
+  const auto st = *p.a->connection_stats(p.ca);
+  EXPECT_EQ(st.bytes_acked, (hole + 1) * kMtu);
+  EXPECT_EQ(st.inflight_bytes, (400 - hole - 1) * kMtu);
+}
+
 TEST(Engine, RtoResendsTheOldestLostPsnFirst) {
   // PSN 0 is lost twice; PSNs 8..15, sent after it, are lost once, and the
   // second RTO declares them lost before PSN 0's second copy (send order).

@@ -4336,10 +4336,12 @@ class Engine::Impl {
         wire::SackHeader h;
         h.dst_conn = dst;
         h.cum_psn = static_cast<uint32_t>(c->rcv_nxt);
-        uint64_t base;
-        if (it.psn64 < c->rcv_nxt + wire::kSackBitmapBits) {
-          base = c->rcv_nxt & ~uint64_t{63};
-        } else {
+        // The bitmap starts at the 64-aligned rcv_nxt, or, for a trigger
+        // beyond the 256 bits from there, ends with the trigger's word (its
+        // PSN acknowledged whatever the hole at rcv_nxt; the PSNs between
+        // are left to the SACKs they triggered).
+        uint64_t base = c->rcv_nxt & ~uint64_t{63};
+        if (it.psn64 >= base + wire::kSackBitmapBits) {
           base = (it.psn64 & ~uint64_t{63}) - (wire::kSackBitmapBits - 64);
         }
         h.bitmap_base = static_cast<uint32_t>(base);
