@@ -4339,7 +4339,7 @@ class Engine::Impl {
         // The bitmap starts at the 64-aligned rcv_nxt, or, for a trigger
         // beyond the 256 bits from there, ends with the trigger's word (its
         // PSN acknowledged whatever the hole at rcv_nxt; the PSNs between
-        // are left to the SACKs they triggered).
+        // are left to other SACKs whose bitmaps reach them).
         uint64_t base = c->rcv_nxt & ~uint64_t{63};
         if (it.psn64 >= base + wire::kSackBitmapBits) {
           base = (it.psn64 & ~uint64_t{63}) - (wire::kSackBitmapBits - 64);
